@@ -1,0 +1,71 @@
+"""gRPC server plumbing shared by the NameServer and brokers: grpc.aio server with the
+standard health service (grpc.health.v1) and server reflection, and graceful stop."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1._async import HealthServicer
+from grpc_reflection.v1alpha import reflection
+
+log = logging.getLogger(__name__)
+
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+SERVER_OPTIONS: list[tuple[str, int]] = [
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.so_reuseport", 0),
+]
+CHANNEL_OPTIONS: list[tuple[str, int]] = [
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+]
+
+
+class GrpcServer:
+    """A started grpc.aio server plus its health servicer."""
+
+    def __init__(self, server: grpc.aio.Server, health: HealthServicer, port: int, services: Sequence[str]):
+        self.server = server
+        self.health = health
+        self.port = port
+        self.services = list(services)
+
+    async def stop(self, grace: float) -> None:
+        """Report NOT_SERVING, stop accepting new RPCs, let in-flight ones finish within ``grace``."""
+        for name in ["", *self.services]:
+            await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        await self.server.stop(grace)
+
+
+async def start_grpc_server(
+    address: str,
+    register: Callable[[grpc.aio.Server], None],
+    service_names: Sequence[str],
+) -> GrpcServer:
+    """Create, register, bind and start a server. ``address`` is ``host:port`` (port 0 = any).
+
+    Raises RuntimeError with the address when the port cannot be bound.
+    """
+    server = grpc.aio.server(options=SERVER_OPTIONS)
+    register(server)
+    health = HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    reflection.enable_server_reflection(
+        [*service_names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
+        server,
+    )
+    try:
+        port = server.add_insecure_port(address)
+    except RuntimeError as exc:
+        raise RuntimeError(f"cannot listen on {address}: {exc}") from exc
+    if port == 0:
+        raise RuntimeError(f"cannot listen on {address}: address in use or invalid")
+    await server.start()
+    for name in ["", *service_names]:
+        await health.set(name, health_pb2.HealthCheckResponse.SERVING)
+    log.info("grpc server listening", extra={"address": address, "port": port})
+    return GrpcServer(server, health, port, service_names)

@@ -1,0 +1,48 @@
+"""Process lifecycle: one asyncio event loop, graceful stop on SIGTERM/SIGINT.
+
+Kubernetes sends SIGTERM and waits ``terminationGracePeriodSeconds``; services therefore stop
+accepting work, finish in-flight requests, flush, unregister, and exit 0. A second signal while
+shutting down exits at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from collections.abc import Awaitable, Callable
+
+log = logging.getLogger(__name__)
+
+ServiceMain = Callable[[asyncio.Event], Awaitable[None]]
+
+
+def run_service(main: ServiceMain) -> int:
+    """Run ``main(stop_event)`` on a fresh event loop; ``stop_event`` is set by SIGTERM/SIGINT.
+
+    ``main`` starts its servers, awaits ``stop_event.wait()``, then shuts down gracefully.
+    Returns the process exit code.
+    """
+
+    async def runner() -> None:
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+
+        def on_signal(signum: int) -> None:
+            if stop.is_set():
+                log.warning("second signal, exiting immediately", extra={"signal": signum})
+                os._exit(1)
+            log.info("shutdown requested", extra={"signal": signal.Signals(signum).name})
+            stop.set()
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, on_signal, sig)
+        await main(stop)
+
+    try:
+        asyncio.run(runner())
+    except Exception:
+        log.exception("fatal error")
+        return 1
+    return 0

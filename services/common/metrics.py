@@ -1,0 +1,36 @@
+"""Prometheus metrics: each service owns a CollectorRegistry (several services can run in one
+test process) and serves it on its metrics port at /metrics."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import GaugeMetricFamily  # noqa: F401  (re-exported for collectors)
+
+log = logging.getLogger(__name__)
+
+
+class MetricsServer:
+    """Serves ``registry`` over HTTP until :meth:`stop`. ``port`` 0 disables serving."""
+
+    def __init__(self, registry: CollectorRegistry, host: str, port: int) -> None:
+        self.registry = registry
+        self._server: WSGIServer | None = None
+        self._thread: threading.Thread | None = None
+        self.port = 0
+        if port > 0:
+            try:
+                self._server, self._thread = start_http_server(port, addr=host, registry=registry)
+            except OSError as exc:
+                raise RuntimeError(f"cannot serve metrics on {host}:{port}: {exc.strerror}") from exc
+            self.port = self._server.server_port
+            log.info("metrics listening", extra={"address": f"{host}:{self.port}", "path": "/metrics"})
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
