@@ -21,27 +21,27 @@ class ServiceError(Exception):
     code = grpc.StatusCode.INTERNAL
 
 
-class InvalidArgument(ServiceError):
+class InvalidArgumentError(ServiceError):
     code = grpc.StatusCode.INVALID_ARGUMENT
 
 
-class NotFound(ServiceError):
+class NotFoundError(ServiceError):
     code = grpc.StatusCode.NOT_FOUND
 
 
-class AlreadyExists(ServiceError):
+class AlreadyExistsError(ServiceError):
     code = grpc.StatusCode.ALREADY_EXISTS
 
 
-class FailedPrecondition(ServiceError):
+class FailedPreconditionError(ServiceError):
     code = grpc.StatusCode.FAILED_PRECONDITION
 
 
-class PermissionDenied(ServiceError):
+class PermissionDeniedError(ServiceError):
     code = grpc.StatusCode.PERMISSION_DENIED
 
 
-class Unavailable(ServiceError):
+class UnavailableError(ServiceError):
     code = grpc.StatusCode.UNAVAILABLE
 
 

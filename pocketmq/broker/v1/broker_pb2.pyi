@@ -1,0 +1,550 @@
+from pocketmq.common.v1 import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class PutStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PUT_STATUS_UNSPECIFIED: _ClassVar[PutStatus]
+    PUT_OK: _ClassVar[PutStatus]
+    FLUSH_DISK_TIMEOUT: _ClassVar[PutStatus]
+    FLUSH_SLAVE_TIMEOUT: _ClassVar[PutStatus]
+    SLAVE_NOT_AVAILABLE: _ClassVar[PutStatus]
+    SERVICE_NOT_AVAILABLE: _ClassVar[PutStatus]
+    CREATE_MAPPED_FILE_FAILED: _ClassVar[PutStatus]
+    MESSAGE_ILLEGAL: _ClassVar[PutStatus]
+    PROPERTIES_SIZE_EXCEEDED: _ClassVar[PutStatus]
+    OS_PAGECACHE_BUSY: _ClassVar[PutStatus]
+    UNKNOWN_ERROR: _ClassVar[PutStatus]
+
+class PullStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PULL_STATUS_UNSPECIFIED: _ClassVar[PullStatus]
+    FOUND: _ClassVar[PullStatus]
+    NO_NEW_MSG: _ClassVar[PullStatus]
+    NO_MATCHED_MSG: _ClassVar[PullStatus]
+    OFFSET_ILLEGAL: _ClassVar[PullStatus]
+PUT_STATUS_UNSPECIFIED: PutStatus
+PUT_OK: PutStatus
+FLUSH_DISK_TIMEOUT: PutStatus
+FLUSH_SLAVE_TIMEOUT: PutStatus
+SLAVE_NOT_AVAILABLE: PutStatus
+SERVICE_NOT_AVAILABLE: PutStatus
+CREATE_MAPPED_FILE_FAILED: PutStatus
+MESSAGE_ILLEGAL: PutStatus
+PROPERTIES_SIZE_EXCEEDED: PutStatus
+OS_PAGECACHE_BUSY: PutStatus
+UNKNOWN_ERROR: PutStatus
+PULL_STATUS_UNSPECIFIED: PullStatus
+FOUND: PullStatus
+NO_NEW_MSG: PullStatus
+NO_MATCHED_MSG: PullStatus
+OFFSET_ILLEGAL: PullStatus
+
+class Message(_message.Message):
+    __slots__ = ("topic", "body", "tags", "keys", "properties", "delay_level", "flag")
+    class PropertiesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    TAGS_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    PROPERTIES_FIELD_NUMBER: _ClassVar[int]
+    DELAY_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    FLAG_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    body: bytes
+    tags: str
+    keys: str
+    properties: _containers.ScalarMap[str, str]
+    delay_level: int
+    flag: int
+    def __init__(self, topic: _Optional[str] = ..., body: _Optional[bytes] = ..., tags: _Optional[str] = ..., keys: _Optional[str] = ..., properties: _Optional[_Mapping[str, str]] = ..., delay_level: _Optional[int] = ..., flag: _Optional[int] = ...) -> None: ...
+
+class MessageExt(_message.Message):
+    __slots__ = ("topic", "queue_id", "queue_offset", "commit_log_offset", "msg_id", "body", "tags", "keys", "properties", "born_timestamp", "store_timestamp", "born_host", "store_host", "reconsume_times", "store_size", "flag", "sys_flag")
+    class PropertiesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_LOG_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MSG_ID_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    TAGS_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    PROPERTIES_FIELD_NUMBER: _ClassVar[int]
+    BORN_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    STORE_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    BORN_HOST_FIELD_NUMBER: _ClassVar[int]
+    STORE_HOST_FIELD_NUMBER: _ClassVar[int]
+    RECONSUME_TIMES_FIELD_NUMBER: _ClassVar[int]
+    STORE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    FLAG_FIELD_NUMBER: _ClassVar[int]
+    SYS_FLAG_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    queue_offset: int
+    commit_log_offset: int
+    msg_id: str
+    body: bytes
+    tags: str
+    keys: str
+    properties: _containers.ScalarMap[str, str]
+    born_timestamp: int
+    store_timestamp: int
+    born_host: str
+    store_host: str
+    reconsume_times: int
+    store_size: int
+    flag: int
+    sys_flag: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., commit_log_offset: _Optional[int] = ..., msg_id: _Optional[str] = ..., body: _Optional[bytes] = ..., tags: _Optional[str] = ..., keys: _Optional[str] = ..., properties: _Optional[_Mapping[str, str]] = ..., born_timestamp: _Optional[int] = ..., store_timestamp: _Optional[int] = ..., born_host: _Optional[str] = ..., store_host: _Optional[str] = ..., reconsume_times: _Optional[int] = ..., store_size: _Optional[int] = ..., flag: _Optional[int] = ..., sys_flag: _Optional[int] = ...) -> None: ...
+
+class SendMessageRequest(_message.Message):
+    __slots__ = ("message", "queue_id", "producer_group", "born_timestamp")
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    BORN_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    message: Message
+    queue_id: int
+    producer_group: str
+    born_timestamp: int
+    def __init__(self, message: _Optional[_Union[Message, _Mapping]] = ..., queue_id: _Optional[int] = ..., producer_group: _Optional[str] = ..., born_timestamp: _Optional[int] = ...) -> None: ...
+
+class SendMessageResponse(_message.Message):
+    __slots__ = ("status", "msg_id", "queue_id", "queue_offset", "remark")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    MSG_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    REMARK_FIELD_NUMBER: _ClassVar[int]
+    status: PutStatus
+    msg_id: str
+    queue_id: int
+    queue_offset: int
+    remark: str
+    def __init__(self, status: _Optional[_Union[PutStatus, str]] = ..., msg_id: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., remark: _Optional[str] = ...) -> None: ...
+
+class SendMessageBatchRequest(_message.Message):
+    __slots__ = ("topic", "queue_id", "messages", "producer_group", "born_timestamp")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    BORN_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    messages: _containers.RepeatedCompositeFieldContainer[Message]
+    producer_group: str
+    born_timestamp: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., producer_group: _Optional[str] = ..., born_timestamp: _Optional[int] = ...) -> None: ...
+
+class SendMessageBatchResponse(_message.Message):
+    __slots__ = ("status", "msg_ids", "queue_id", "queue_offset", "remark")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    MSG_IDS_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    REMARK_FIELD_NUMBER: _ClassVar[int]
+    status: PutStatus
+    msg_ids: _containers.RepeatedScalarFieldContainer[str]
+    queue_id: int
+    queue_offset: int
+    remark: str
+    def __init__(self, status: _Optional[_Union[PutStatus, str]] = ..., msg_ids: _Optional[_Iterable[str]] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., remark: _Optional[str] = ...) -> None: ...
+
+class PullMessageRequest(_message.Message):
+    __slots__ = ("consumer_group", "topic", "queue_id", "queue_offset", "max_msg_nums", "subscription", "suspend_timeout_ms", "raw_records", "commit_offset", "max_bytes")
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_MSG_NUMS_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    SUSPEND_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    RAW_RECORDS_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    topic: str
+    queue_id: int
+    queue_offset: int
+    max_msg_nums: int
+    subscription: str
+    suspend_timeout_ms: int
+    raw_records: bool
+    commit_offset: int
+    max_bytes: int
+    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., max_msg_nums: _Optional[int] = ..., subscription: _Optional[str] = ..., suspend_timeout_ms: _Optional[int] = ..., raw_records: _Optional[bool] = ..., commit_offset: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
+
+class PullMessageResponse(_message.Message):
+    __slots__ = ("status", "next_begin_offset", "min_offset", "max_offset", "messages", "records", "suggest_which_broker_id", "remark")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_BEGIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    SUGGEST_WHICH_BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    REMARK_FIELD_NUMBER: _ClassVar[int]
+    status: PullStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    messages: _containers.RepeatedCompositeFieldContainer[MessageExt]
+    records: bytes
+    suggest_which_broker_id: int
+    remark: str
+    def __init__(self, status: _Optional[_Union[PullStatus, str]] = ..., next_begin_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[MessageExt, _Mapping]]] = ..., records: _Optional[bytes] = ..., suggest_which_broker_id: _Optional[int] = ..., remark: _Optional[str] = ...) -> None: ...
+
+class QueueRequest(_message.Message):
+    __slots__ = ("topic", "queue_id")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ...) -> None: ...
+
+class OffsetResponse(_message.Message):
+    __slots__ = ("offset",)
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    def __init__(self, offset: _Optional[int] = ...) -> None: ...
+
+class SearchOffsetRequest(_message.Message):
+    __slots__ = ("topic", "queue_id", "timestamp_ms")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    timestamp_ms: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., timestamp_ms: _Optional[int] = ...) -> None: ...
+
+class QueryConsumerOffsetRequest(_message.Message):
+    __slots__ = ("consumer_group", "topic", "queue_id")
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    topic: str
+    queue_id: int
+    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ...) -> None: ...
+
+class UpdateConsumerOffsetRequest(_message.Message):
+    __slots__ = ("consumer_group", "topic", "queue_id", "offset")
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    topic: str
+    queue_id: int
+    offset: int
+    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class UpdateConsumerOffsetResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ConsumerHeartbeatRequest(_message.Message):
+    __slots__ = ("consumer_group", "client_id", "subscriptions")
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    client_id: str
+    subscriptions: _containers.RepeatedCompositeFieldContainer[Subscription]
+    def __init__(self, consumer_group: _Optional[str] = ..., client_id: _Optional[str] = ..., subscriptions: _Optional[_Iterable[_Union[Subscription, _Mapping]]] = ...) -> None: ...
+
+class Subscription(_message.Message):
+    __slots__ = ("topic", "expression")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    EXPRESSION_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    expression: str
+    def __init__(self, topic: _Optional[str] = ..., expression: _Optional[str] = ...) -> None: ...
+
+class ConsumerHeartbeatResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class UnregisterConsumerRequest(_message.Message):
+    __slots__ = ("consumer_group", "client_id")
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    client_id: str
+    def __init__(self, consumer_group: _Optional[str] = ..., client_id: _Optional[str] = ...) -> None: ...
+
+class UnregisterConsumerResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetConsumerListRequest(_message.Message):
+    __slots__ = ("consumer_group",)
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    def __init__(self, consumer_group: _Optional[str] = ...) -> None: ...
+
+class GetConsumerListResponse(_message.Message):
+    __slots__ = ("client_ids",)
+    CLIENT_IDS_FIELD_NUMBER: _ClassVar[int]
+    client_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, client_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class CreateTopicRequest(_message.Message):
+    __slots__ = ("topic_config",)
+    TOPIC_CONFIG_FIELD_NUMBER: _ClassVar[int]
+    topic_config: _common_pb2.TopicConfig
+    def __init__(self, topic_config: _Optional[_Union[_common_pb2.TopicConfig, _Mapping]] = ...) -> None: ...
+
+class TopicResponse(_message.Message):
+    __slots__ = ("topic_config",)
+    TOPIC_CONFIG_FIELD_NUMBER: _ClassVar[int]
+    topic_config: _common_pb2.TopicConfig
+    def __init__(self, topic_config: _Optional[_Union[_common_pb2.TopicConfig, _Mapping]] = ...) -> None: ...
+
+class DeleteTopicRequest(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    def __init__(self, topic: _Optional[str] = ...) -> None: ...
+
+class DeleteTopicResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetTopicRequest(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    def __init__(self, topic: _Optional[str] = ...) -> None: ...
+
+class ListTopicsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListTopicsResponse(_message.Message):
+    __slots__ = ("topic_configs",)
+    TOPIC_CONFIGS_FIELD_NUMBER: _ClassVar[int]
+    topic_configs: _containers.RepeatedCompositeFieldContainer[_common_pb2.TopicConfig]
+    def __init__(self, topic_configs: _Optional[_Iterable[_Union[_common_pb2.TopicConfig, _Mapping]]] = ...) -> None: ...
+
+class SubscriptionGroupConfig(_message.Message):
+    __slots__ = ("group_name", "consume_enable", "consume_from_min_enable", "consume_broadcast_enable", "retry_queue_nums", "retry_max_times", "broker_id", "which_broker_when_consume_slowly")
+    GROUP_NAME_FIELD_NUMBER: _ClassVar[int]
+    CONSUME_ENABLE_FIELD_NUMBER: _ClassVar[int]
+    CONSUME_FROM_MIN_ENABLE_FIELD_NUMBER: _ClassVar[int]
+    CONSUME_BROADCAST_ENABLE_FIELD_NUMBER: _ClassVar[int]
+    RETRY_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
+    RETRY_MAX_TIMES_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    WHICH_BROKER_WHEN_CONSUME_SLOWLY_FIELD_NUMBER: _ClassVar[int]
+    group_name: str
+    consume_enable: bool
+    consume_from_min_enable: bool
+    consume_broadcast_enable: bool
+    retry_queue_nums: int
+    retry_max_times: int
+    broker_id: int
+    which_broker_when_consume_slowly: int
+    def __init__(self, group_name: _Optional[str] = ..., consume_enable: _Optional[bool] = ..., consume_from_min_enable: _Optional[bool] = ..., consume_broadcast_enable: _Optional[bool] = ..., retry_queue_nums: _Optional[int] = ..., retry_max_times: _Optional[int] = ..., broker_id: _Optional[int] = ..., which_broker_when_consume_slowly: _Optional[int] = ...) -> None: ...
+
+class CreateSubscriptionGroupRequest(_message.Message):
+    __slots__ = ("config",)
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    config: SubscriptionGroupConfig
+    def __init__(self, config: _Optional[_Union[SubscriptionGroupConfig, _Mapping]] = ...) -> None: ...
+
+class SubscriptionGroupResponse(_message.Message):
+    __slots__ = ("config",)
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    config: SubscriptionGroupConfig
+    def __init__(self, config: _Optional[_Union[SubscriptionGroupConfig, _Mapping]] = ...) -> None: ...
+
+class DeleteSubscriptionGroupRequest(_message.Message):
+    __slots__ = ("group_name",)
+    GROUP_NAME_FIELD_NUMBER: _ClassVar[int]
+    group_name: str
+    def __init__(self, group_name: _Optional[str] = ...) -> None: ...
+
+class DeleteSubscriptionGroupResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListSubscriptionGroupsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListSubscriptionGroupsResponse(_message.Message):
+    __slots__ = ("configs",)
+    CONFIGS_FIELD_NUMBER: _ClassVar[int]
+    configs: _containers.RepeatedCompositeFieldContainer[SubscriptionGroupConfig]
+    def __init__(self, configs: _Optional[_Iterable[_Union[SubscriptionGroupConfig, _Mapping]]] = ...) -> None: ...
+
+class GetBrokerStatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class BrokerStatus(_message.Message):
+    __slots__ = ("cluster_name", "broker_name", "broker_id", "broker_role", "flush_disk_type", "broker_addr", "ha_server_addr", "commit_log_min_offset", "commit_log_max_offset", "topic_count", "put_total", "get_total", "start_timestamp", "master_addr", "version")
+    CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ROLE_FIELD_NUMBER: _ClassVar[int]
+    FLUSH_DISK_TYPE_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ADDR_FIELD_NUMBER: _ClassVar[int]
+    HA_SERVER_ADDR_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_LOG_MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_LOG_MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_COUNT_FIELD_NUMBER: _ClassVar[int]
+    PUT_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    GET_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    START_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    MASTER_ADDR_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    cluster_name: str
+    broker_name: str
+    broker_id: int
+    broker_role: str
+    flush_disk_type: str
+    broker_addr: str
+    ha_server_addr: str
+    commit_log_min_offset: int
+    commit_log_max_offset: int
+    topic_count: int
+    put_total: int
+    get_total: int
+    start_timestamp: int
+    master_addr: str
+    version: str
+    def __init__(self, cluster_name: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., broker_role: _Optional[str] = ..., flush_disk_type: _Optional[str] = ..., broker_addr: _Optional[str] = ..., ha_server_addr: _Optional[str] = ..., commit_log_min_offset: _Optional[int] = ..., commit_log_max_offset: _Optional[int] = ..., topic_count: _Optional[int] = ..., put_total: _Optional[int] = ..., get_total: _Optional[int] = ..., start_timestamp: _Optional[int] = ..., master_addr: _Optional[str] = ..., version: _Optional[str] = ...) -> None: ...
+
+class GetHAStatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class HASlaveStatus(_message.Message):
+    __slots__ = ("slave_addr", "request_offset", "ack_offset", "lag_bytes", "connected_since_ms", "transferred_bytes", "last_ack_timestamp_ms")
+    SLAVE_ADDR_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    ACK_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAG_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CONNECTED_SINCE_MS_FIELD_NUMBER: _ClassVar[int]
+    TRANSFERRED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    LAST_ACK_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    slave_addr: str
+    request_offset: int
+    ack_offset: int
+    lag_bytes: int
+    connected_since_ms: int
+    transferred_bytes: int
+    last_ack_timestamp_ms: int
+    def __init__(self, slave_addr: _Optional[str] = ..., request_offset: _Optional[int] = ..., ack_offset: _Optional[int] = ..., lag_bytes: _Optional[int] = ..., connected_since_ms: _Optional[int] = ..., transferred_bytes: _Optional[int] = ..., last_ack_timestamp_ms: _Optional[int] = ...) -> None: ...
+
+class HAStatus(_message.Message):
+    __slots__ = ("broker_role", "commit_log_max_offset", "push2slave_max_offset", "slaves", "master_ha_addr", "client_max_offset", "last_data_timestamp_ms", "reconnects", "connected")
+    BROKER_ROLE_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_LOG_MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    PUSH2SLAVE_MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    SLAVES_FIELD_NUMBER: _ClassVar[int]
+    MASTER_HA_ADDR_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAST_DATA_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    RECONNECTS_FIELD_NUMBER: _ClassVar[int]
+    CONNECTED_FIELD_NUMBER: _ClassVar[int]
+    broker_role: str
+    commit_log_max_offset: int
+    push2slave_max_offset: int
+    slaves: _containers.RepeatedCompositeFieldContainer[HASlaveStatus]
+    master_ha_addr: str
+    client_max_offset: int
+    last_data_timestamp_ms: int
+    reconnects: int
+    connected: bool
+    def __init__(self, broker_role: _Optional[str] = ..., commit_log_max_offset: _Optional[int] = ..., push2slave_max_offset: _Optional[int] = ..., slaves: _Optional[_Iterable[_Union[HASlaveStatus, _Mapping]]] = ..., master_ha_addr: _Optional[str] = ..., client_max_offset: _Optional[int] = ..., last_data_timestamp_ms: _Optional[int] = ..., reconnects: _Optional[int] = ..., connected: _Optional[bool] = ...) -> None: ...
+
+class GetAllTopicConfigRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class TopicConfigTable(_message.Message):
+    __slots__ = ("data_version", "topic_configs")
+    DATA_VERSION_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_CONFIGS_FIELD_NUMBER: _ClassVar[int]
+    data_version: _common_pb2.DataVersion
+    topic_configs: _containers.RepeatedCompositeFieldContainer[_common_pb2.TopicConfig]
+    def __init__(self, data_version: _Optional[_Union[_common_pb2.DataVersion, _Mapping]] = ..., topic_configs: _Optional[_Iterable[_Union[_common_pb2.TopicConfig, _Mapping]]] = ...) -> None: ...
+
+class GetAllConsumerOffsetsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ConsumerOffsetEntry(_message.Message):
+    __slots__ = ("consumer_group", "topic", "queue_id", "offset")
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    topic: str
+    queue_id: int
+    offset: int
+    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class ConsumerOffsetTable(_message.Message):
+    __slots__ = ("data_version", "offsets")
+    DATA_VERSION_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    data_version: _common_pb2.DataVersion
+    offsets: _containers.RepeatedCompositeFieldContainer[ConsumerOffsetEntry]
+    def __init__(self, data_version: _Optional[_Union[_common_pb2.DataVersion, _Mapping]] = ..., offsets: _Optional[_Iterable[_Union[ConsumerOffsetEntry, _Mapping]]] = ...) -> None: ...
+
+class GetAllDelayOffsetsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class DelayOffsetTable(_message.Message):
+    __slots__ = ("data_version", "offsets")
+    class OffsetsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: int
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[int] = ...) -> None: ...
+    DATA_VERSION_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    data_version: _common_pb2.DataVersion
+    offsets: _containers.ScalarMap[int, int]
+    def __init__(self, data_version: _Optional[_Union[_common_pb2.DataVersion, _Mapping]] = ..., offsets: _Optional[_Mapping[int, int]] = ...) -> None: ...
+
+class GetAllSubscriptionGroupsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class SubscriptionGroupTable(_message.Message):
+    __slots__ = ("data_version", "configs")
+    DATA_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CONFIGS_FIELD_NUMBER: _ClassVar[int]
+    data_version: _common_pb2.DataVersion
+    configs: _containers.RepeatedCompositeFieldContainer[SubscriptionGroupConfig]
+    def __init__(self, data_version: _Optional[_Union[_common_pb2.DataVersion, _Mapping]] = ..., configs: _Optional[_Iterable[_Union[SubscriptionGroupConfig, _Mapping]]] = ...) -> None: ...
