@@ -1,0 +1,152 @@
+"""Broker configuration: identity, network, NameServer registration and HA keys.
+
+Key names follow RocketMQ's ``broker.conf`` (``brokerClusterName``, ``brokerName``, ``brokerId``,
+``brokerRole``, ``namesrvAddr``, ``listenPort``, ``haListenPort``, ...). Storage keys
+(``storePathRootDir``, ``flushDiskType``, ...) live in
+:class:`services.broker.storage.config.StoreConfig`; both sections load from the same file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import re
+import socket
+
+from services.common.config import parse_address, require
+
+DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+_DURATION = re.compile(r"^(\d+)([smhd])$")
+_UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+class BrokerRole(enum.Enum):
+    ASYNC_MASTER = "ASYNC_MASTER"
+    SYNC_MASTER = "SYNC_MASTER"
+    SLAVE = "SLAVE"
+
+
+def parse_delay_levels(text: str, key: str = "messageDelayLevel") -> tuple[int, ...]:
+    """``"1s 5s 1m"`` -> delays in ms, level 1 first."""
+    levels = []
+    for token in text.split():
+        match = _DURATION.match(token)
+        require(match is not None, key, f"invalid delay {token!r} (expected e.g. 5s, 2m, 1h)")
+        assert match is not None
+        levels.append(int(match.group(1)) * _UNIT_MS[match.group(2)])
+    require(bool(levels), key, "at least one delay level is required")
+    return tuple(levels)
+
+
+def detect_host_ip() -> str:
+    """The address other hosts reach this one at (RocketMQ's brokerIP1 default)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("10.255.255.255", 1))  # UDP connect sends nothing; it picks a route
+            ip: str = s.getsockname()[0]
+            return ip
+    except OSError:
+        return "127.0.0.1"
+
+
+@dataclasses.dataclass(frozen=True)
+class BrokerConfig:
+    broker_cluster_name: str = "DefaultCluster"
+    broker_name: str = "broker-a"
+    #: 0 = master, > 0 = slave.
+    broker_id: int = 0
+    broker_role: BrokerRole = BrokerRole.ASYNC_MASTER
+    #: NameServer addresses, ``host:port;host:port``.
+    namesrv_addr: str = "127.0.0.1:9876"
+    #: Address advertised to the NameServer and clients; empty = detect.
+    broker_ip1: str = ""
+    #: Address advertised for the HA port; empty = brokerIP1.
+    broker_ip2: str = ""
+    #: Interface the servers bind.
+    listen_host: str = "0.0.0.0"
+    listen_port: int = 10911
+    #: 0 = listenPort + 1.
+    ha_listen_port: int = 0
+    #: Prometheus /metrics port; -1 = listenPort + 2, 0 = disabled.
+    metrics_port: int = -1
+    register_name_server_period: int = 30_000
+    register_broker_timeout_mills: int = 3_000
+    #: Slave: replicate from this HA address instead of the one the NameServer reports.
+    ha_master_address: str = ""
+    ha_send_heartbeat_interval: int = 5_000
+    ha_housekeeping_interval: int = 20_000
+    ha_transfer_batch_size: int = 32 * 1024
+    ha_slave_fallbehind_max: int = 256 * 1024 * 1024
+    #: SYNC_MASTER: how long a send waits for a slave's acknowledgement (ms).
+    slave_timeout: int = 3_000
+    #: A slave starting empty replicates from the master's earliest retained offset instead of
+    #: the start of its last segment (RocketMQ's rule).
+    ha_sync_from_earliest: bool = False
+    #: Slave: pull metadata (topics, offsets, groups) from the master this often (ms).
+    slave_sync_interval: int = 10_000
+    auto_create_topic_enable: bool = True
+    default_topic_queue_nums: int = 4
+    message_delay_level: str = DEFAULT_DELAY_LEVELS
+    long_polling_enable: bool = True
+    #: Consumers silent this long leave their group (ms).
+    consumer_channel_expired_time: int = 120_000
+    #: Time allowed for in-flight requests on shutdown (ms).
+    shutdown_grace_period: int = 10_000
+
+    def __post_init__(self) -> None:
+        require(bool(self.broker_cluster_name.strip()), "brokerClusterName", "must not be empty")
+        require(bool(re.fullmatch(r"[A-Za-z0-9_.%|-]{1,127}", self.broker_name)), "brokerName",
+                f"invalid broker name {self.broker_name!r}")
+        require(self.broker_id >= 0, "brokerId", "must be >= 0")
+        if self.broker_role is BrokerRole.SLAVE:
+            require(self.broker_id > 0, "brokerId", "a SLAVE needs brokerId > 0")
+        else:
+            require(self.broker_id == 0, "brokerRole",
+                    f"{self.broker_role.name} needs brokerId=0 (got {self.broker_id}); slaves use SLAVE")
+        for addr in self.namesrv_addrs:
+            parse_address(addr, "namesrvAddr")
+        require(0 < self.listen_port < 65536, "listenPort", "must be 1..65535")
+        require(0 <= self.ha_listen_port < 65536, "haListenPort", "must be 0..65535")
+        require(-1 <= self.metrics_port < 65536, "metricsPort", "must be -1..65535")
+        require(self.ha_transfer_batch_size >= 1024, "haTransferBatchSize", "must be >= 1024")
+        require(self.ha_slave_fallbehind_max > 0, "haSlaveFallbehindMax", "must be > 0")
+        require(self.slave_timeout > 0, "slaveTimeout", "must be > 0")
+        require(self.ha_send_heartbeat_interval > 0, "haSendHeartbeatInterval", "must be > 0")
+        require(self.ha_housekeeping_interval > self.ha_send_heartbeat_interval, "haHousekeepingInterval",
+                "must be greater than haSendHeartbeatInterval")
+        require(1 <= self.default_topic_queue_nums <= 1024, "defaultTopicQueueNums", "must be 1..1024")
+        if self.ha_master_address:
+            parse_address(self.ha_master_address, "haMasterAddress")
+        parse_delay_levels(self.message_delay_level)
+
+    @property
+    def is_master(self) -> bool:
+        return self.broker_role is not BrokerRole.SLAVE
+
+    @property
+    def namesrv_addrs(self) -> list[str]:
+        return [a.strip() for a in self.namesrv_addr.split(";") if a.strip()]
+
+    @property
+    def effective_ha_port(self) -> int:
+        return self.ha_listen_port or self.listen_port + 1
+
+    @property
+    def effective_metrics_port(self) -> int:
+        return self.listen_port + 2 if self.metrics_port == -1 else self.metrics_port
+
+    @property
+    def advertised_ip(self) -> str:
+        return self.broker_ip1 or detect_host_ip()
+
+    @property
+    def broker_addr(self) -> str:
+        return f"{self.advertised_ip}:{self.listen_port}"
+
+    @property
+    def ha_server_addr(self) -> str:
+        return f"{self.broker_ip2 or self.advertised_ip}:{self.effective_ha_port}"
+
+    @property
+    def delay_levels_ms(self) -> tuple[int, ...]:
+        return parse_delay_levels(self.message_delay_level)
