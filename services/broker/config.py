@@ -39,12 +39,9 @@ def parse_delay_levels(text: str, key: str = "messageDelayLevel") -> tuple[int, 
 
 
 def detect_host_ip() -> str:
-    """The address other hosts reach this one at (RocketMQ's brokerIP1 default)."""
+    """The address this host's name resolves to (in Kubernetes: the pod IP), else loopback."""
     try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.connect(("10.255.255.255", 1))  # UDP connect sends nothing; it picks a route
-            ip: str = s.getsockname()[0]
-            return ip
+        return socket.gethostbyname(socket.gethostname())
     except OSError:
         return "127.0.0.1"
 
