@@ -1,0 +1,143 @@
+"""``make run``: a local PocketMQ cluster in the foreground.
+
+Starts one NameServer and one broker group (a master and a slave) as child processes on
+loopback with data under ``./data``, prints their addresses and metrics endpoints, prefixes
+their log lines with the process name, and stops everything gracefully on Ctrl-C / SIGTERM
+(each child gets SIGTERM, flushes, unregisters and exits). If a child dies, the others are
+stopped and the exit code is non-zero.
+
+    python -m services.local_cluster [--data-dir ./data] [--namesrv-port 9876] [--broker-port 10911]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import importlib.util
+import os
+import signal
+import sys
+from pathlib import Path
+
+from services.common.lifecycle import run_service
+from services.common.logs import setup_logging
+
+STOP_TIMEOUT_S = 30.0
+
+
+@dataclasses.dataclass(frozen=True)
+class ChildSpec:
+    name: str
+    module: str
+    args: tuple[str, ...]
+    endpoints: tuple[tuple[str, str], ...]
+
+
+def cluster_specs(data_dir: Path, host: str, namesrv_port: int, broker_port: int) -> list[ChildSpec]:
+    """The processes of the local cluster, in start order."""
+    namesrv = f"{host}:{namesrv_port}"
+    specs = [
+        ChildSpec(
+            "namesrv", "services.namesrv",
+            ("--listen", namesrv, "--metrics-port", str(namesrv_port + 1)),
+            (("gRPC", namesrv), ("metrics", f"http://{host}:{namesrv_port + 1}/metrics")),
+        )
+    ]
+    for broker_id, port in ((0, broker_port), (1, broker_port + 10)):
+        role = "ASYNC_MASTER" if broker_id == 0 else "SLAVE"
+        specs.append(ChildSpec(
+            f"broker-a-{broker_id}", "services.broker",
+            ("--broker-cluster-name", "DefaultCluster", "--broker-name", "broker-a",
+             "--broker-id", str(broker_id), "--broker-role", role, "--namesrv-addr", namesrv,
+             "--broker-ip1", host, "--listen-host", host, "--listen-port", str(port),
+             "--store-path-root-dir", str(data_dir / f"broker-a-{broker_id}")),
+            (("gRPC", f"{host}:{port}"), ("HA", f"{host}:{port + 1}"),
+             ("metrics", f"http://{host}:{port + 2}/metrics"), ("role", role)),
+        ))
+    return specs
+
+
+def available(spec: ChildSpec) -> bool:
+    return importlib.util.find_spec(f"{spec.module}.__main__") is not None
+
+
+async def pump(name: str, stream: asyncio.StreamReader) -> None:
+    width = 11
+    while line := await stream.readline():
+        sys.stdout.write(f"{name:<{width}}| {line.decode(errors='replace')}")
+        sys.stdout.flush()
+
+
+async def run_cluster(specs: list[ChildSpec], stop: asyncio.Event) -> int:
+    procs: list[tuple[ChildSpec, asyncio.subprocess.Process]] = []
+    pumps = []
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    for spec in specs:
+        if not available(spec):
+            print(f"{spec.name}: {spec.module} is not built yet, skipped", flush=True)
+            continue
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", spec.module, *spec.args,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=env,
+            start_new_session=True,  # Ctrl-C reaches only us; we stop children in order
+        )
+        assert proc.stdout is not None
+        pumps.append(asyncio.create_task(pump(spec.name, proc.stdout)))
+        procs.append((spec, proc))
+        await asyncio.sleep(0.5)  # the NameServer first, so brokers register at once
+    if not procs:
+        print("nothing to run", flush=True)
+        return 1
+    print("\nPocketMQ local cluster (Ctrl-C stops it):", flush=True)
+    for spec, proc in procs:
+        ends = "  ".join(f"{k}={v}" for k, v in spec.endpoints)
+        print(f"  {spec.name:<11} pid={proc.pid}  {ends}", flush=True)
+    print(flush=True)
+
+    waiters = {asyncio.create_task(proc.wait()): spec for spec, proc in procs}
+    stopper = asyncio.create_task(stop.wait())
+    done, _ = await asyncio.wait([stopper, *waiters], return_when=asyncio.FIRST_COMPLETED)
+    code = 0
+    for task in done:
+        if task in waiters:
+            print(f"{waiters[task].name} exited with {task.result()}; stopping the cluster", flush=True)
+            code = 1
+    # Stop brokers before the NameServer so they can unregister.
+    for spec, proc in reversed(procs):
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(proc.wait(), STOP_TIMEOUT_S)
+            except TimeoutError:
+                print(f"{spec.name} did not stop within {STOP_TIMEOUT_S:.0f}s; killing it", flush=True)
+                proc.kill()
+                await proc.wait()
+            code = code or (1 if proc.returncode not in (0, -signal.SIGTERM) else 0)
+    await asyncio.gather(*pumps, return_exceptions=True)
+    stopper.cancel()
+    print("local cluster stopped", flush=True)
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data-dir", type=Path, default=Path("data"))
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--namesrv-port", type=int, default=9876)
+    parser.add_argument("--broker-port", type=int, default=10911)
+    args = parser.parse_args(argv)
+    setup_logging("local-cluster")
+    args.data_dir.mkdir(parents=True, exist_ok=True)
+    specs = cluster_specs(args.data_dir.resolve(), args.host, args.namesrv_port, args.broker_port)
+    result = 0
+
+    async def service(stop: asyncio.Event) -> None:
+        nonlocal result
+        result = await run_cluster(specs, stop)
+
+    return run_service(service) or result
+
+
+if __name__ == "__main__":
+    sys.exit(main())
