@@ -143,32 +143,36 @@ class SendMessageResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[PutStatus, str]] = ..., msg_id: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., remark: _Optional[str] = ...) -> None: ...
 
 class SendMessageBatchRequest(_message.Message):
-    __slots__ = ("topic", "queue_id", "messages", "producer_group", "born_timestamp")
+    __slots__ = ("topic", "queue_id", "messages", "producer_group", "born_timestamp", "request_id")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
     BORN_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     topic: str
     queue_id: int
     messages: _containers.RepeatedCompositeFieldContainer[Message]
     producer_group: str
     born_timestamp: int
-    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., producer_group: _Optional[str] = ..., born_timestamp: _Optional[int] = ...) -> None: ...
+    request_id: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., producer_group: _Optional[str] = ..., born_timestamp: _Optional[int] = ..., request_id: _Optional[int] = ...) -> None: ...
 
 class SendMessageBatchResponse(_message.Message):
-    __slots__ = ("status", "msg_ids", "queue_id", "queue_offset", "remark")
+    __slots__ = ("status", "msg_ids", "queue_id", "queue_offset", "remark", "request_id")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     MSG_IDS_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     QUEUE_OFFSET_FIELD_NUMBER: _ClassVar[int]
     REMARK_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     status: PutStatus
     msg_ids: _containers.RepeatedScalarFieldContainer[str]
     queue_id: int
     queue_offset: int
     remark: str
-    def __init__(self, status: _Optional[_Union[PutStatus, str]] = ..., msg_ids: _Optional[_Iterable[str]] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., remark: _Optional[str] = ...) -> None: ...
+    request_id: int
+    def __init__(self, status: _Optional[_Union[PutStatus, str]] = ..., msg_ids: _Optional[_Iterable[str]] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., remark: _Optional[str] = ..., request_id: _Optional[int] = ...) -> None: ...
 
 class PullMessageRequest(_message.Message):
     __slots__ = ("consumer_group", "topic", "queue_id", "queue_offset", "max_msg_nums", "subscription", "suspend_timeout_ms", "raw_records", "commit_offset", "max_bytes")

@@ -44,8 +44,18 @@ class BrokerStub:
                 request_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.SendMessageBatchRequest.SerializeToString,
                 response_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.SendMessageBatchResponse.FromString,
                 _registered_method=True)
+        self.SendMessageStream = channel.stream_stream(
+                '/pocketmq.broker.v1.Broker/SendMessageStream',
+                request_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.SendMessageBatchRequest.SerializeToString,
+                response_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.SendMessageBatchResponse.FromString,
+                _registered_method=True)
         self.PullMessage = channel.unary_unary(
                 '/pocketmq.broker.v1.Broker/PullMessage',
+                request_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.PullMessageRequest.SerializeToString,
+                response_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.PullMessageResponse.FromString,
+                _registered_method=True)
+        self.PullMessageStream = channel.unary_stream(
+                '/pocketmq.broker.v1.Broker/PullMessageStream',
                 request_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.PullMessageRequest.SerializeToString,
                 response_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.PullMessageResponse.FromString,
                 _registered_method=True)
@@ -155,9 +165,27 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SendMessageStream(self, request_iterator, context):
+        """Pipelined batches on one stream: each request is stored as SendMessageBatch would store it
+        and answered in request order (request_id is echoed). The fast path for bulk producers.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def PullMessage(self, request, context):
         """Read messages of one queue from an offset; long-polls up to suspend_timeout_ms when the
         queue has nothing new.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PullMessageStream(self, request, context):
+        """Follow one queue from queue_offset: every reply is one batch (as PullMessage would return
+        it, never NO_NEW_MSG); at the end of the queue the stream waits for new messages. The client
+        cancels the call to stop. suspend_timeout_ms > 0 sends an empty NO_NEW_MSG reply (a
+        keep-alive carrying the current offsets) after that long without new messages.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -285,8 +313,18 @@ def add_BrokerServicer_to_server(servicer, server):
                     request_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.SendMessageBatchRequest.FromString,
                     response_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.SendMessageBatchResponse.SerializeToString,
             ),
+            'SendMessageStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.SendMessageStream,
+                    request_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.SendMessageBatchRequest.FromString,
+                    response_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.SendMessageBatchResponse.SerializeToString,
+            ),
             'PullMessage': grpc.unary_unary_rpc_method_handler(
                     servicer.PullMessage,
+                    request_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.PullMessageRequest.FromString,
+                    response_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.PullMessageResponse.SerializeToString,
+            ),
+            'PullMessageStream': grpc.unary_stream_rpc_method_handler(
+                    servicer.PullMessageStream,
                     request_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.PullMessageRequest.FromString,
                     response_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.PullMessageResponse.SerializeToString,
             ),
@@ -441,6 +479,33 @@ class Broker:
             _registered_method=True)
 
     @staticmethod
+    def SendMessageStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/pocketmq.broker.v1.Broker/SendMessageStream',
+            pocketmq_dot_broker_dot_v1_dot_broker__pb2.SendMessageBatchRequest.SerializeToString,
+            pocketmq_dot_broker_dot_v1_dot_broker__pb2.SendMessageBatchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def PullMessage(request,
             target,
             options=(),
@@ -455,6 +520,33 @@ class Broker:
             request,
             target,
             '/pocketmq.broker.v1.Broker/PullMessage',
+            pocketmq_dot_broker_dot_v1_dot_broker__pb2.PullMessageRequest.SerializeToString,
+            pocketmq_dot_broker_dot_v1_dot_broker__pb2.PullMessageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PullMessageStream(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/pocketmq.broker.v1.Broker/PullMessageStream',
             pocketmq_dot_broker_dot_v1_dot_broker__pb2.PullMessageRequest.SerializeToString,
             pocketmq_dot_broker_dot_v1_dot_broker__pb2.PullMessageResponse.FromString,
             options,
