@@ -1,0 +1,260 @@
+from __future__ import annotations
+
+import contextlib
+import itertools
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from services.broker.replication.protocol import (
+    DEFAULT_MAX_BODY_SIZE,
+    HARD_MAX_BODY_SIZE,
+    MAX_OFFSET,
+    ContinuityError,
+    DataReceived,
+    FrameTooLargeError,
+    HeartbeatReceived,
+    MalformedFrameError,
+    ProtocolError,
+    SlaveConnectionProtocol,
+    SlaveEvent,
+    encode_heartbeat,
+    encode_transfer_header,
+)
+
+
+def frame(offset: int, body: bytes) -> bytes:
+    return encode_transfer_header(offset, len(body)) + body
+
+
+def normalized(events: list[SlaveEvent]) -> list[tuple[str, int, bytes]]:
+    out = []
+    for event in events:
+        if isinstance(event, DataReceived):
+            out.append(("data", event.offset, bytes(event.body)))
+        else:
+            out.append(("heartbeat", event.offset, b""))
+    return out
+
+
+class TestDecoding:
+    def test_one_frame(self) -> None:
+        proto = SlaveConnectionProtocol(100)
+        (event,) = proto.receive_data(frame(100, b"hello"))
+        assert event == DataReceived(100, b"hello")
+        assert isinstance(event, DataReceived)
+        assert event.end_offset == proto.next_offset == 105
+
+    def test_whole_frames_are_zero_copy_views(self) -> None:
+        chunk = frame(0, b"abc") + frame(3, b"defg")
+        events = SlaveConnectionProtocol(0).receive_data(chunk)
+        bodies = [e.body for e in events if isinstance(e, DataReceived)]
+        assert all(isinstance(b, memoryview) and b.readonly for b in bodies)
+        assert [bytes(b) for b in bodies] == [b"abc", b"defg"]
+
+    def test_many_frames_and_heartbeats_in_one_chunk(self) -> None:
+        proto = SlaveConnectionProtocol(10)
+        chunk = encode_heartbeat(10) + frame(10, b"ab") + encode_heartbeat(12) + frame(12, b"c")
+        assert normalized(proto.receive_data(chunk)) == [
+            ("heartbeat", 10, b""),
+            ("data", 10, b"ab"),
+            ("heartbeat", 12, b""),
+            ("data", 12, b"c"),
+        ]
+        assert proto.next_offset == 13
+        assert proto.buffered == 0
+
+    def test_header_split_everywhere(self) -> None:
+        data = frame(7, b"xyz")
+        for cut in range(1, len(data)):
+            proto = SlaveConnectionProtocol(7)
+            first = proto.receive_data(data[:cut])
+            assert first == []
+            assert proto.buffered == cut
+            assert normalized(proto.receive_data(data[cut:])) == [("data", 7, b"xyz")]
+            assert proto.buffered == 0
+
+    def test_one_byte_at_a_time(self) -> None:
+        stream = frame(0, b"abc") + encode_heartbeat(3) + frame(3, b"d" * 40)
+        proto = SlaveConnectionProtocol(0)
+        events: list[SlaveEvent] = []
+        for byte in stream:
+            events += proto.receive_data(bytes([byte]))
+        assert normalized(events) == [("data", 0, b"abc"), ("heartbeat", 3, b""), ("data", 3, b"d" * 40)]
+
+    def test_mutable_input_is_copied(self) -> None:
+        chunk = bytearray(frame(0, b"abc"))
+        proto = SlaveConnectionProtocol(0)
+        (event,) = proto.receive_data(chunk)
+        chunk[-3:] = b"zzz"
+        assert isinstance(event, DataReceived)
+        assert bytes(event.body) == b"abc"
+
+    def test_reassembled_body_is_independent_of_later_input(self) -> None:
+        proto = SlaveConnectionProtocol(0)
+        data = frame(0, b"0123456789") + frame(10, b"abcdefghij")
+        first = proto.receive_data(data[:15])
+        second = proto.receive_data(data[15:30])
+        third = proto.receive_data(data[30:])
+        assert first == []
+        assert normalized(second + third) == [("data", 0, b"0123456789"), ("data", 10, b"abcdefghij")]
+
+    @settings(max_examples=200)
+    @given(
+        start=st.integers(0, 2**40),
+        items=st.lists(st.one_of(st.none(), st.binary(min_size=1, max_size=64)), max_size=12),
+        cuts=st.lists(st.integers(0, 2000), max_size=20),
+        as_bytearray=st.booleans(),
+    )
+    def test_random_splits_give_the_same_events(
+        self, start: int, items: list[bytes | None], cuts: list[int], as_bytearray: bool
+    ) -> None:
+        stream = b""
+        expected: list[tuple[str, int, bytes]] = []
+        offset = start
+        for body in items:
+            if body is None:
+                stream += encode_heartbeat(offset)
+                expected.append(("heartbeat", offset, b""))
+            else:
+                stream += frame(offset, body)
+                expected.append(("data", offset, body))
+                offset += len(body)
+        proto = SlaveConnectionProtocol(start, max_body_size=64)
+        events: list[SlaveEvent] = []
+        bounds = sorted({0, len(stream), *(min(c, len(stream)) for c in cuts)})
+        for lo, hi in itertools.pairwise(bounds):
+            chunk = stream[lo:hi]
+            events += proto.receive_data(bytearray(chunk) if as_bytearray else chunk)
+        assert normalized(events) == expected
+        assert proto.next_offset == offset
+        assert proto.buffered == 0
+
+    def test_large_stream_in_small_chunks_is_linear(self) -> None:
+        # 64 MiB in 1000-byte chunks with 32 KiB frames: would take minutes if each
+        # chunk re-copied the buffered partial frame.
+        body = bytes(range(256)) * 128  # 32 KiB
+        frames = b"".join(frame(i * len(body), body) for i in range(2048))
+        proto = SlaveConnectionProtocol(0)
+        total = 0
+        view = memoryview(frames)
+        for pos in range(0, len(frames), 1000):
+            for event in proto.receive_data(bytes(view[pos : pos + 1000])):
+                assert isinstance(event, DataReceived)
+                total += len(event.body)
+        assert total == proto.next_offset == 2048 * len(body)
+
+
+class TestValidation:
+    def test_negative_offset(self) -> None:
+        with pytest.raises(MalformedFrameError, match="negative offset"):
+            SlaveConnectionProtocol(0).receive_data(struct.pack(">qi", -5, 1) + b"x")
+
+    def test_negative_size(self) -> None:
+        with pytest.raises(MalformedFrameError, match="negative body size"):
+            SlaveConnectionProtocol(0).receive_data(struct.pack(">qi", 0, -1))
+
+    def test_oversized_body_is_rejected_at_the_header(self) -> None:
+        proto = SlaveConnectionProtocol(0, max_body_size=1024)
+        # Only the header arrives: the error must not wait for a 2 GiB body.
+        with pytest.raises(FrameTooLargeError) as info:
+            proto.receive_data(struct.pack(">qi", 0, 1025))
+        assert (info.value.size, info.value.limit) == (1025, 1024)
+
+    def test_body_at_the_limit_is_fine(self) -> None:
+        proto = SlaveConnectionProtocol(0, max_body_size=1024)
+        (event,) = proto.receive_data(frame(0, b"x" * 1024))
+        assert event == DataReceived(0, b"x" * 1024)
+
+    def test_default_limit_tolerates_a_bigger_master_batch(self) -> None:
+        assert DEFAULT_MAX_BODY_SIZE >= 1024 * 1024
+        proto = SlaveConnectionProtocol(0)
+        (event,) = proto.receive_data(frame(0, b"y" * (1024 * 1024)))
+        assert isinstance(event, DataReceived)
+        with pytest.raises(FrameTooLargeError):
+            SlaveConnectionProtocol(0).receive_data(struct.pack(">qi", 0, DEFAULT_MAX_BODY_SIZE + 1))
+
+    def test_offset_overflow(self) -> None:
+        with pytest.raises(MalformedFrameError, match="overflows"):
+            SlaveConnectionProtocol(0).receive_data(struct.pack(">qi", MAX_OFFSET, 1))
+
+    def test_garbage_after_valid_frames_keeps_earlier_events_on_the_error(self) -> None:
+        proto = SlaveConnectionProtocol(0)
+        with pytest.raises(ProtocolError) as info:
+            proto.receive_data(frame(0, b"ok") + b"\xff" * 12)
+        assert normalized(list(info.value.events)) == [("data", 0, b"ok")]  # type: ignore[arg-type]
+        with pytest.raises(ProtocolError, match="already failed"):
+            proto.receive_data(frame(2, b"more"))
+        assert proto.failed is info.value
+
+    @pytest.mark.parametrize("max_body_size", [0, HARD_MAX_BODY_SIZE + 1])
+    def test_invalid_configuration(self, max_body_size: int) -> None:
+        with pytest.raises(ValueError):
+            SlaveConnectionProtocol(0, max_body_size=max_body_size)
+
+    def test_invalid_initial_offset(self) -> None:
+        with pytest.raises(ValueError):
+            SlaveConnectionProtocol(-1)
+
+    @given(st.binary(min_size=12, max_size=200))
+    def test_garbage_never_crashes_otherwise(self, garbage: bytes) -> None:
+        proto = SlaveConnectionProtocol(123, max_body_size=64)
+        with contextlib.suppress(ProtocolError):
+            proto.receive_data(garbage)
+
+
+class TestContinuity:
+    def test_data_frame_must_continue_the_log(self) -> None:
+        proto = SlaveConnectionProtocol(100)
+        with pytest.raises(ContinuityError) as info:
+            proto.receive_data(frame(90, b"old"))
+        assert (info.value.expected, info.value.received, info.value.heartbeat) == (100, 90, False)
+
+    def test_gap_after_earlier_frames(self) -> None:
+        proto = SlaveConnectionProtocol(0)
+        with pytest.raises(ContinuityError) as info:
+            proto.receive_data(frame(0, b"abc") + frame(4, b"d"))
+        assert (info.value.expected, info.value.received) == (3, 4)
+        assert len(info.value.events) == 1
+
+    def test_continuity_is_checked_before_the_body_arrives(self) -> None:
+        proto = SlaveConnectionProtocol(100)
+        with pytest.raises(ContinuityError):
+            proto.receive_data(encode_transfer_header(200, 1000))
+
+    def test_empty_slave_accepts_any_first_offset(self) -> None:
+        proto = SlaveConnectionProtocol(0)
+        assert not proto.has_data
+        events = proto.receive_data(encode_heartbeat(5000) + frame(5000, b"seg"))
+        assert normalized(events) == [("heartbeat", 5000, b""), ("data", 5000, b"seg")]
+        assert proto.has_data
+        assert proto.next_offset == 5003
+        with pytest.raises(ContinuityError):
+            proto.receive_data(frame(5000, b"again"))
+
+    def test_empty_slave_heartbeats_are_not_checked_and_do_not_set_the_start(self) -> None:
+        proto = SlaveConnectionProtocol(0)
+        assert proto.receive_data(encode_heartbeat(300) + encode_heartbeat(300)) == [
+            HeartbeatReceived(300),
+            HeartbeatReceived(300),
+        ]
+        assert proto.next_offset == 0
+        assert not proto.has_data
+
+    def test_heartbeats_are_checked_once_the_slave_has_data(self) -> None:
+        proto = SlaveConnectionProtocol(100)
+        assert proto.receive_data(encode_heartbeat(100)) == [HeartbeatReceived(100)]
+        with pytest.raises(ContinuityError) as info:
+            proto.receive_data(encode_heartbeat(99))
+        assert info.value.heartbeat
+
+    def test_heartbeat_check_can_be_disabled(self) -> None:
+        proto = SlaveConnectionProtocol(100, check_heartbeats=False)
+        assert proto.receive_data(encode_heartbeat(99) + encode_heartbeat(500)) == [
+            HeartbeatReceived(99),
+            HeartbeatReceived(500),
+        ]
+        with pytest.raises(ContinuityError):
+            proto.receive_data(frame(101, b"x"))
