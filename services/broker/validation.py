@@ -1,0 +1,185 @@
+"""Request validation shared by the broker API: topic and group names (RocketMQ's rules), tag
+expressions, delay levels and message limits.
+
+Everything here is pure: functions return a value or raise
+:class:`~services.common.errors.InvalidArgumentError` whose text names the offending value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Iterable
+
+from services.common.errors import InvalidArgumentError
+
+#: RocketMQ's TopicValidator: letters, digits, ``%``, ``|``, ``_`` and ``-``.
+_NAME_CHARS = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+TOPIC_MAX_LENGTH = 127
+GROUP_MAX_LENGTH = 255
+#: Properties are stored with a 2-byte length prefix.
+PROPERTIES_MAX_LENGTH = 32767
+
+#: Where delayed messages wait (queue id = delay level - 1), as in RocketMQ.
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+#: The template topic auto-created topics copy (RocketMQ's ``TBW102``).
+AUTO_CREATE_TOPIC_KEY = "TBW102"
+#: Topics clients may not send to directly.
+SYSTEM_TOPICS = frozenset({SCHEDULE_TOPIC, AUTO_CREATE_TOPIC_KEY})
+
+# Message property keys (RocketMQ's MessageConst names, so tools recognise them).
+PROPERTY_TAGS = "TAGS"
+PROPERTY_KEYS = "KEYS"
+PROPERTY_DELAY = "DELAY"
+PROPERTY_REAL_TOPIC = "REAL_TOPIC"
+PROPERTY_REAL_QUEUE_ID = "REAL_QID"
+PROPERTY_UNIQ_KEY = "UNIQ_KEY"
+PROPERTY_PRODUCER_GROUP = "PGROUP"
+#: Property keys the broker sets itself; a client may not send them.
+RESERVED_PROPERTIES = frozenset({PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID})
+
+# Permission bits (RocketMQ's PermName).
+PERM_INHERIT = 1
+PERM_WRITE = 2
+PERM_READ = 4
+PERM_ALL = PERM_INHERIT | PERM_WRITE | PERM_READ
+
+MAX_QUEUE_NUMS = 1024
+
+
+def _check_name(kind: str, name: str, max_length: int) -> str:
+    if not name or not name.strip():
+        raise InvalidArgumentError(f"{kind} name must not be empty")
+    if len(name) > max_length:
+        raise InvalidArgumentError(
+            f"{kind} name {name[:40]!r}... is {len(name)} characters long (at most {max_length})"
+        )
+    if not _NAME_CHARS.match(name):
+        raise InvalidArgumentError(
+            f"{kind} name {name!r} has illegal characters (allowed: letters, digits, %, |, _ and -)"
+        )
+    return name
+
+
+def validate_topic(topic: str) -> str:
+    """A legal topic name (charset ``[%|a-zA-Z0-9_-]``, 1..127 characters)."""
+    return _check_name("topic", topic, TOPIC_MAX_LENGTH)
+
+
+def validate_send_topic(topic: str) -> str:
+    """A topic clients may produce to: legal and not a broker-internal topic."""
+    validate_topic(topic)
+    if topic in SYSTEM_TOPICS:
+        raise InvalidArgumentError(f"topic {topic!r} is a system topic; clients may not send to it")
+    return topic
+
+
+def validate_group(group: str) -> str:
+    """A legal consumer/subscription group name (same charset, 1..255 characters)."""
+    return _check_name("consumer group", group, GROUP_MAX_LENGTH)
+
+
+def validate_queue_nums(read_queue_nums: int, write_queue_nums: int) -> None:
+    for key, value in (("read_queue_nums", read_queue_nums), ("write_queue_nums", write_queue_nums)):
+        if not 1 <= value <= MAX_QUEUE_NUMS:
+            raise InvalidArgumentError(f"{key} must be 1..{MAX_QUEUE_NUMS}, got {value}")
+
+
+def validate_perm(perm: int) -> int:
+    if perm & ~PERM_ALL or perm == 0:
+        raise InvalidArgumentError(
+            f"perm {perm} is not a combination of READ(4), WRITE(2) and INHERIT(1)"
+        )
+    return perm
+
+
+def perm_to_string(perm: int) -> str:
+    return ("R" if perm & PERM_READ else "-") + ("W" if perm & PERM_WRITE else "-") + (
+        "X" if perm & PERM_INHERIT else "-"
+    )
+
+
+def validate_offset(offset: int, what: str = "queue offset") -> int:
+    if offset < 0:
+        raise InvalidArgumentError(f"{what} must be >= 0, got {offset}")
+    return offset
+
+
+# -- tag expressions ---------------------------------------------------------------------------
+
+
+def java_string_hash(text: str) -> int:
+    """Java's ``String.hashCode`` (UTF-16 code units, signed 32-bit), RocketMQ's tag hash."""
+    h = 0
+    data = text.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+@dataclasses.dataclass(frozen=True)
+class TagFilter:
+    """A parsed subscription expression: ``None`` tags = everything (``*``)."""
+
+    expression: str
+    tags: frozenset[str] | None
+    hash_codes: frozenset[int] | None
+
+    @property
+    def matches_all(self) -> bool:
+        return self.tags is None
+
+    def matches(self, tag: str | None) -> bool:
+        return self.tags is None or (tag is not None and tag in self.tags)
+
+
+MATCH_ALL = TagFilter("*", None, None)
+
+
+def parse_tag_expression(
+    expression: str, hash_code: Callable[[str], int] = java_string_hash
+) -> TagFilter:
+    """``"*"``/``""`` -> everything; ``"a || b"`` -> tags a and b (RocketMQ's TAG syntax).
+
+    Empty alternatives (``"a || "``) are ignored; an expression with no tag at all is an error.
+    """
+    text = expression.strip()
+    if text in ("", "*"):
+        return MATCH_ALL
+    tags = [part.strip() for part in text.split("||")]
+    tags = [t for t in tags if t]
+    if not tags:
+        raise InvalidArgumentError(f"subscription expression {expression!r} names no tag")
+    for tag in tags:
+        if tag == "*":
+            return MATCH_ALL
+        if any(c.isspace() for c in tag):
+            raise InvalidArgumentError(
+                f"subscription expression {expression!r}: tag {tag!r} contains whitespace "
+                "(separate tags with ||)"
+            )
+    unique = frozenset(tags)
+    return TagFilter(text, unique, frozenset(hash_code(t) for t in unique))
+
+
+# -- delay levels ------------------------------------------------------------------------------
+
+
+def effective_delay_level(level: int, max_level: int) -> int:
+    """RocketMQ's rule: 0 = no delay; above the highest level = the highest level."""
+    if level < 0:
+        raise InvalidArgumentError(f"delay level must be >= 0, got {level}")
+    return min(level, max_level)
+
+
+def encode_properties_length(properties: dict[str, str]) -> int:
+    """Length of the RocketMQ properties string (``k\\x01v\\x02`` per pair), in bytes."""
+    return sum(len(k.encode()) + len(v.encode()) + 2 for k, v in properties.items())
+
+
+def check_property_keys(keys: Iterable[str]) -> None:
+    for key in keys:
+        if not key:
+            raise InvalidArgumentError("message property keys must not be empty")
+        if "\x01" in key or "\x02" in key:
+            raise InvalidArgumentError(f"message property key {key!r} contains a separator byte")
