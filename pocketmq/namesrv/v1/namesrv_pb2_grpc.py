@@ -101,14 +101,18 @@ class NameServerServicer:
 
     def RegisterBroker(self, request, context):
         """Register a broker, or refresh its registration (the heartbeat). Brokers call it on start and
-        every registerNameServerPeriod (30 s). A slave learns its master's addresses from the reply.
+        every registerNameServerPeriod (30 s). A broker not heard from for brokerChannelExpiredTime
+        (120 s) is removed with its routes. A slave learns its master's addresses from the reply.
+        Topic configs are read only from a master (broker_id 0), and only on its first registration
+        or when topic_config_version changed; they replace what that broker group served before.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def UnregisterBroker(self, request, context):
-        """Remove a broker at once (graceful shutdown).
+        """Remove a broker at once (graceful shutdown). A no-op (removed = false) when the address is not
+        registered under that broker name and id.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -129,7 +133,7 @@ class NameServerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetTopicsByCluster(self, request, context):
-        """Topics served by the brokers of one cluster.
+        """Topics served by the brokers of one cluster. NOT_FOUND for an unknown cluster.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -143,7 +147,8 @@ class NameServerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def WipeWritePermOfBroker(self, request, context):
-        """Remove the write permission of a broker group's queues (drain it before maintenance).
+        """Remove the write permission of a broker group's queues (drain it before maintenance). Lasts
+        until the master sends a new topic_config_version or AddWritePermOfBroker is called.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -157,26 +162,29 @@ class NameServerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def PutKVConfig(self, request, context):
-        """Namespaced key/value configuration kept by the NameServer.
+        """Namespaced key/value configuration kept by the NameServer (not shared between NameServers).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def GetKVConfig(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """NOT_FOUND when the key is not set.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def DeleteKVConfig(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Idempotent: deleting a missing key succeeds.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def GetKVListByNamespace(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """NOT_FOUND when the namespace holds no key.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
