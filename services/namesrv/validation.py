@@ -1,0 +1,112 @@
+"""Request validation for the NameServer API (pure functions, no I/O).
+
+Every check runs before the route table is touched, so a malformed request fails with
+INVALID_ARGUMENT naming the field and the rule it broke, and changes nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from services.common.errors import InvalidArgumentError
+
+MAX_NAME_LENGTH = 127
+#: Cluster and broker names (as the broker's config accepts them).
+NAME_RE = re.compile(r"[A-Za-z0-9_.%|-]+")
+#: Topic names (RocketMQ's rule: no '.').
+TOPIC_RE = re.compile(r"[A-Za-z0-9_%|-]+")
+MAX_QUEUE_NUMS = 65_535
+#: READ | WRITE | INHERIT.
+PERM_MASK = 7
+MAX_KV_KEY_LENGTH = 255
+MAX_KV_VALUE_BYTES = 1024 * 1024
+
+
+def _fail(field: str, message: str) -> InvalidArgumentError:
+    return InvalidArgumentError(f"{field}: {message}")
+
+
+def check_name(field: str, value: str, pattern: re.Pattern[str] = NAME_RE) -> None:
+    if not value:
+        raise _fail(field, "must not be empty")
+    if len(value) > MAX_NAME_LENGTH:
+        raise _fail(field, f"longer than {MAX_NAME_LENGTH} characters ({len(value)})")
+    if not pattern.fullmatch(value):
+        allowed = "[A-Za-z0-9_%|-]" if pattern is TOPIC_RE else "[A-Za-z0-9_.%|-]"
+        raise _fail(field, f"{value!r} has characters outside {allowed}")
+
+
+def check_topic(field: str, value: str) -> None:
+    check_name(field, value, TOPIC_RE)
+
+
+def check_address(field: str, value: str, required: bool = True) -> None:
+    """``host:port`` with a non-empty host and a port in 1..65535 (IPv6 hosts in brackets)."""
+    if not value:
+        if required:
+            raise _fail(field, "must not be empty")
+        return
+    host, sep, port = value.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or any(c.isspace() for c in value):
+        raise _fail(field, f"{value!r} is not host:port")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise _fail(field, f"{value!r} has an invalid port (expected 1..65535)")
+
+
+def check_broker_id(field: str, value: int) -> None:
+    if value < 0:
+        raise _fail(field, f"must be >= 0 (0 = master, > 0 = slave), got {value}")
+
+
+def validate_register(req: Any, max_topics: int) -> None:
+    """A RegisterBrokerRequest."""
+    check_name("cluster_name", req.cluster_name)
+    check_name("broker_name", req.broker_name)
+    check_broker_id("broker_id", req.broker_id)
+    check_address("broker_addr", req.broker_addr)
+    check_address("ha_server_addr", req.ha_server_addr, required=False)
+    check_address("metrics_addr", req.metrics_addr, required=False)
+    if len(req.broker_role) > MAX_NAME_LENGTH:
+        raise _fail("broker_role", f"longer than {MAX_NAME_LENGTH} characters")
+    version = req.topic_config_version
+    if version.timestamp < 0 or version.counter < 0:
+        raise _fail("topic_config_version", "timestamp and counter must be >= 0")
+    count = len(req.topic_configs)
+    if count > max_topics:
+        raise _fail("topic_configs", f"{count} topics exceed the limit of {max_topics} per registration "
+                                     "(maxTopicsPerRegistration)")
+    seen: set[str] = set()
+    for i, tc in enumerate(req.topic_configs):
+        where = f"topic_configs[{i}]"
+        check_topic(f"{where}.topic_name", tc.topic_name)
+        if tc.topic_name in seen:
+            raise _fail(f"{where}.topic_name", f"duplicate topic {tc.topic_name!r}")
+        seen.add(tc.topic_name)
+        for attr in ("read_queue_nums", "write_queue_nums"):
+            value = getattr(tc, attr)
+            if not 0 <= value <= MAX_QUEUE_NUMS:
+                raise _fail(f"{where}.{attr}",
+                            f"{value} is outside 0..{MAX_QUEUE_NUMS} (topic {tc.topic_name!r})")
+        if tc.perm & ~PERM_MASK or tc.perm < 0:
+            raise _fail(f"{where}.perm", f"{tc.perm} is not a combination of READ(4), WRITE(2), INHERIT(1)")
+
+
+def validate_unregister(req: Any) -> None:
+    check_name("cluster_name", req.cluster_name)
+    check_name("broker_name", req.broker_name)
+    check_broker_id("broker_id", req.broker_id)
+    check_address("broker_addr", req.broker_addr)
+
+
+def check_kv_part(field: str, value: str) -> None:
+    if not value:
+        raise _fail(field, "must not be empty")
+    if len(value) > MAX_KV_KEY_LENGTH:
+        raise _fail(field, f"longer than {MAX_KV_KEY_LENGTH} characters ({len(value)})")
+
+
+def check_kv_value(value: str) -> None:
+    if len(value.encode()) > MAX_KV_VALUE_BYTES:
+        raise _fail("value", f"larger than {MAX_KV_VALUE_BYTES} bytes")
