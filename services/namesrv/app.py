@@ -1,0 +1,97 @@
+"""NameServer process wiring: gRPC server (NameServer + health + reflection), metrics endpoint
+and the periodic scan for expired brokers, all on one asyncio event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import grpc
+
+from pocketmq.namesrv.v1 import namesrv_pb2_grpc
+from services.common.config import to_properties
+from services.common.grpcserver import GrpcServer, start_grpc_server
+from services.common.metrics import MetricsServer
+from services.namesrv import kvconfig
+from services.namesrv.api import SERVICE_NAME, NameServerServicer
+from services.namesrv.config import NamesrvConfig
+from services.namesrv.metrics import NamesrvMetrics
+
+log = logging.getLogger(__name__)
+
+
+class NamesrvApp:
+    """A running NameServer. Usable in-process (tests) as well as from :func:`serve`."""
+
+    def __init__(self, config: NamesrvConfig) -> None:
+        self.config = config
+        self.metrics = NamesrvMetrics()
+        kv = kvconfig.load(config.kv_config_path) if config.kv_config_path else kvconfig.KVConfig()
+        self.servicer = NameServerServicer(config, kv=kv, metrics=self.metrics)
+        self._grpc: GrpcServer | None = None
+        self._metrics_server: MetricsServer | None = None
+        self._scan_task: asyncio.Task[None] | None = None
+
+    @property
+    def port(self) -> int:
+        """The bound gRPC port (useful with ``listen=127.0.0.1:0``)."""
+        assert self._grpc is not None, "not started"
+        return self._grpc.port
+
+    @property
+    def metrics_port(self) -> int:
+        return self._metrics_server.port if self._metrics_server is not None else 0
+
+    async def start(self) -> None:
+        def register(server: grpc.aio.Server) -> None:
+            namesrv_pb2_grpc.add_NameServerServicer_to_server(self.servicer, server)
+
+        self._grpc = await start_grpc_server(self.config.listen, register, [SERVICE_NAME])
+        try:
+            self._metrics_server = MetricsServer(
+                self.metrics.registry, self.config.listen_host, self.config.metrics_port
+            )
+        except RuntimeError:
+            await self._grpc.stop(0)
+            raise
+        self._scan_task = asyncio.create_task(self._scan_loop(), name="namesrv-scan")
+
+    async def _scan_loop(self) -> None:
+        interval = self.config.scan_not_active_broker_interval / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                self.servicer.expire_brokers()
+            except Exception:
+                log.exception("scan for expired brokers failed")
+
+    async def stop(self) -> None:
+        if self._scan_task is not None:
+            self._scan_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._scan_task
+            self._scan_task = None
+        if self._grpc is not None:
+            await self._grpc.stop(self.config.shutdown_grace_period / 1000)
+            self._grpc = None
+        if self._metrics_server is not None:
+            self._metrics_server.stop()
+            self._metrics_server = None
+
+
+async def serve(config: NamesrvConfig, stop: asyncio.Event) -> None:
+    """Run a NameServer until ``stop`` is set, then shut down gracefully."""
+    app = NamesrvApp(config)
+    await app.start()
+    log.info(
+        "namesrv started",
+        extra={
+            "listen": config.listen, "port": app.port, "metrics_port": app.metrics_port,
+            "config": to_properties([config]).strip().replace("\n", " "),
+        },
+    )
+    await stop.wait()
+    log.info("namesrv stopping")
+    await app.stop()
+    log.info("namesrv stopped")

@@ -1,0 +1,45 @@
+"""NameServer configuration (``namesrv.conf`` keys, ``POCKETMQ_<KEY>`` variables, ``--kebab-key`` flags)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from services.common.config import require
+
+
+def split_listen(value: str) -> tuple[str, int]:
+    """``host:port`` -> (host, port); port 0 means "any free port" (tests, embedding)."""
+    host, sep, port = value.rpartition(":")
+    require(bool(sep) and port.isdigit() and int(port) < 65536, "listen",
+            f"invalid address {value!r} (expected host:port, port 0..65535)")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+@dataclasses.dataclass(frozen=True)
+class NamesrvConfig:
+    #: host:port of the gRPC API (NameServer, grpc.health.v1, reflection); port 0 = any free port.
+    listen: str = "0.0.0.0:9876"
+    #: Prometheus /metrics port on the listen host; 0 disables it. Default: NameServer port + 1.
+    metrics_port: int = 9877
+    #: How often to look for brokers that stopped registering (ms).
+    scan_not_active_broker_interval: int = 5_000
+    #: A broker with no registration for this long is removed with its routes (ms).
+    broker_channel_expired_time: int = 120_000
+    #: The largest topic table one RegisterBroker may carry (bigger ones get INVALID_ARGUMENT).
+    max_topics_per_registration: int = 50_000
+    #: File the KV config is kept in (JSON, rewritten atomically on change); empty = memory only.
+    kv_config_path: str = ""
+    #: Time allowed for in-flight requests on shutdown (ms).
+    shutdown_grace_period: int = 5_000
+
+    def __post_init__(self) -> None:
+        split_listen(self.listen)
+        require(0 <= self.metrics_port < 65536, "metricsPort", "must be 0..65535 (0 = disabled)")
+        require(self.scan_not_active_broker_interval > 0, "scanNotActiveBrokerInterval", "must be > 0")
+        require(self.broker_channel_expired_time > 0, "brokerChannelExpiredTime", "must be > 0")
+        require(self.max_topics_per_registration > 0, "maxTopicsPerRegistration", "must be > 0")
+        require(self.shutdown_grace_period >= 0, "shutdownGracePeriod", "must be >= 0")
+
+    @property
+    def listen_host(self) -> str:
+        return split_listen(self.listen)[0]
