@@ -1,0 +1,305 @@
+"""The broker's registration with its NameServers (which is also its heartbeat).
+
+:class:`BrokerRegistrar` registers the broker with every NameServer of ``namesrvAddr`` right
+after start-up and then every ``registerNameServerPeriod``, in parallel and with a per-call
+timeout, so a NameServer that is down or hanging costs at most one timeout and never delays the
+registrations with the others. On graceful shutdown it unregisters. A slave learns its master's
+gRPC and HA addresses from the replies and reports changes through ``on_master``.
+
+NameServers share nothing, so their replies may disagree for a moment (one has not yet seen the
+new master): the registrar takes the master most replies name, ties going to the NameServer listed
+first, and keeps the master it knew when no reply names one.
+
+Everything runs on the caller's asyncio event loop; the registrar starts no thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Sequence
+
+import grpc
+
+from pocketmq.common.v1 import common_pb2
+from pocketmq.namesrv.v1 import namesrv_pb2, namesrv_pb2_grpc
+from services.common.grpcserver import CHANNEL_OPTIONS
+
+log = logging.getLogger(__name__)
+
+MIN_REGISTER_PERIOD_MS = 10_000
+MAX_REGISTER_PERIOD_MS = 60_000
+#: A restarted NameServer is retried within seconds (gRPC's default backoff grows to 120 s, as
+#: long as the NameServer's whole expiry time).
+NAMESRV_CHANNEL_OPTIONS: list[tuple[str, int]] = [
+    *CHANNEL_OPTIONS,
+    ("grpc.initial_reconnect_backoff_ms", 500),
+    ("grpc.min_reconnect_backoff_ms", 500),
+    ("grpc.max_reconnect_backoff_ms", 5_000),
+]
+
+TopicSnapshot = Callable[[], tuple[common_pb2.DataVersion, list[common_pb2.TopicConfig]]]
+MasterCallback = Callable[[str, str], None]
+
+
+def parse_namesrv_addr(text: str) -> list[str]:
+    """``"a:9876;b:9876"`` (RocketMQ's ``namesrvAddr``) -> ``["a:9876", "b:9876"]``; blanks and
+    duplicates are dropped, order is kept."""
+    addrs: list[str] = []
+    for part in text.split(";"):
+        addr = part.strip()
+        if addr and addr not in addrs:
+            addrs.append(addr)
+    return addrs
+
+
+def clamp_register_period(ms: int) -> float:
+    """``registerNameServerPeriod`` in ms -> seconds, clamped to 10..60 s as RocketMQ does."""
+    return max(MIN_REGISTER_PERIOD_MS, min(ms, MAX_REGISTER_PERIOD_MS)) / 1000
+
+
+@dataclasses.dataclass(frozen=True)
+class BrokerIdentity:
+    cluster_name: str
+    broker_name: str
+    #: 0 = master, > 0 = slave.
+    broker_id: int
+    #: host:port of the broker's gRPC API, as clients reach it.
+    broker_addr: str
+    #: host:port of the HA (replication) port.
+    ha_server_addr: str
+    #: host:port of /metrics (informational; may be empty).
+    metrics_addr: str
+    #: ASYNC_MASTER, SYNC_MASTER or SLAVE (informational).
+    broker_role: str
+
+    @property
+    def is_master(self) -> bool:
+        return self.broker_id == 0
+
+
+@dataclasses.dataclass(frozen=True)
+class RegistrationOutcome:
+    """The result of one RegisterBroker call to one NameServer."""
+
+    namesrv_addr: str
+    ok: bool
+    elapsed_s: float
+    #: gRPC status name or exception type when not ok.
+    error: str = ""
+    master_addr: str = ""
+    master_ha_addr: str = ""
+
+
+class BrokerRegistrar:
+    """Keeps one broker registered with every NameServer. Use on one event loop::
+
+        registrar = BrokerRegistrar(addrs, identity, topics.snapshot, period_s=30)
+        await registrar.start()      # first registration (bounded by timeout_s), then periodic
+        ...
+        await registrar.stop()       # unregister from every NameServer
+
+    Call :meth:`register_now` after the topic table changed to publish it at once.
+    """
+
+    def __init__(
+        self,
+        namesrv_addrs: Sequence[str],
+        identity: BrokerIdentity,
+        topic_snapshot: TopicSnapshot,
+        period_s: float = 30.0,
+        timeout_s: float = 3.0,
+        on_master: MasterCallback | None = None,
+    ) -> None:
+        if not namesrv_addrs:
+            raise ValueError("at least one NameServer address is required")
+        if period_s <= 0 or timeout_s <= 0:
+            raise ValueError("period_s and timeout_s must be > 0")
+        self.namesrv_addrs = list(dict.fromkeys(namesrv_addrs))
+        self.identity = identity
+        self.topic_snapshot = topic_snapshot
+        self.period_s = period_s
+        self.timeout_s = timeout_s
+        self.on_master = on_master
+        self._master_addr = ""
+        self._master_ha_addr = ""
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._stubs: dict[str, namesrv_pb2_grpc.NameServerStub] = {}
+        self._lock = asyncio.Lock()
+        self._stopping = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._ever_ok: set[str] = set()
+        #: The latest outcome per NameServer address.
+        self.last_outcomes: dict[str, RegistrationOutcome] = {}
+        #: Completed registration rounds.
+        self.rounds = 0
+
+    @property
+    def master_addr(self) -> str:
+        """The master's gRPC address as the NameServers report it (slaves only; "" until known)."""
+        return self._master_addr
+
+    @property
+    def master_ha_addr(self) -> str:
+        """The master's HA address as the NameServers report it (slaves only; "" until known)."""
+        return self._master_ha_addr
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """Register with every NameServer now (waits at most ``timeout_s``), then keep
+        registering every ``period_s`` in a background task."""
+        if self._task is not None:
+            raise RuntimeError("registrar already started")
+        self._open_channels()
+        await self.register_now()
+        self._task = asyncio.create_task(self._periodic(), name="broker-registration")
+
+    async def stop(self, unregister: bool = True) -> None:
+        """Stop the periodic registration; then unregister from every NameServer (in parallel,
+        each bounded by ``timeout_s``) unless ``unregister`` is false. Never raises."""
+        self._stopping.set()
+        if self._task is not None:
+            await self._task
+            self._task = None
+        async with self._lock:
+            if unregister and self._stubs:
+                await asyncio.gather(*(self._unregister_one(addr) for addr in self._stubs))
+            for channel in self._channels.values():
+                with contextlib.suppress(Exception):
+                    await channel.close()
+            self._channels.clear()
+            self._stubs.clear()
+
+    def _open_channels(self) -> None:
+        for addr in self.namesrv_addrs:
+            if addr not in self._channels:
+                channel = grpc.aio.insecure_channel(addr, options=NAMESRV_CHANNEL_OPTIONS)
+                self._channels[addr] = channel
+                self._stubs[addr] = namesrv_pb2_grpc.NameServerStub(channel)
+
+    async def _periodic(self) -> None:
+        loop = asyncio.get_running_loop()
+        next_at = loop.time() + self.period_s
+        while not self._stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), timeout=max(0.0, next_at - loop.time()))
+                return
+            await self.register_now()
+            next_at += self.period_s
+            if next_at < loop.time():  # a round overran a whole period: do not catch up in a burst
+                next_at = loop.time() + self.period_s
+
+    # ------------------------------------------------------------ registration
+
+    def _request(self) -> namesrv_pb2.RegisterBrokerRequest:
+        version, topics = self.topic_snapshot()
+        ident = self.identity
+        return namesrv_pb2.RegisterBrokerRequest(
+            cluster_name=ident.cluster_name,
+            broker_name=ident.broker_name,
+            broker_id=ident.broker_id,
+            broker_addr=ident.broker_addr,
+            ha_server_addr=ident.ha_server_addr,
+            topic_config_version=version,
+            topic_configs=topics,
+            metrics_addr=ident.metrics_addr,
+            broker_role=ident.broker_role,
+        )
+
+    async def register_now(self) -> list[RegistrationOutcome]:
+        """Register with every NameServer in parallel (each call bounded by ``timeout_s``).
+        Failures are logged with the NameServer's address; never raises. Returns one outcome
+        per NameServer (empty after :meth:`stop`)."""
+        async with self._lock:
+            if self._stopping.is_set():
+                return []
+            self._open_channels()
+            try:
+                request = self._request()
+            except Exception:
+                log.exception("cannot build the registration (topic snapshot failed)")
+                return []
+            outcomes = await asyncio.gather(
+                *(self._register_one(addr, request) for addr in self.namesrv_addrs)
+            )
+            self.rounds += 1
+            for outcome in outcomes:
+                self.last_outcomes[outcome.namesrv_addr] = outcome
+            if not self.identity.is_master:
+                self._learn_master(outcomes)
+            return list(outcomes)
+
+    async def _register_one(
+        self, addr: str, request: namesrv_pb2.RegisterBrokerRequest
+    ) -> RegistrationOutcome:
+        start = time.monotonic()
+        fields = {"namesrv": addr, "broker": self.identity.broker_name, "broker_id": self.identity.broker_id}
+        try:
+            reply = await self._stubs[addr].RegisterBroker(request, timeout=self.timeout_s)
+        except grpc.aio.AioRpcError as exc:
+            elapsed = time.monotonic() - start
+            log.warning("registration with namesrv failed", extra={
+                **fields, "code": exc.code().name, "error": exc.details(),
+                "elapsed_ms": round(elapsed * 1000),
+            })
+            return RegistrationOutcome(addr, False, elapsed, error=exc.code().name)
+        except Exception as exc:  # never let one NameServer break the round
+            elapsed = time.monotonic() - start
+            log.warning("registration with namesrv failed", extra={**fields, "error": repr(exc)})
+            return RegistrationOutcome(addr, False, elapsed, error=type(exc).__name__)
+        elapsed = time.monotonic() - start
+        if addr not in self._ever_ok:
+            self._ever_ok.add(addr)
+            log.info("registered with namesrv", extra={**fields, "elapsed_ms": round(elapsed * 1000)})
+        else:
+            log.debug("registered with namesrv", extra=fields)
+        return RegistrationOutcome(addr, True, elapsed, master_addr=reply.master_addr,
+                                   master_ha_addr=reply.ha_server_addr)
+
+    def _learn_master(self, outcomes: Sequence[RegistrationOutcome]) -> None:
+        votes = collections.Counter(
+            (o.master_addr, o.master_ha_addr) for o in outcomes if o.ok and o.master_addr
+        )
+        if not votes:
+            return
+        best = max(votes.values())
+        # Ties go to the NameServer listed first (outcomes keep the namesrv_addrs order).
+        master, ha = next(
+            (o.master_addr, o.master_ha_addr) for o in outcomes
+            if o.ok and o.master_addr and votes[(o.master_addr, o.master_ha_addr)] == best
+        )
+        if (master, ha) == (self._master_addr, self._master_ha_addr):
+            return
+        log.info("master address learned", extra={
+            "broker": self.identity.broker_name, "master_addr": master, "master_ha_addr": ha or "-",
+            "previous": self._master_addr or "-",
+        })
+        self._master_addr, self._master_ha_addr = master, ha
+        if self.on_master is not None:
+            try:
+                self.on_master(master, ha)
+            except Exception:
+                log.exception("on_master callback failed", extra={"master_addr": master})
+
+    async def _unregister_one(self, addr: str) -> None:
+        ident = self.identity
+        request = namesrv_pb2.UnregisterBrokerRequest(
+            cluster_name=ident.cluster_name, broker_name=ident.broker_name,
+            broker_id=ident.broker_id, broker_addr=ident.broker_addr,
+        )
+        try:
+            await self._stubs[addr].UnregisterBroker(request, timeout=self.timeout_s)
+        except grpc.aio.AioRpcError as exc:
+            log.warning("unregister from namesrv failed", extra={
+                "namesrv": addr, "code": exc.code().name, "error": exc.details(),
+            })
+        except Exception as exc:
+            log.warning("unregister from namesrv failed", extra={"namesrv": addr, "error": repr(exc)})
+        else:
+            log.info("unregistered from namesrv", extra={"namesrv": addr, "broker": ident.broker_name,
+                                                         "broker_id": ident.broker_id})
