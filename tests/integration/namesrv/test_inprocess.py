@@ -1,0 +1,273 @@
+"""BrokerRegistrar against NameServers running in this process (real gRPC on loopback)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import grpc
+import pytest
+import pytest_asyncio
+
+from pocketmq.common.v1 import common_pb2
+from pocketmq.namesrv.v1 import namesrv_pb2 as pb
+from pocketmq.namesrv.v1 import namesrv_pb2_grpc
+from services.broker.registration import BrokerIdentity, BrokerRegistrar
+from services.namesrv.app import NamesrvApp
+from services.namesrv.config import NamesrvConfig
+from services.namesrv.routeinfo import DataVersion, Registration
+from tests.integration.procs import async_wait_until, free_port
+
+pytestmark = pytest.mark.asyncio
+
+StartApp = Callable[..., Awaitable[NamesrvApp]]
+
+
+@pytest_asyncio.fixture
+async def start_app() -> AsyncIterator[StartApp]:
+    apps: list[NamesrvApp] = []
+
+    async def start(port: int = 0, **overrides: object) -> NamesrvApp:
+        fields: dict[str, object] = {"listen": f"127.0.0.1:{port}", "metrics_port": 0,
+                                     "scan_not_active_broker_interval": 50, **overrides}
+        app = NamesrvApp(NamesrvConfig(**fields))  # type: ignore[arg-type]
+        await app.start()
+        apps.append(app)
+        return app
+
+    yield start
+    for app in apps:
+        await app.stop()
+
+
+def addr_of(app: NamesrvApp) -> str:
+    return f"127.0.0.1:{app.port}"
+
+
+def identity(name: str = "broker-a", broker_id: int = 0, port: int = 10911) -> BrokerIdentity:
+    return BrokerIdentity(
+        cluster_name="c1", broker_name=name, broker_id=broker_id, broker_addr=f"127.0.0.1:{port}",
+        ha_server_addr=f"127.0.0.1:{port + 1}", metrics_addr=f"127.0.0.1:{port + 2}",
+        broker_role="ASYNC_MASTER" if broker_id == 0 else "SLAVE",
+    )
+
+
+class Topics:
+    """A broker's topic table with a DataVersion bumped on every change."""
+
+    def __init__(self, *names: str) -> None:
+        self.version = common_pb2.DataVersion(timestamp=1, counter=1)
+        self.configs = [self._config(n) for n in names]
+
+    @staticmethod
+    def _config(name: str) -> common_pb2.TopicConfig:
+        return common_pb2.TopicConfig(topic_name=name, read_queue_nums=8, write_queue_nums=8, perm=6)
+
+    def add(self, name: str) -> None:
+        self.configs.append(self._config(name))
+        self.version = common_pb2.DataVersion(timestamp=1, counter=self.version.counter + 1)
+
+    def __call__(self) -> tuple[common_pb2.DataVersion, list[common_pb2.TopicConfig]]:
+        return self.version, list(self.configs)
+
+
+async def test_registers_at_start_then_periodically_and_unregisters_on_stop(start_app: StartApp) -> None:
+    app = await start_app()
+    table = app.servicer.table
+    registrar = BrokerRegistrar([addr_of(app)], identity(), Topics("t1"), period_s=0.05, timeout_s=1)
+    await registrar.start()
+    # The first registration is done when start() returns.
+    assert "127.0.0.1:10911" in table.broker_live_table
+    assert table.route("t1") is not None
+    seen = table.broker_live_table["127.0.0.1:10911"].last_seen_ms
+    await async_wait_until(lambda: registrar.rounds >= 4, 5)
+    assert table.broker_live_table["127.0.0.1:10911"].last_seen_ms > seen
+    await registrar.stop()
+    assert table.broker_live_table == {} and table.route("t1") is None
+    assert await registrar.register_now() == []  # stopped: nothing more is sent
+
+
+async def test_stop_without_unregister_leaves_expiry_to_the_namesrv(start_app: StartApp) -> None:
+    app = await start_app(broker_channel_expired_time=300)
+    registrar = BrokerRegistrar([addr_of(app)], identity(), Topics("t1"), period_s=10)
+    await registrar.start()
+    await registrar.stop(unregister=False)
+    assert "127.0.0.1:10911" in app.servicer.table.broker_live_table
+    await async_wait_until(lambda: not app.servicer.table.broker_live_table, 5, message="expired")
+
+
+async def test_new_topics_are_published_by_register_now(start_app: StartApp) -> None:
+    app = await start_app()
+    topics = Topics("t1")
+    registrar = BrokerRegistrar([addr_of(app)], identity(), topics, period_s=60)
+    await registrar.start()
+    topics.add("t2")
+    [outcome] = await registrar.register_now()
+    assert outcome.ok and outcome.namesrv_addr == addr_of(app)
+    assert app.servicer.table.all_topics() == ["t1", "t2"]
+    await registrar.stop()
+
+
+async def test_slave_learns_its_master_and_follows_a_new_one(start_app: StartApp) -> None:
+    app = await start_app()
+    calls: list[tuple[str, str]] = []
+    slave = BrokerRegistrar([addr_of(app)], identity(broker_id=1, port=20911), Topics(), period_s=60,
+                            on_master=lambda a, h: calls.append((a, h)))
+    await slave.start()
+    assert (slave.master_addr, calls) == ("", [])
+
+    master = BrokerRegistrar([addr_of(app)], identity(port=10911), Topics("t1"), period_s=60)
+    await master.start()
+    await slave.register_now()
+    await slave.register_now()  # unchanged: no second callback
+    assert (slave.master_addr, slave.master_ha_addr) == ("127.0.0.1:10911", "127.0.0.1:10912")
+    assert calls == [("127.0.0.1:10911", "127.0.0.1:10912")]
+
+    await master.stop()  # the master leaves: the slave keeps the address it knew
+    await slave.register_now()
+    assert slave.master_addr == "127.0.0.1:10911"
+
+    new_master = BrokerRegistrar([addr_of(app)], identity(port=30911), Topics("t1"), period_s=60)
+    await new_master.start()
+    await slave.register_now()
+    assert calls[-1] == ("127.0.0.1:30911", "127.0.0.1:30912")
+    await slave.stop()
+    await new_master.stop()
+
+
+async def test_disagreeing_namesrvs_majority_then_first_listed(start_app: StartApp) -> None:
+    apps = [await start_app() for _ in range(3)]
+
+    def know_master(app: NamesrvApp, port: int) -> None:
+        app.servicer.table.register(Registration("c1", "broker-a", 0, f"127.0.0.1:{port}",
+                                                 f"127.0.0.1:{port + 1}", DataVersion(1, 1)))
+
+    know_master(apps[0], 40911)
+    know_master(apps[1], 50911)
+    know_master(apps[2], 50911)
+    slave = BrokerRegistrar([addr_of(a) for a in apps], identity(broker_id=1, port=20911), Topics(),
+                            period_s=60)
+    await slave.register_now()
+    assert slave.master_addr == "127.0.0.1:50911"  # two of three
+    await slave.stop()
+
+    tie = BrokerRegistrar([addr_of(apps[0]), addr_of(apps[1])], identity(broker_id=2, port=21911), Topics(),
+                          period_s=60)
+    await tie.register_now()
+    assert tie.master_addr == "127.0.0.1:40911"  # one each: the first listed wins
+    await tie.stop()
+
+
+async def test_register_now_never_raises(start_app: StartApp, caplog: pytest.LogCaptureFixture) -> None:
+    app = await start_app()
+    dead = f"127.0.0.1:{free_port()}"
+    registrar = BrokerRegistrar([dead, addr_of(app)], identity(), Topics("t1"), period_s=60, timeout_s=1)
+    with caplog.at_level(logging.WARNING):
+        outcomes = await registrar.register_now()
+    by_addr = {o.namesrv_addr: o for o in outcomes}
+    assert not by_addr[dead].ok and by_addr[dead].error == "UNAVAILABLE"
+    assert by_addr[addr_of(app)].ok
+    assert any(getattr(r, "namesrv", None) == dead for r in caplog.records)
+
+    def broken() -> tuple[common_pb2.DataVersion, list[common_pb2.TopicConfig]]:
+        raise RuntimeError("topic store closed")
+
+    registrar.topic_snapshot = broken
+    assert await registrar.register_now() == []
+    await registrar.stop()
+
+
+async def test_a_restarted_namesrv_is_registered_with_again_quickly(start_app: StartApp) -> None:
+    port = free_port()
+    app = await start_app(port=port)
+    registrar = BrokerRegistrar([addr_of(app)], identity(), Topics("t1"), period_s=0.1, timeout_s=0.5)
+    await registrar.start()
+    await app.stop()
+    await async_wait_until(lambda: not registrar.last_outcomes[f"127.0.0.1:{port}"].ok, 5)
+    await asyncio.sleep(1.0)  # a few failed rounds: the channel backs off
+    restarted = await start_app(port=port)
+    await async_wait_until(lambda: "127.0.0.1:10911" in restarted.servicer.table.broker_live_table, 8,
+                           message="re-registered after the NameServer restart")
+    await registrar.stop()
+
+
+async def test_many_concurrent_registrations_keep_the_table_consistent(start_app: StartApp) -> None:
+    app = await start_app(broker_channel_expired_time=60_000)
+    table = app.servicer.table
+    rng = random.Random(7)
+    registrars = [
+        BrokerRegistrar([addr_of(app)], identity(f"broker-{g}", broker_id=i, port=10_000 + 10 * (4 * g + i)),
+                        Topics(*(f"topic-{n}" for n in rng.sample(range(40), 10))),
+                        period_s=0.02, timeout_s=2)
+        for g in range(12) for i in range(3)
+    ]
+    await asyncio.gather(*(r.start() for r in registrars))
+    assert len(table.broker_live_table) == len(registrars)
+
+    async def churn() -> None:
+        for _ in range(20):
+            victim = rng.choice(registrars)
+            await victim.register_now()
+            app.servicer.expire_brokers()
+            table.check_invariants()
+            await asyncio.sleep(0)
+
+    await asyncio.gather(churn(), churn(), asyncio.sleep(0.3))
+    table.check_invariants()
+    assert len(table.broker_live_table) == len(registrars)
+    slaves = [r for r in registrars if r.identity.broker_id > 0]
+    assert all(r.master_addr == f"127.0.0.1:{10_000 + 40 * int(r.identity.broker_name[7:])}" for r in slaves)
+
+    await asyncio.gather(*(r.stop() for r in registrars))
+    assert table.broker_live_table == {} and table.topic_queue_table == {} and table.cluster_addr_table == {}
+
+
+async def test_kv_config_survives_a_restart_when_persisted(start_app: StartApp, tmp_path: Path) -> None:
+    path = tmp_path / "kvConfig.json"
+    app = await start_app(kv_config_path=str(path))
+    async with grpc.aio.insecure_channel(addr_of(app)) as channel:
+        stub = namesrv_pb2_grpc.NameServerStub(channel)
+        await stub.PutKVConfig(pb.PutKVConfigRequest(namespace="ns", key="k", value="v"))
+        await stub.PutKVConfig(pb.PutKVConfigRequest(namespace="ns", key="gone", value="x"))
+        await stub.DeleteKVConfig(pb.DeleteKVConfigRequest(namespace="ns", key="gone"))
+        await stub.DeleteKVConfig(pb.DeleteKVConfigRequest(namespace="ns", key="never-there"))
+    await app.stop()
+
+    again = await start_app(kv_config_path=str(path))
+    async with grpc.aio.insecure_channel(addr_of(again)) as channel:
+        stub = namesrv_pb2_grpc.NameServerStub(channel)
+        reply = await stub.GetKVListByNamespace(pb.GetKVListByNamespaceRequest(namespace="ns"))
+        assert dict(reply.table) == {"k": "v"}
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await stub.GetKVConfig(pb.GetKVConfigRequest(namespace="ns", key="gone"))
+        assert info.value.code() == grpc.StatusCode.NOT_FOUND
+        assert "no KV config 'gone' in namespace 'ns'" in (info.value.details() or "")
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await stub.GetTopicsByCluster(pb.GetTopicsByClusterRequest(cluster="nowhere"))
+        assert info.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+async def test_broker_name_taken_by_another_cluster_is_failed_precondition(start_app: StartApp) -> None:
+    app = await start_app()
+    first = BrokerRegistrar([addr_of(app)], identity(), Topics("t1"), period_s=60)
+    await first.start()
+    other = dataclass_replace(identity(port=40911), cluster_name="c2")
+    async with grpc.aio.insecure_channel(addr_of(app)) as channel:
+        stub = namesrv_pb2_grpc.NameServerStub(channel)
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await stub.RegisterBroker(pb.RegisterBrokerRequest(
+                cluster_name=other.cluster_name, broker_name=other.broker_name, broker_id=1,
+                broker_addr=other.broker_addr,
+            ))
+    assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "already belongs to cluster 'c1'" in (info.value.details() or "")
+    await first.stop()
+
+
+def dataclass_replace(ident: BrokerIdentity, **changes: object) -> BrokerIdentity:
+    import dataclasses
+
+    return dataclasses.replace(ident, **changes)  # type: ignore[arg-type]
