@@ -1,0 +1,248 @@
+{{/*
+Naming, labels and shared pod-spec pieces of the PocketMQ chart.
+Object names are "<fullname>-<component>[-<group>]"; fullname is at most 40 characters so
+"<fullname>-broker-a-headless" and the StatefulSet revision labels stay within Kubernetes limits.
+*/}}
+
+{{- define "pocketmq.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "pocketmq.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "pocketmq.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Selector labels: (dict "ctx" $ "component" "namesrv|broker|test") */}}
+{{- define "pocketmq.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "pocketmq.name" .ctx }}
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* Labels of every object: (dict "ctx" $ "component" "...") */}}
+{{- define "pocketmq.labels" -}}
+{{ include "pocketmq.selectorLabels" . }}
+app.kubernetes.io/part-of: pocketmq
+app.kubernetes.io/version: {{ .ctx.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
+helm.sh/chart: {{ include "pocketmq.chart" .ctx }}
+{{- with .ctx.Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* metadata.annotations block for commonAnnotations (indented by the caller). */}}
+{{- define "pocketmq.commonAnnotations" -}}
+{{- with .Values.commonAnnotations -}}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end -}}
+{{- end -}}
+
+{{/* Labels selecting every pod of this release (NetworkPolicy peers). */}}
+{{- define "pocketmq.releasePodLabels" -}}
+app.kubernetes.io/name: {{ include "pocketmq.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "pocketmq.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "pocketmq.imagePullSecrets" -}}
+{{- with .Values.image.pullSecrets -}}
+imagePullSecrets:
+{{- range . }}
+  - name: {{ . }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* A value as it must appear in a key=value file: integers without exponent notation. */}}
+{{- define "pocketmq.confValue" -}}
+{{- if and (kindIs "float64" .) (eq (float64 (int64 .)) .) -}}
+{{- int64 . -}}
+{{- else -}}
+{{- . -}}
+{{- end -}}
+{{- end -}}
+
+{{/* ----- NameServer ----- */}}
+
+{{- define "pocketmq.namesrv.fullname" -}}
+{{- printf "%s-namesrv" (include "pocketmq.fullname" .) -}}
+{{- end -}}
+
+{{- define "pocketmq.namesrv.headless" -}}
+{{- printf "%s-namesrv-headless" (include "pocketmq.fullname" .) -}}
+{{- end -}}
+
+{{- define "pocketmq.namesrv.serviceAccountName" -}}
+{{- if .Values.namesrv.serviceAccount.create -}}
+{{- default (include "pocketmq.namesrv.fullname" .) .Values.namesrv.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.namesrv.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* In-cluster address of the NameServer client Service (host:port). */}}
+{{- define "pocketmq.namesrv.serviceAddr" -}}
+{{- printf "%s.%s.svc.%s:%d" (include "pocketmq.namesrv.fullname" .) .Release.Namespace .Values.clusterDomain (int64 .Values.namesrv.containerPorts.grpc) -}}
+{{- end -}}
+
+{{/*
+namesrvAddr for brokers: every NameServer by its stable name (StatefulSet), the headless Service
+name (Deployment), or broker.namesrvAddr when set.
+*/}}
+{{- define "pocketmq.namesrv.addr" -}}
+{{- if .Values.broker.namesrvAddr -}}
+{{- .Values.broker.namesrvAddr -}}
+{{- else -}}
+{{- $port := int64 .Values.namesrv.containerPorts.grpc -}}
+{{- $headless := include "pocketmq.namesrv.headless" . -}}
+{{- $suffix := printf "%s.svc.%s" .Release.Namespace .Values.clusterDomain -}}
+{{- if eq .Values.namesrv.kind "StatefulSet" -}}
+{{- $addrs := list -}}
+{{- range $i := until (int .Values.namesrv.replicas) -}}
+{{- $addrs = append $addrs (printf "%s-%d.%s.%s:%d" (include "pocketmq.namesrv.fullname" $) $i $headless $suffix $port) -}}
+{{- end -}}
+{{- join ";" $addrs -}}
+{{- else -}}
+{{- printf "%s.%s:%d" $headless $suffix $port -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* ----- Broker groups: (dict "ctx" $ "index" N) ----- */}}
+
+{{/* brokerName of group N: broker-a, broker-b, ... */}}
+{{- define "pocketmq.broker.groupName" -}}
+{{- printf "broker-%c" (add 97 .index) -}}
+{{- end -}}
+
+{{- define "pocketmq.broker.fullname" -}}
+{{- printf "%s-%s" (include "pocketmq.fullname" .ctx) (include "pocketmq.broker.groupName" .) -}}
+{{- end -}}
+
+{{- define "pocketmq.broker.headless" -}}
+{{- printf "%s-headless" (include "pocketmq.broker.fullname" .) -}}
+{{- end -}}
+
+{{- define "pocketmq.broker.selectorLabels" -}}
+{{ include "pocketmq.selectorLabels" (dict "ctx" .ctx "component" "broker") }}
+pocketmq.io/broker-name: {{ include "pocketmq.broker.groupName" . }}
+{{- end -}}
+
+{{- define "pocketmq.broker.labels" -}}
+{{ include "pocketmq.labels" (dict "ctx" .ctx "component" "broker") }}
+pocketmq.io/broker-name: {{ include "pocketmq.broker.groupName" . }}
+pocketmq.io/cluster: {{ .ctx.Values.broker.clusterName | quote }}
+{{- end -}}
+
+{{- define "pocketmq.broker.serviceAccountName" -}}
+{{- if .Values.broker.serviceAccount.create -}}
+{{- default (printf "%s-broker" (include "pocketmq.fullname" .)) .Values.broker.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.broker.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Keys the chart owns in broker.conf; broker.config may not set them. */}}
+{{- define "pocketmq.broker.reservedKeys" -}}
+brokerClusterName brokerName brokerId brokerRole brokerIP1 namesrvAddr listenHost listenPort haListenPort metricsPort storePathRootDir flushDiskType
+{{- end -}}
+
+{{/* broker.conf of one group (also hashed into the pod template's checksum annotation). */}}
+{{- define "pocketmq.broker.conf" -}}
+{{- $v := .ctx.Values.broker -}}
+# broker.conf of broker group {{ include "pocketmq.broker.groupName" . }}, rendered by the pocketmq chart.
+# Pod-specific keys come from the environment, not from this file:
+#   brokerId   = the pod's StatefulSet ordinal; ordinals > 0 also get brokerRole=SLAVE
+#                (python -m services.broker.k8s_env sets POCKETMQ_BROKER_ID / POCKETMQ_BROKER_ROLE)
+#   brokerIP1  = POCKETMQ_BROKER_IP1 ({{ $v.advertise }})
+brokerClusterName={{ $v.clusterName }}
+brokerName={{ include "pocketmq.broker.groupName" . }}
+brokerRole={{ $v.masterRole }}
+namesrvAddr={{ include "pocketmq.namesrv.addr" .ctx }}
+listenHost=0.0.0.0
+listenPort={{ int64 $v.containerPorts.grpc }}
+haListenPort={{ int64 $v.containerPorts.ha }}
+metricsPort={{ if .ctx.Values.metrics.enabled }}{{ int64 $v.containerPorts.metrics }}{{ else }}0{{ end }}
+storePathRootDir=/data/store
+flushDiskType={{ $v.flushDiskType }}
+{{- $reserved := splitList " " (include "pocketmq.broker.reservedKeys" .) }}
+{{- range $key, $value := $v.config }}
+{{- if has $key $reserved }}
+{{- fail (printf "broker.config.%s is set by the chart; use the dedicated value instead" $key) }}
+{{- end }}
+{{ $key }}={{ include "pocketmq.confValue" $value }}
+{{- end }}
+{{- end -}}
+
+{{/* namesrv.conf (listen and metricsPort are command-line flags). */}}
+{{- define "pocketmq.namesrv.conf" -}}
+# namesrv.conf, rendered by the pocketmq chart. listen and metricsPort are set by flags.
+{{- range $key, $value := .Values.namesrv.config }}
+{{- if has $key (list "listen" "metricsPort") }}
+{{- fail (printf "namesrv.config.%s is set by the chart; use namesrv.containerPorts instead" $key) }}
+{{- end }}
+{{ $key }}={{ include "pocketmq.confValue" $value }}
+{{- end }}
+{{- end -}}
+
+{{/* ----- Pod-spec pieces ----- */}}
+
+{{/* A native gRPC probe on grpc.health.v1: (dict "probe" <values> "port" N) */}}
+{{- define "pocketmq.grpcProbe" -}}
+grpc:
+  port: {{ int64 .port }}
+periodSeconds: {{ int64 .probe.periodSeconds }}
+timeoutSeconds: {{ int64 .probe.timeoutSeconds }}
+failureThreshold: {{ int64 .probe.failureThreshold }}
+{{- end -}}
+
+{{/* Pod anti-affinity preset: (dict "preset" soft|hard|none "labels" <selector labels yaml>) */}}
+{{- define "pocketmq.antiAffinity" -}}
+{{- if eq .preset "soft" -}}
+podAntiAffinity:
+  preferredDuringSchedulingIgnoredDuringExecution:
+    - weight: 100
+      podAffinityTerm:
+        topologyKey: kubernetes.io/hostname
+        labelSelector:
+          matchLabels:
+            {{- .labels | nindent 12 }}
+{{- else if eq .preset "hard" -}}
+podAntiAffinity:
+  requiredDuringSchedulingIgnoredDuringExecution:
+    - topologyKey: kubernetes.io/hostname
+      labelSelector:
+        matchLabels:
+          {{- .labels | nindent 10 }}
+{{- end }}
+{{- end -}}
+
+{{/* Environment every PocketMQ container gets. */}}
+{{- define "pocketmq.logEnv" -}}
+- name: POCKETMQ_LOG_FORMAT
+  value: {{ .Values.log.format | quote }}
+- name: POCKETMQ_LOG_LEVEL
+  value: {{ .Values.log.level | quote }}
+{{- end -}}

@@ -1,0 +1,234 @@
+"""Build the chart's Grafana dashboards (deploy/helm/pocketmq/dashboards/*.json).
+
+    python deploy/tools/build_dashboards.py          # rewrite the JSON files
+    python deploy/tools/build_dashboards.py --check  # exit 1 if they are stale (tests do this)
+
+Every query uses the template variables $namespace, $cluster and $broker (regex matchers, "All" =
+".*") and $__rate_interval; tests/helm substitutes them and runs each expression against a real
+Prometheus scraping the rendered chart. Metric names are the contract in
+deploy/helm/pocketmq/README.md ("Metrics").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+DASHBOARD_DIR = Path(__file__).resolve().parents[1] / "helm" / "pocketmq" / "dashboards"
+
+BROKER = 'namespace=~"$namespace", cluster=~"$cluster", broker=~"$broker"'
+NAMESRV = 'namespace=~"$namespace", cluster=~"$cluster"'
+MASTER = BROKER + ', broker_id="0"'
+PER_SLAVE = "{{broker}} {{slave}}"
+RATE = "[$__rate_interval]"
+DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+
+
+def target(ref: str, expr: str, legend: str) -> dict[str, Any]:
+    return {"refId": ref, "datasource": DATASOURCE, "expr": expr, "legendFormat": legend, "range": True}
+
+
+def timeseries(title: str, description: str, unit: str, targets: list[dict[str, Any]],
+               x: int, y: int, w: int = 12, h: int = 8) -> dict[str, Any]:
+    return {
+        "type": "timeseries",
+        "title": title,
+        "description": description,
+        "datasource": DATASOURCE,
+        "gridPos": {"x": x, "y": y, "w": w, "h": h},
+        "fieldConfig": {
+            "defaults": {
+                "unit": unit,
+                "min": 0,
+                "custom": {"drawStyle": "line", "lineWidth": 1, "fillOpacity": 10, "showPoints": "never"},
+            },
+            "overrides": [],
+        },
+        "options": {
+            "legend": {"displayMode": "table", "placement": "bottom", "calcs": ["lastNotNull", "max"]},
+            "tooltip": {"mode": "multi", "sort": "desc"},
+        },
+        "targets": targets,
+    }
+
+
+def stat(title: str, description: str, unit: str, targets: list[dict[str, Any]],
+         x: int, y: int, w: int = 6, h: int = 4) -> dict[str, Any]:
+    return {
+        "type": "stat",
+        "title": title,
+        "description": description,
+        "datasource": DATASOURCE,
+        "gridPos": {"x": x, "y": y, "w": w, "h": h},
+        "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
+        "options": {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+                    "colorMode": "value", "graphMode": "area", "textMode": "auto"},
+        "targets": targets,
+    }
+
+
+def row(title: str, y: int) -> dict[str, Any]:
+    return {"type": "row", "title": title, "collapsed": False, "gridPos": {"x": 0, "y": y, "w": 24, "h": 1},
+            "panels": []}
+
+
+def query_variable(name: str, label: str, query: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "label": label,
+        "type": "query",
+        "datasource": DATASOURCE,
+        "query": {"query": query, "refId": f"{name}-values"},
+        "definition": query,
+        "refresh": 2,
+        "sort": 1,
+        "multi": True,
+        "includeAll": True,
+        "allValue": ".*",
+        "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
+    }
+
+
+def by(labels: str, metric: str, agg: str = "max", selector: str = BROKER) -> str:
+    """``<agg> by (<labels>) (<metric>{<selector>})``."""
+    return f"{agg} by ({labels}) ({metric}{{{selector}}})"
+
+
+def rate_by(labels: str, metric: str) -> str:
+    """``sum by (<labels>) (rate(<metric>{<broker selector>}[$__rate_interval]))``."""
+    return f"sum by ({labels}) (rate({metric}{{{BROKER}}}{RATE}))"
+
+
+def overview() -> dict[str, Any]:
+    put = "pocketmq_broker_put_messages_total"
+    sync_wait = "pocketmq_ha_sync_wait_seconds_bucket"
+    panels: list[dict[str, Any]] = [
+        row("Cluster", 0),
+        stat("NameServer live brokers",
+             "Brokers registered at each NameServer (lowest NameServer shown). Lower than the deployed "
+             "broker count means a broker is missing from routes.", "none",
+             [target("A", by("cluster", "pocketmq_namesrv_live_brokers", "min", NAMESRV), "{{cluster}}")],
+             0, 1),
+        stat("HA connections", "Slaves connected to each master's HA port.", "none",
+             [target("A", by("broker", "pocketmq_ha_connections", "sum"), "{{broker}}")], 6, 1),
+        stat("Max replication lag", "Largest lag of any slave behind its master.", "bytes",
+             [target("A", f"max(pocketmq_ha_replication_lag_bytes{{{BROKER}}})", "lag")], 12, 1),
+        stat("Produce rate", "Messages stored per second (all put statuses).", "short",
+             [target("A", f"sum(rate({put}{{{BROKER}}}{RATE}))", "msg/s")], 18, 1),
+        timeseries("NameServer live brokers", "Live brokers per NameServer and cluster.", "none",
+                   [target("A", f"pocketmq_namesrv_live_brokers{{{NAMESRV}}}", "{{instance}} {{cluster}}")],
+                   0, 5, w=24, h=6),
+        row("Replication", 11),
+        timeseries(
+            "Commit log max offset vs push2SlaveMaxOffset",
+            "Master commit-log max offset, the highest offset any slave acknowledged (push2SlaveMaxOffset) "
+            "and each slave's own max offset. The gap between the lines is unreplicated data.",
+            "bytes",
+            [
+                target("A", by("broker", "pocketmq_commitlog_max_offset", selector=MASTER),
+                       "{{broker}} commit log max offset"),
+                target("B", by("broker", "pocketmq_ha_push2slave_max_offset"),
+                       "{{broker}} push2SlaveMaxOffset"),
+                target("C", by("broker, broker_id", "pocketmq_ha_client_max_offset"),
+                       "{{broker}} slave {{broker_id}} max offset"),
+            ],
+            0, 12, w=24,
+        ),
+        timeseries("Replication lag per slave (bytes)",
+                   "Master commit-log max offset minus the slave's acknowledged offset.", "bytes",
+                   [target("A", by("broker, slave", "pocketmq_ha_replication_lag_bytes"), PER_SLAVE)], 0, 20),
+        timeseries("Replication lag per slave (seconds)",
+                   "Age of the oldest message the slave has not acknowledged yet (0 when caught up).", "s",
+                   [target("A", by("broker, slave", "pocketmq_ha_replication_lag_seconds"), PER_SLAVE)],
+                   12, 20),
+        timeseries("HA connections", "Slave connections per master.", "none",
+                   [target("A", by("broker", "pocketmq_ha_connections", "sum"), "{{broker}}")], 0, 28),
+        timeseries("Replication throughput", "Commit-log bytes sent to each slave.", "Bps",
+                   [target("A", rate_by("broker, slave", "pocketmq_ha_transferred_bytes_total"),
+                           "{{broker}} {{slave}}")], 12, 28),
+        row("Traffic", 36),
+        timeseries("Put statuses", "Messages per second by put status (PUT_OK, SLAVE_NOT_AVAILABLE, "
+                   "FLUSH_SLAVE_TIMEOUT, FLUSH_DISK_TIMEOUT, ...).", "short",
+                   [target("A", rate_by("status", put), "{{status}}")], 0, 37),
+        timeseries("Produce / consume rate", "Messages stored and messages pulled per second per group.",
+                   "short",
+                   [target("A", rate_by("broker", put), "{{broker}} produce"),
+                    target("B", rate_by("broker", "pocketmq_broker_pull_messages_total"),
+                           "{{broker}} consume")],
+                   12, 37),
+        timeseries("SYNC_MASTER replication failures",
+                   "Sends answered SLAVE_NOT_AVAILABLE or FLUSH_SLAVE_TIMEOUT (stored on the master only).",
+                   "short",
+                   [target("A", rate_by("broker", "pocketmq_ha_slave_not_available_total"),
+                           "{{broker}} SLAVE_NOT_AVAILABLE"),
+                    target("B", rate_by("broker", "pocketmq_ha_flush_slave_timeout_total"),
+                           "{{broker}} FLUSH_SLAVE_TIMEOUT")], 0, 45),
+        timeseries("Sync replication wait (p99)",
+                   "How long SYNC_MASTER sends wait for a slave's acknowledgement.", "s",
+                   [target("A", f"histogram_quantile(0.99, {rate_by('broker, le', sync_wait)})",
+                           "{{broker}} p99")], 12, 45),
+    ]
+    for number, panel in enumerate(panels, start=1):
+        panel["id"] = number
+    namespace_query = "label_values(pocketmq_namesrv_live_brokers, namespace)"
+    cluster_query = 'label_values(pocketmq_commitlog_max_offset{namespace=~"$namespace"}, cluster)'
+    broker_query = ('label_values(pocketmq_commitlog_max_offset{namespace=~"$namespace", '
+                    'cluster=~"$cluster"}, broker)')
+    return {
+        "title": "PocketMQ",
+        "uid": "pocketmq-overview",
+        "description": "PocketMQ NameServers, broker groups and commit-log replication.",
+        "tags": ["pocketmq", "messaging"],
+        "editable": True,
+        "graphTooltip": 1,
+        "refresh": "30s",
+        "schemaVersion": 39,
+        "version": 1,
+        "time": {"from": "now-1h", "to": "now"},
+        "timepicker": {},
+        "annotations": {"list": []},
+        "links": [],
+        "templating": {
+            "list": [
+                {"name": "datasource", "label": "Data source", "type": "datasource", "query": "prometheus",
+                 "current": {}, "hide": 0, "refresh": 1},
+                query_variable("namespace", "Namespace", namespace_query),
+                query_variable("cluster", "Cluster", cluster_query),
+                query_variable("broker", "Broker group", broker_query),
+            ]
+        },
+        "panels": panels,
+    }
+
+
+DASHBOARDS = {"pocketmq-overview.json": overview}
+
+
+def render(build: Any) -> str:
+    return json.dumps(build(), indent=2) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="fail if the files differ from a fresh build")
+    args = parser.parse_args(argv)
+    stale = []
+    for name, build in DASHBOARDS.items():
+        path = DASHBOARD_DIR / name
+        text = render(build)
+        if args.check:
+            if not path.exists() or path.read_text() != text:
+                stale.append(name)
+        else:
+            path.write_text(text)
+    if stale:
+        print(f"stale dashboards (run python {Path(__file__).name}): {', '.join(stale)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
