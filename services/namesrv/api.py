@@ -49,8 +49,8 @@ def observed(func: Handler[R]) -> Handler[R]:
             return await func(self, request, context)
         finally:
             code = context.code()
-            self.metrics.latency.labels(method).observe(time.perf_counter() - start)
-            self.metrics.requests.labels(method, code.name if code is not None else "OK").inc()
+            self.metrics.observe_request(method, code.name if code is not None else "OK",
+                                         time.perf_counter() - start)
 
     return wrapper
 
@@ -90,6 +90,9 @@ class NameServerServicer(namesrv_pb2_grpc.NameServerServicer):  # type: ignore[m
         self.kv = kv if kv is not None else KVConfig()
         self.metrics = metrics if metrics is not None else NamesrvMetrics()
         self._seen_generation = -1
+        #: Serialised-once answers of GetRouteInfoByTopic, valid while the table's generation is
+        #: unchanged (heartbeats do not change it) and the ORDER_TOPIC_CONFIG namespace too.
+        self._route_cache: dict[str, pb.TopicRouteData] = {}
         self._after_change()
 
     # ------------------------------------------------------------ housekeeping
@@ -98,6 +101,7 @@ class NameServerServicer(namesrv_pb2_grpc.NameServerServicer):  # type: ignore[m
         """Refresh the gauges derived from the tables when membership or routes changed."""
         if self.table.generation != self._seen_generation:
             self._seen_generation = self.table.generation
+            self._route_cache.clear()
             self.metrics.set_live_brokers(self.table.live_brokers_per_cluster())
             self.metrics.topics.set(len(self.table.topic_queue_table))
 
@@ -118,7 +122,9 @@ class NameServerServicer(namesrv_pb2_grpc.NameServerServicer):  # type: ignore[m
         self._after_change()
         return expired
 
-    def _save_kv(self) -> None:
+    def _kv_changed(self, namespace: str) -> None:
+        if namespace == ORDER_TOPIC_CONFIG:
+            self._route_cache.clear()
         if self.config.kv_config_path:
             kvconfig.save(self.config.kv_config_path, self.kv)
 
@@ -200,12 +206,17 @@ class NameServerServicer(namesrv_pb2_grpc.NameServerServicer):  # type: ignore[m
         self, request: pb.GetRouteInfoByTopicRequest, context: grpc.aio.ServicerContext
     ) -> pb.TopicRouteData:
         validation.check_topic("topic", request.topic)
+        self._after_change()  # drops cached routes if the table changed outside a handler
+        cached = self._route_cache.get(request.topic)
+        if cached is not None:
+            self.metrics.routes_found.inc()
+            return cached
         route = self.table.route(request.topic)
         if route is None:
-            self.metrics.route_queries.labels("not_found").inc()
+            self.metrics.routes_not_found.inc()
             raise NotFoundError(f"no route for topic '{request.topic}': no live broker serves it")
-        self.metrics.route_queries.labels("found").inc()
-        return pb.TopicRouteData(
+        self.metrics.routes_found.inc()
+        reply = self._route_cache[request.topic] = pb.TopicRouteData(
             queue_datas=[
                 pb.QueueData(
                     broker_name=q.broker_name, read_queue_nums=q.read_queue_nums,
@@ -216,6 +227,7 @@ class NameServerServicer(namesrv_pb2_grpc.NameServerServicer):  # type: ignore[m
             broker_datas=[_broker_data_pb(g) for g in route.broker_datas],
             order_topic_conf=self.kv.get(ORDER_TOPIC_CONFIG, request.topic) or "",
         )
+        return reply
 
     @observed
     @grpc_method
@@ -259,6 +271,7 @@ class NameServerServicer(namesrv_pb2_grpc.NameServerServicer):  # type: ignore[m
     ) -> pb.WipeWritePermOfBrokerResponse:
         validation.check_name("broker_name", request.broker_name)
         count = self.table.wipe_write_perm(request.broker_name)
+        self._after_change()
         log.info("write permission wiped", extra={"broker": request.broker_name, "topics": count})
         return pb.WipeWritePermOfBrokerResponse(wipe_topic_count=count)
 
@@ -269,6 +282,7 @@ class NameServerServicer(namesrv_pb2_grpc.NameServerServicer):  # type: ignore[m
     ) -> pb.AddWritePermOfBrokerResponse:
         validation.check_name("broker_name", request.broker_name)
         count = self.table.add_write_perm(request.broker_name)
+        self._after_change()
         log.info("write permission added", extra={"broker": request.broker_name, "topics": count})
         return pb.AddWritePermOfBrokerResponse(add_topic_count=count)
 
@@ -283,7 +297,7 @@ class NameServerServicer(namesrv_pb2_grpc.NameServerServicer):  # type: ignore[m
         validation.check_kv_part("key", request.key)
         validation.check_kv_value(request.value)
         if self.kv.put(request.namespace, request.key, request.value):
-            self._save_kv()
+            self._kv_changed(request.namespace)
             log.info("kv config put", extra={"namespace": request.namespace, "key": request.key})
         return pb.PutKVConfigResponse()
 
@@ -307,7 +321,7 @@ class NameServerServicer(namesrv_pb2_grpc.NameServerServicer):  # type: ignore[m
         validation.check_kv_part("namespace", request.namespace)
         validation.check_kv_part("key", request.key)
         if self.kv.delete(request.namespace, request.key):
-            self._save_kv()
+            self._kv_changed(request.namespace)
             log.info("kv config deleted", extra={"namespace": request.namespace, "key": request.key})
         return pb.DeleteKVConfigResponse()
 

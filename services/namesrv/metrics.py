@@ -44,7 +44,22 @@ class NamesrvMetrics:
             "pocketmq_namesrv_request_duration_seconds", "gRPC request handling time by method",
             ["method"], buckets=LATENCY_BUCKETS, registry=r,
         )
+        self.routes_found = self.route_queries.labels("found")
+        self.routes_not_found = self.route_queries.labels("not_found")
         self._clusters: set[str] = set()
+        self._per_method: dict[str, tuple[Histogram, dict[str, Counter]]] = {}
+
+    def observe_request(self, method: str, code: str, seconds: float) -> None:
+        """Record one gRPC call (label children are looked up once per method and code)."""
+        entry = self._per_method.get(method)
+        if entry is None:
+            entry = self._per_method[method] = (self.latency.labels(method), {})
+        histogram, counters = entry
+        histogram.observe(seconds)
+        counter = counters.get(code)
+        if counter is None:
+            counter = counters[code] = self.requests.labels(method, code)
+        counter.inc()
 
     def set_live_brokers(self, per_cluster: dict[str, int]) -> None:
         for gone in self._clusters - set(per_cluster):

@@ -77,8 +77,28 @@ def validate_register(req: Any, max_topics: int) -> None:
     if count > max_topics:
         raise _fail("topic_configs", f"{count} topics exceed the limit of {max_topics} per registration "
                                      "(maxTopicsPerRegistration)")
+    if not _topic_table_ok(req.topic_configs):
+        _explain_topic_table(req.topic_configs)
+
+
+_TOPIC_LINES_RE = re.compile(rf"(?:[A-Za-z0-9_%|-]{{1,{MAX_NAME_LENGTH}}}\n)*")
+
+
+def _topic_table_ok(configs: Any) -> bool:
+    """Fast path for every heartbeat: is the whole topic table valid? (C-level checks first.)"""
+    names: list[str] = []
+    for tc in configs:  # one pass: each element access builds a wrapper object
+        names.append(tc.topic_name)
+        if (not 0 <= tc.read_queue_nums <= MAX_QUEUE_NUMS or not 0 <= tc.write_queue_nums <= MAX_QUEUE_NUMS
+                or tc.perm & ~PERM_MASK):
+            return False
+    return bool(_TOPIC_LINES_RE.fullmatch("".join(n + "\n" for n in names))) and len(set(names)) == len(names)
+
+
+def _explain_topic_table(configs: Any) -> None:
+    """Slow path: find the first bad entry and raise naming it."""
     seen: set[str] = set()
-    for i, tc in enumerate(req.topic_configs):
+    for i, tc in enumerate(configs):
         where = f"topic_configs[{i}]"
         check_topic(f"{where}.topic_name", tc.topic_name)
         if tc.topic_name in seen:
@@ -91,6 +111,7 @@ def validate_register(req: Any, max_topics: int) -> None:
                             f"{value} is outside 0..{MAX_QUEUE_NUMS} (topic {tc.topic_name!r})")
         if tc.perm & ~PERM_MASK or tc.perm < 0:
             raise _fail(f"{where}.perm", f"{tc.perm} is not a combination of READ(4), WRITE(2), INHERIT(1)")
+    raise _fail("topic_configs", "invalid topic table")  # unreachable if both paths agree
 
 
 def validate_unregister(req: Any) -> None:

@@ -271,3 +271,51 @@ def dataclass_replace(ident: BrokerIdentity, **changes: object) -> BrokerIdentit
     import dataclasses
 
     return dataclasses.replace(ident, **changes)  # type: ignore[arg-type]
+
+
+async def test_route_answers_follow_every_change(start_app: StartApp) -> None:
+    """Route answers are cached between changes: every kind of change must show at once."""
+    app = await start_app(broker_channel_expired_time=60_000)
+    topics = Topics("t1")
+    registrar = BrokerRegistrar([addr_of(app)], identity(), topics, period_s=60)
+    await registrar.start()
+    async with grpc.aio.insecure_channel(addr_of(app)) as channel:
+        stub = namesrv_pb2_grpc.NameServerStub(channel)
+
+        async def route(topic: str = "t1") -> pb.TopicRouteData | None:
+            try:
+                return await stub.GetRouteInfoByTopic(pb.GetRouteInfoByTopicRequest(topic=topic))
+            except grpc.aio.AioRpcError as exc:
+                assert exc.code() == grpc.StatusCode.NOT_FOUND
+                return None
+
+        first = await route()
+        assert first is not None and first.queue_datas[0].perm == 6 and first.order_topic_conf == ""
+        assert (await route()) == first  # served from the cache
+
+        wiped = await stub.WipeWritePermOfBroker(pb.WipeWritePermOfBrokerRequest(broker_name="broker-a"))
+        assert wiped.wipe_topic_count == 1
+        assert (r := await route()) is not None and r.queue_datas[0].perm == 4
+        await stub.AddWritePermOfBroker(pb.AddWritePermOfBrokerRequest(broker_name="broker-a"))
+        assert (r := await route()) is not None and r.queue_datas[0].perm == 6
+
+        await stub.PutKVConfig(pb.PutKVConfigRequest(namespace="ORDER_TOPIC_CONFIG", key="t1", value="a:8"))
+        assert (r := await route()) is not None and r.order_topic_conf == "a:8"
+
+        slave = BrokerRegistrar([addr_of(app)], identity(broker_id=1, port=20911), Topics(), period_s=60)
+        await slave.register_now()
+        assert (r := await route()) is not None and dict(r.broker_datas[0].broker_addrs) == {
+            0: "127.0.0.1:10911", 1: "127.0.0.1:20911"
+        }
+        await slave.stop()
+
+        topics.add("t2")
+        await registrar.register_now()
+        assert await route("t2") is not None
+
+        await registrar.stop(unregister=False)  # silent from now on ...
+        table = app.servicer.table
+        real_clock = table.clock_ms
+        table.clock_ms = lambda: real_clock() + 61_000  # ... and a minute passes: the scan expires it
+        await async_wait_until(lambda: not table.broker_live_table, 5)
+        assert await route() is None
