@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -12,11 +13,10 @@ _GROUP_KEY = pytest.StashKey[ProcessGroup]()
 
 
 @pytest.fixture
-def procs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProcessGroup]:
-    """Processes started by one test: logs under a per-test temporary directory, attached to the
-    report when the test fails; everything still running is stopped (SIGTERM, then SIGKILL)."""
-    log_dir = tmp_path_factory.mktemp("procs")
-    group = ProcessGroup(log_dir)
+def procs(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ProcessGroup]:
+    """Processes started by one test: logs in ``tmp_path/logs/<name>.log``, attached to the report
+    when the test fails; everything still running is stopped (SIGTERM, then SIGKILL)."""
+    group = ProcessGroup(tmp_path / "logs")
     request.node.stash[_GROUP_KEY] = group
     try:
         yield group

@@ -15,6 +15,7 @@ Nothing here knows about PocketMQ services; other suites reuse it as is.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import inspect
 import os
@@ -34,6 +35,16 @@ ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
 
 _handed_out: set[int] = set()
+_all_processes: list[ManagedProcess] = []
+
+
+@atexit.register
+def _kill_leftovers() -> None:
+    """Last resort if the test run dies without its fixtures' teardown: no orphan services."""
+    for proc in _all_processes:
+        if proc.alive:
+            with contextlib.suppress(OSError):
+                proc.popen.kill()
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -243,6 +254,7 @@ class ProcessGroup:
         )
         proc = ManagedProcess(name, argv, log_path, popen, log_file)
         self.processes.append(proc)
+        _all_processes.append(proc)
         return proc
 
     def start_grpc(

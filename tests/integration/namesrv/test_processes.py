@@ -12,6 +12,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import grpc
 import pytest
@@ -310,7 +311,7 @@ def test_health_reflection_kv_metrics_and_graceful_sigterm(
     ns.proc.wait_for_log("namesrv stopped")
 
 
-def test_config_file_help_and_bad_config(procs: ProcessGroup, tmp_path: object) -> None:
+def test_config_file_help_and_bad_config(procs: ProcessGroup, tmp_path: Path) -> None:
     help_text = subprocess.run(
         [sys.executable, "-m", "services.namesrv", "--help"], cwd=ROOT, capture_output=True, text=True,
         timeout=30, check=True,
@@ -320,7 +321,7 @@ def test_config_file_help_and_bad_config(procs: ProcessGroup, tmp_path: object) 
         assert flag in help_text
 
     port = free_port()
-    conf = procs.log_dir / "namesrv.conf"
+    conf = tmp_path / "namesrv.conf"
     conf.write_text(f"# test\nlisten=127.0.0.1:{port}\nmetricsPort=0\nbrokerChannelExpiredTime=7000\n")
     proc = procs.start_grpc("services.namesrv", ["-c", str(conf)], f"127.0.0.1:{port}", name="from-file")
     assert "brokerChannelExpiredTime=7000" in proc.wait_for_log("namesrv started")
