@@ -196,7 +196,8 @@ def main() -> int:
         print(f"namesrv bench: {BROKERS} brokers x {TOPICS_PER_BROKER} topics ({TOPICS} topics, "
               f"~{BROKERS * TOPICS_PER_BROKER // TOPICS} brokers per topic); "
               f"{args.clients} client processes x {args.concurrency} calls in flight; "
-              f"{os.cpu_count()} CPUs", flush=True)
+              f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} (other work skews the figures)",
+              flush=True)
 
         with grpc.insecure_channel(addr) as ch:
             register = ch.unary_unary(SERVICE + "RegisterBroker")
