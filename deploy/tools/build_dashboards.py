@@ -128,7 +128,7 @@ def overview() -> dict[str, Any]:
             "and each slave's own max offset. The gap between the lines is unreplicated data.",
             "bytes",
             [
-                target("A", by("broker", "pocketmq_commitlog_max_offset", selector=MASTER),
+                target("A", by("broker", "pocketmq_broker_commitlog_max_offset", selector=MASTER),
                        "{{broker}} commit log max offset"),
                 target("B", by("broker", "pocketmq_ha_push2slave_max_offset"),
                        "{{broker}} push2SlaveMaxOffset"),
@@ -156,7 +156,7 @@ def overview() -> dict[str, Any]:
         timeseries("Produce / consume rate", "Messages stored and messages pulled per second per group.",
                    "short",
                    [target("A", rate_by("broker", put), "{{broker}} produce"),
-                    target("B", rate_by("broker", "pocketmq_broker_pull_messages_total"),
+                    target("B", rate_by("broker", "pocketmq_broker_get_messages_total"),
                            "{{broker}} consume")],
                    12, 37),
         timeseries("SYNC_MASTER replication failures",
@@ -174,8 +174,8 @@ def overview() -> dict[str, Any]:
     for number, panel in enumerate(panels, start=1):
         panel["id"] = number
     namespace_query = "label_values(pocketmq_namesrv_live_brokers, namespace)"
-    cluster_query = 'label_values(pocketmq_commitlog_max_offset{namespace=~"$namespace"}, cluster)'
-    broker_query = ('label_values(pocketmq_commitlog_max_offset{namespace=~"$namespace", '
+    cluster_query = 'label_values(pocketmq_broker_commitlog_max_offset{namespace=~"$namespace"}, cluster)'
+    broker_query = ('label_values(pocketmq_broker_commitlog_max_offset{namespace=~"$namespace", '
                     'cluster=~"$cluster"}, broker)')
     return {
         "title": "PocketMQ",
