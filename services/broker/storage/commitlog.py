@@ -1,0 +1,570 @@
+"""The commit log: every message of every topic, appended to one segment queue.
+
+A master appends :class:`~services.broker.storage.record.PreparedRecord` s (:meth:`append`,
+:meth:`append_batch`): under one lock it assigns the physical offset, the queue offset (from the
+topic-queue offset table) and the store timestamp, writes the encoded bytes into the mapped
+segment and dispatches the record to the consume queues, so a reader sees a message as soon as
+``append`` returns. A record that does not fit in the current segment (with 8 bytes to spare)
+closes it with a blank record and goes to a new one.
+
+A slave appends raw bytes replicated from its master (:meth:`append_data`): chunks arrive in
+offset order, may contain blank records and may end in the middle of a record. The dispatcher
+position (:attr:`dispatched_offset`) only ever advances over whole, validated records.
+
+Recovery helpers (:meth:`recover_from_checkpoint`, :meth:`recover_by_scan`) are driven by
+:class:`services.broker.storage.store.MessageStore` at start-up.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import NamedTuple, Protocol
+
+from services.broker.storage.record import (
+    BLANK_MAGIC_CODE,
+    END_FILE_MIN_BLANK_LENGTH,
+    HEADER,
+    MAGIC_CODE,
+    TRANSACTION_PREPARED_TYPE,
+    CheckKind,
+    Host,
+    MessageRecord,
+    PreparedRecord,
+    RecordError,
+    check_record,
+    decode_record,
+    encode_batch,
+    host_bytes,
+    read_store_timestamp,
+)
+from services.broker.storage.segment import PAGE_SIZE, Segment, SegmentSlice, SyncFn, default_sync
+from services.broker.storage.segment_queue import SegmentQueue
+from services.broker.storage.status import PutMessageStatus, PutResult
+
+log = logging.getLogger(__name__)
+
+_BLANK_HEADER = struct.Struct(">iI")
+_PREFAULT_BUFFER = 1 << 20
+
+
+class QueueIndex(Protocol):
+    """One (topic, queue id) index (a consume queue) as the commit log sees it."""
+
+    #: The queue offset the next message of this queue gets.
+    max_offset: int
+
+    def put(self, queue_offset: int, physical_offset: int, size: int, tags_code: int) -> bool:
+        """Index a record; False if that queue offset is already indexed."""
+        ...
+
+
+class Dispatcher(Protocol):
+    """Where records are dispatched: every dispatchable record, in commit log order, under the
+    commit log lock. The queue's ``max_offset`` is the topic-queue offset table: a master
+    assigns it as the next record's QUEUEOFFSET."""
+
+    @property
+    def find(self) -> Callable[[tuple[str, int]], QueueIndex | None]:
+        """``find((topic, queue_id))``: the existing index or None (hot path: a ``dict.get``)."""
+        ...
+
+    def create(self, topic: str, queue_id: int) -> QueueIndex:
+        """The index of (topic, queue id), created if needed."""
+        ...
+
+
+class CommitLogError(Exception):
+    """Base of the commit log's own errors."""
+
+
+class StoreClosedError(CommitLogError):
+    """The commit log was closed."""
+
+
+class OffsetMismatchError(CommitLogError, ValueError):
+    """Replicated data does not start at this log's max offset."""
+
+    def __init__(self, start_offset: int, max_offset: int, detail: str = "") -> None:
+        super().__init__(detail or f"replicated data starts at {start_offset} but the commit log ends at "
+                         f"{max_offset}; data must be appended contiguously")
+        self.start_offset = start_offset
+        self.max_offset = max_offset
+
+
+class CorruptDataError(CommitLogError, ValueError):
+    """Replicated data contained an invalid record; the log was cut back to before it."""
+
+    def __init__(self, offset: int, reason: str) -> None:
+        super().__init__(f"invalid record at commit log offset {offset}: {reason}")
+        self.offset = offset
+        self.reason = reason
+
+
+class CreateSegmentError(CommitLogError, OSError):
+    """A new segment file could not be created (disk full, permissions)."""
+
+
+class ScanResult(NamedTuple):
+    start: int
+    end: int
+    records: int
+    bytes: int
+    stop_reason: str
+
+
+_new_result = tuple.__new__
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class CommitLog:
+    def __init__(self, directory: str, segment_size: int, *, store_host: Host, dispatcher: Dispatcher,
+                 sync: SyncFn = default_sync) -> None:
+        #: Held while appending, dispatching, truncating; take it to change the log and the
+        #: consume queues consistently.
+        self.lock = threading.Lock()
+        self._queue = SegmentQueue(directory, segment_size, sync=sync)
+        self._segment_size = segment_size
+        self.store_host = store_host
+        self._store_ip = host_bytes(store_host[0])
+        self._store_port = store_host[1]
+        self._dispatcher = dispatcher
+        self._find = dispatcher.find
+        self._create = dispatcher.create
+        self._dispatched = 0
+        self._last_store_ts = 0
+        self._prefault_buffer: bytearray | None = None
+        self.closed = False
+
+    # -- state ---------------------------------------------------------------------------------
+
+    @property
+    def max_offset(self) -> int:
+        """Offset just past the last written byte (on a slave: possibly mid-record)."""
+        return self._queue.max_offset
+
+    @property
+    def min_offset(self) -> int:
+        return self._queue.min_offset
+
+    @property
+    def flushed_offset(self) -> int:
+        return self._queue.flushed_where
+
+    @property
+    def dispatched_offset(self) -> int:
+        """Everything below this offset is whole records dispatched to the consume queues."""
+        return self._dispatched
+
+    @property
+    def last_store_timestamp(self) -> int:
+        return self._last_store_ts
+
+    @property
+    def segments(self) -> tuple[Segment, ...]:
+        return self._queue.segments
+
+    @property
+    def segment_size(self) -> int:
+        return self._segment_size
+
+    def queue_offset(self, topic: str, queue_id: int) -> int:
+        """The queue offset the next message of (topic, queue id) gets."""
+        index = self._dispatcher.find((topic, queue_id))
+        return index.max_offset if index is not None else 0
+
+    # -- appending (master) --------------------------------------------------------------------
+
+    def _roll(self) -> Segment:
+        """Close the current segment with a blank record and start the next (hold the lock)."""
+        seg = self._queue.last
+        if seg is None:
+            start = 0
+        else:
+            pos = seg.write_pos
+            if pos < seg.size:
+                # The rest of the segment is already zero: the blank's header is enough.
+                blank = _BLANK_HEADER.pack(seg.size - pos, BLANK_MAGIC_CODE)
+                seg.mm[pos:pos + END_FILE_MIN_BLANK_LENGTH] = blank
+                seg.write_pos = seg.size
+            start = seg.end
+        return self._new_segment(start)
+
+    def _store_timestamp(self) -> int:
+        ts = time.time_ns() // 1_000_000
+        if ts < self._last_store_ts:  # keep store timestamps monotonic for lookup by time
+            return self._last_store_ts
+        self._last_store_ts = ts
+        return ts
+
+    def append(self, p: PreparedRecord) -> PutResult:
+        """Append one record; it is in the consume queue when this returns. Raises RecordError
+        if a header field is out of range (nothing is written then)."""
+        (size, topic, queue_id, body, tail, body_crc, flag, sys_flag, born_ts, born_ip, born_port,
+         reconsume_times, prepared_tx, tags_code) = p
+        dispatchable = not sys_flag & TRANSACTION_PREPARED_TYPE  # not prepared / rolled back
+        with self.lock:
+            if self.closed:
+                raise StoreClosedError("commit log is closed")
+            seg = self._queue.active
+            if seg is None or seg.write_pos + size + END_FILE_MIN_BLANK_LENGTH > seg.size:
+                seg = self._roll()
+            pos = seg.write_pos
+            physical_offset = seg.start + pos
+            ts = time.time_ns() // 1_000_000
+            if ts < self._last_store_ts:  # keep store timestamps monotonic for lookup by time
+                ts = self._last_store_ts
+            self._last_store_ts = ts
+            if dispatchable:
+                index = self._find((topic, queue_id)) or self._create(topic, queue_id)
+                queue_offset = index.max_offset
+            else:
+                queue_offset = 0
+            try:
+                header = HEADER.pack(
+                    size, MAGIC_CODE, body_crc, queue_id, flag, queue_offset, physical_offset, sys_flag,
+                    born_ts or ts, born_ip, born_port, ts, self._store_ip, self._store_port,
+                    reconsume_times, prepared_tx, len(body))
+            except struct.error as exc:
+                raise RecordError(f"a header field is out of range: {exc}") from None
+            end = pos + size
+            seg.mm[pos:end] = b"".join((header, body, tail))
+            seg.write_pos = end
+            if dispatchable:
+                index.put(queue_offset, physical_offset, size, tags_code)
+            end_offset = physical_offset + size
+            self._dispatched = end_offset
+        return _new_result(PutResult, (PutMessageStatus.PUT_OK, (queue_offset,), (physical_offset,), size,
+                                       end_offset, ts, self.store_host, ""))
+
+    def append_batch(self, prepared: Sequence[PreparedRecord]) -> PutResult:
+        """Append many records under one lock acquisition, encoded into one write per segment
+        touched. All or nothing: if a new segment cannot be created, the batch is cut off."""
+        n = len(prepared)
+        if n == 0:
+            return PutResult(PutMessageStatus.PUT_OK, [], [], 0, self.max_offset, 0, self.store_host)
+        with self.lock:
+            if self.closed:
+                raise StoreClosedError("commit log is closed")
+            ts = self._store_timestamp()
+            find, create = self._find, self._create
+            assigned: dict[tuple[str, int], list[int]] = {}  # key -> [next queue offset]
+            indexes: list[QueueIndex | None] = [None] * n
+            queue_offsets = [0] * n
+            for i, p in enumerate(prepared):
+                if not p.sys_flag & TRANSACTION_PREPARED_TYPE:
+                    key = (p.topic, p.queue_id)
+                    index = find(key) or create(p.topic, p.queue_id)
+                    indexes[i] = index
+                    slot = assigned.get(key)
+                    if slot is None:
+                        slot = assigned[key] = [index.max_offset]
+                    queue_offsets[i] = slot[0]
+                    slot[0] += 1
+            physical_offsets: list[int] = []
+            rollback_to = self.max_offset if not self._queue.is_empty() else None
+            i = 0
+            try:
+                while i < n:
+                    seg = self._queue.last
+                    if seg is None or seg.write_pos + prepared[i].size + END_FILE_MIN_BLANK_LENGTH > seg.size:
+                        seg = self._roll()
+                        if rollback_to is None:
+                            rollback_to = seg.start
+                    room = seg.size - seg.write_pos - END_FILE_MIN_BLANK_LENGTH
+                    first = seg.start + seg.write_pos
+                    j, total = i, 0
+                    while j < n and total + prepared[j].size <= room:
+                        physical_offsets.append(first + total)
+                        total += prepared[j].size
+                        j += 1
+                    seg.append(encode_batch(prepared[i:j], queue_offsets[i:j], first, ts,
+                                            self._store_ip, self._store_port))
+                    i = j
+            except BaseException:
+                if rollback_to is not None:
+                    self._queue.truncate(rollback_to)
+                raise
+            wrote = 0
+            for p, target, queue_offset, physical_offset in zip(prepared, indexes, queue_offsets,
+                                                                physical_offsets, strict=True):
+                wrote += p.size
+                if target is not None:
+                    target.put(queue_offset, physical_offset, p.size, p.tags_code)
+            end = physical_offsets[-1] + prepared[-1].size
+            self._dispatched = end
+        return PutResult(PutMessageStatus.PUT_OK, queue_offsets, physical_offsets, wrote, end, ts,
+                         self.store_host)
+
+    # -- appending (slave) ---------------------------------------------------------------------
+
+    def append_data(self, start_offset: int, data: bytes | bytearray | memoryview) -> int:
+        """Append replicated bytes as they are and dispatch the whole records they complete.
+
+        ``start_offset`` must equal :attr:`max_offset` (an empty log accepts any offset at a
+        segment boundary). The chunk must not cross a segment boundary (master and slave use the
+        same segment size). Returns the new max offset. Raises :class:`OffsetMismatchError`,
+        :class:`CorruptDataError` (the log is then cut back to the last whole valid record).
+        """
+        n = len(data)
+        with self.lock:
+            if self.closed:
+                raise StoreClosedError("commit log is closed")
+            last = self._queue.last
+            if last is None:
+                if start_offset % self._segment_size:
+                    raise OffsetMismatchError(start_offset, 0, (
+                        f"an empty commit log can only start at a segment boundary "
+                        f"(multiple of {self._segment_size}), not {start_offset}"))
+                if n == 0:
+                    return self.max_offset
+                seg = self._new_segment(start_offset)
+                self._dispatched = start_offset
+            else:
+                max_offset = last.start + last.write_pos
+                if start_offset != max_offset:
+                    raise OffsetMismatchError(start_offset, max_offset)
+                if n == 0:
+                    return max_offset
+                seg = self._new_segment(last.end) if last.is_full else last
+            if seg.write_pos + n > seg.size:
+                raise OffsetMismatchError(start_offset, self.max_offset, (
+                    f"{n} bytes at {start_offset} cross the end of the segment at {seg.end}: "
+                    "do master and slave use the same mappedFileSizeCommitLog?"))
+            seg.append(data)
+            _, stop_reason, bad_offset = self._dispatch_pending_locked()
+            if stop_reason:
+                self._queue.truncate(bad_offset)
+                raise CorruptDataError(bad_offset, stop_reason)
+            return self.max_offset
+
+    def _new_segment(self, start: int) -> Segment:
+        try:
+            return self._queue.create(start)
+        except OSError as exc:
+            raise CreateSegmentError(exc.errno, f"cannot create commit log segment at {start}: {exc}") \
+                from exc
+
+    # -- dispatching (reput) ---------------------------------------------------------------------
+
+    def set_dispatched_offset(self, offset: int) -> None:
+        """Where :meth:`dispatch_pending` resumes (recovery; a record boundary)."""
+        self._dispatched = offset
+
+    def dispatch_pending(self) -> tuple[int, str, int]:
+        """Dispatch whole records from :attr:`dispatched_offset` to the end of the data.
+        Returns (records dispatched, reason if an invalid record stopped it, its offset)."""
+        with self.lock:
+            return self._dispatch_pending_locked()
+
+    def _dispatch_pending_locked(self) -> tuple[int, str, int]:
+        offset = self._dispatched
+        queue = self._queue
+        end = queue.max_offset
+        count = 0
+        stop_reason = ""
+        find, create = self._find, self._create
+        while offset < end:
+            seg = queue.find(offset)
+            if seg is None:
+                if offset < queue.min_offset:
+                    offset = queue.min_offset
+                    continue
+                break
+            pos = offset - seg.start
+            if pos >= seg.write_pos:
+                if seg.is_full:
+                    offset = seg.end
+                    continue
+                break
+            check = check_record(seg.view, pos, seg.write_pos - pos, expected_offset=offset,
+                                 segment_remaining=seg.size - pos)
+            if check.kind is CheckKind.RECORD:
+                req = check.request
+                assert req is not None
+                if not req.sys_flag & TRANSACTION_PREPARED_TYPE:
+                    index = find((req.topic, req.queue_id)) or create(req.topic, req.queue_id)
+                    index.put(req.queue_offset, offset, req.size, req.tags_code)
+                if req.store_timestamp > self._last_store_ts:
+                    self._last_store_ts = req.store_timestamp
+                offset += check.size
+                count += 1
+            elif check.kind is CheckKind.BLANK:
+                offset = seg.end
+            elif check.kind is CheckKind.INCOMPLETE:
+                break
+            else:
+                stop_reason = check.reason
+                log.error("commit log: invalid record at %d (%s); dispatch stopped", offset, check.reason)
+                break
+        self._dispatched = offset
+        return count, stop_reason, offset
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def read(self, offset: int) -> MessageRecord | None:
+        """Decode the record at ``offset`` (None if there is none there)."""
+        return self.read_many([offset])[0]
+
+    def read_many(self, offsets: Iterable[int]) -> list[MessageRecord | None]:
+        """Decode the records at ``offsets``, holding each segment once per run of offsets in it."""
+        out: list[MessageRecord | None] = []
+        held: Segment | None = None
+        try:
+            for offset in offsets:
+                if held is None or not held.start <= offset < held.end:
+                    if held is not None:
+                        held.release()
+                        held = None
+                    seg = self._queue.find(offset)
+                    if seg is None or not seg.hold():
+                        out.append(None)
+                        continue
+                    held = seg
+                pos = offset - held.start
+                if pos >= held.write_pos:
+                    out.append(None)
+                    continue
+                try:
+                    out.append(decode_record(held.view, pos, check_crc=False))
+                except RecordError:
+                    out.append(None)
+        finally:
+            if held is not None:
+                held.release()
+        return out
+
+    def store_timestamp_at(self, offset: int) -> int | None:
+        """STORETIMESTAMP of the record at ``offset`` (None if the segment is gone)."""
+        seg = self._queue.find(offset)
+        if seg is None or not seg.hold():
+            return None
+        try:
+            if offset - seg.start >= seg.write_pos:
+                return None
+            return read_store_timestamp(seg.view, offset - seg.start)
+        finally:
+            seg.release()
+
+    def get_data(self, offset: int, max_bytes: int) -> SegmentSlice | None:
+        """Up to ``max_bytes`` written bytes from ``offset``, zero-copy, never crossing a segment
+        end (a chunk may end mid-record). None if nothing is there. Release the slice."""
+        seg = self._queue.find(offset)
+        if seg is None:
+            return None
+        pos = offset - seg.start
+        available = seg.write_pos - pos
+        if available <= 0 or max_bytes <= 0:
+            return None
+        return seg.slice(pos, min(available, max_bytes))
+
+    # -- flushing ------------------------------------------------------------------------------
+
+    def flush(self, least_pages: int = 0) -> int:
+        """Sync written data; returns the flushed offset."""
+        return self._queue.flush(least_pages)
+
+    def prefault(self, ahead: int) -> int:
+        """Read up to ``ahead`` bytes past the write position into the page cache (see
+        ``prefaultAheadSize``). Only acts when less than half of that is already resident."""
+        seg = self._queue.last
+        if seg is None or ahead <= 0 or seg.is_full:
+            return 0
+        if seg.prefaulted_pos - seg.write_pos >= ahead // 2:
+            return 0
+        if self._prefault_buffer is None:
+            self._prefault_buffer = bytearray(_PREFAULT_BUFFER)
+        return seg.prefault(seg.write_pos + ahead, self._prefault_buffer)
+
+    # -- truncation and expiry -----------------------------------------------------------------
+
+    def truncate_locked(self, offset: int) -> None:
+        """Cut the log back to ``offset`` (hold :attr:`lock`; the caller fixes the consume
+        queues)."""
+        self._queue.truncate(offset)
+        self._dispatched = min(self._dispatched, self.max_offset)
+
+    def delete_expired(self, now: int, reserved_ms: int) -> int:
+        """Delete the oldest segments last modified ``reserved_ms`` or more before ``now`` (ms),
+        never the last segment, one that is held, or one not completely flushed."""
+        def expired(seg: Segment) -> bool:
+            return seg.flushed_pos >= seg.size and seg.last_modified() * 1000 + reserved_ms <= now
+
+        deleted = self._queue.delete_head(expired)
+        for seg in deleted:
+            log.info("deleted expired commit log segment %s", seg.path)
+        return len(deleted)
+
+    # -- recovery ------------------------------------------------------------------------------
+
+    def load(self) -> None:
+        self._queue.load()
+
+    def recover_from_checkpoint(self, offset: int, last_store_timestamp: int) -> bool:
+        """Clean start: trust ``offset`` (the max offset written at shutdown) if it lies in the
+        last segment and nothing is written after it. No records are scanned."""
+        last = self._queue.last
+        if last is None:
+            return offset == 0
+        if not last.start <= offset <= last.end:
+            return False
+        pos = offset - last.start
+        probe = last.mm[pos:min(pos + PAGE_SIZE, last.size)]
+        if probe.count(0) != len(probe):
+            return False
+        last.write_pos = last.flushed_pos = last.prefaulted_pos = pos
+        self._queue.flushed_where = offset
+        self._last_store_ts = last_store_timestamp
+        return True
+
+    def recover_by_scan(self, from_offset: int) -> ScanResult:
+        """Validate records (magic, sizes, PHYSICALOFFSET, body CRC) from the start of the segment
+        containing ``from_offset``; the first invalid one ends the log. The tail after it is
+        zeroed and later segments are deleted."""
+        segs = self._queue.segments
+        if not segs:
+            return ScanResult(0, 0, 0, 0, "empty")
+        index = min(max((from_offset - segs[0].start) // self._segment_size, 0), len(segs) - 1)
+        start = offset = segs[index].start
+        records = 0
+        reason = ""
+        for seg in segs[index:]:
+            pos = 0
+            while pos < seg.size:
+                remaining = seg.size - pos
+                check = check_record(seg.view, pos, remaining, expected_offset=seg.start + pos,
+                                     segment_remaining=remaining)
+                if check.kind is CheckKind.RECORD:
+                    assert check.request is not None
+                    self._last_store_ts = max(self._last_store_ts, check.request.store_timestamp)
+                    pos += check.size
+                    records += 1
+                elif check.kind is CheckKind.BLANK:
+                    pos = seg.size
+                else:
+                    reason = check.reason
+                    break
+            offset = seg.start + pos
+            if pos < seg.size:
+                break
+        else:
+            reason = reason or "end of last segment"
+        self._queue.truncate(offset, sparse=True)
+        last = self._queue.last
+        if last is not None:
+            last.flushed_pos = last.write_pos
+            last.prefaulted_pos = last.write_pos
+        self._queue.flushed_where = self.max_offset
+        log.info("commit log scanned from %d: %d records, valid end %d (%s)", start, records, offset, reason)
+        return ScanResult(start, offset, records, offset - start, reason)
+
+    def close(self) -> None:
+        with self.lock:
+            self.closed = True
+            self._queue.close()

@@ -1,0 +1,130 @@
+"""Storage configuration: the ``broker.conf`` keys of RocketMQ's ``MessageStoreConfig`` we support.
+
+Every field's camelCase form is the RocketMQ key (``mapped_file_size_commit_log`` <->
+``mappedFileSizeCommitLog``), so :mod:`services.common.config` loads this section from the same
+file as :class:`services.broker.config.BrokerConfig`. Units follow RocketMQ: sizes in bytes,
+intervals and timeouts in milliseconds, ``fileReservedTime`` in hours.
+
+Keys that are ours, not RocketMQ's: ``prefaultAheadSize`` (see :class:`StoreConfig`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import os
+
+from services.common.config import require
+
+#: Size of one consume queue entry: commit log offset 8 · size 4 · tag hash code 8.
+CQ_ENTRY_SIZE = 20
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+class FlushDiskType(enum.Enum):
+    """When an append counts as durable."""
+
+    #: Reply at once; a background thread flushes every ``flushIntervalCommitLog`` ms.
+    ASYNC_FLUSH = "ASYNC_FLUSH"
+    #: Reply once the record is on disk; concurrent writers share one fdatasync (group commit).
+    SYNC_FLUSH = "SYNC_FLUSH"
+
+
+@dataclasses.dataclass(frozen=True)
+class StoreConfig:
+    #: Root directory: ``commitlog/``, ``consumequeue/``, ``checkpoint``, ``abort``, ``lock``.
+    store_path_root_dir: str = "./data/store"
+    #: Size of one commit log segment file (bytes).
+    mapped_file_size_commit_log: int = 1024 * 1024 * 1024
+    #: Size of one consume queue file (bytes, a multiple of 20: 300 000 entries by default).
+    mapped_file_size_consume_queue: int = 300_000 * CQ_ENTRY_SIZE
+    flush_disk_type: FlushDiskType = FlushDiskType.ASYNC_FLUSH
+    #: ASYNC_FLUSH: how often the flush thread syncs the commit log (ms).
+    flush_interval_commit_log: int = 500
+    #: ASYNC_FLUSH: skip a periodic flush while fewer pages than this are dirty (0 = always).
+    flush_commit_log_least_pages: int = 4
+    #: ASYNC_FLUSH: flush regardless of ``flushCommitLogLeastPages`` at least this often (ms).
+    flush_commit_log_thorough_interval: int = 10_000
+    #: How often consume queues are flushed and the checkpoint written (ms).
+    flush_interval_consume_queue: int = 1_000
+    #: SYNC_FLUSH: how long a writer waits for its flush before FLUSH_DISK_TIMEOUT (ms).
+    sync_flush_timeout: int = 5_000
+    #: Commit log segments not modified for this many hours are deleted (never the active one).
+    file_reserved_time: int = 72
+    #: How often expired files are looked for (ms).
+    clean_resource_interval: int = 10_000
+    #: Largest accepted record (bytes, whole encoded record).
+    max_message_size: int = 4 * 1024 * 1024
+    #: A pull returns at most this many messages ...
+    max_transfer_count_on_message_in_memory: int = 32
+    #: ... and at most this many bytes (at least one message is always returned).
+    max_transfer_bytes_on_message_in_memory: int = 256 * 1024
+    #: Ours: the maintenance thread reads this many bytes ahead of the commit log write position
+    #: into the page cache (pread, GIL released), so the writer's mmap stores do not pay for
+    #: page-cache allocation (the role of RocketMQ's ``warmMapedFileEnable``). 0 disables.
+    prefault_ahead_size: int = 32 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        if isinstance(self.flush_disk_type, str):  # tolerate plain strings from Python callers
+            try:
+                object.__setattr__(self, "flush_disk_type", FlushDiskType[self.flush_disk_type.upper()])
+            except KeyError:
+                require(False, "flushDiskType", f"invalid value {self.flush_disk_type!r} "
+                        "(expected ASYNC_FLUSH | SYNC_FLUSH)")
+        require(isinstance(self.flush_disk_type, FlushDiskType), "flushDiskType",
+                "expected ASYNC_FLUSH | SYNC_FLUSH")
+        require(bool(str(self.store_path_root_dir).strip()), "storePathRootDir", "must not be empty")
+        positive = {
+            "mappedFileSizeCommitLog": self.mapped_file_size_commit_log,
+            "mappedFileSizeConsumeQueue": self.mapped_file_size_consume_queue,
+            "flushIntervalCommitLog": self.flush_interval_commit_log,
+            "flushCommitLogThoroughInterval": self.flush_commit_log_thorough_interval,
+            "flushIntervalConsumeQueue": self.flush_interval_consume_queue,
+            "syncFlushTimeout": self.sync_flush_timeout,
+            "fileReservedTime": self.file_reserved_time,
+            "cleanResourceInterval": self.clean_resource_interval,
+            "maxMessageSize": self.max_message_size,
+            "maxTransferCountOnMessageInMemory": self.max_transfer_count_on_message_in_memory,
+            "maxTransferBytesOnMessageInMemory": self.max_transfer_bytes_on_message_in_memory,
+        }
+        for key, value in positive.items():
+            require(_is_int(value), key, f"must be an integer, got {value!r}")
+            require(value > 0, key, f"must be > 0, got {value}")
+        for key, value in {"flushCommitLogLeastPages": self.flush_commit_log_least_pages,
+                           "prefaultAheadSize": self.prefault_ahead_size}.items():
+            require(_is_int(value), key, f"must be an integer, got {value!r}")
+            require(value >= 0, key, f"must be >= 0, got {value}")
+        require(self.mapped_file_size_commit_log >= 4096, "mappedFileSizeCommitLog", "must be >= 4096")
+        require(self.mapped_file_size_commit_log < 2**62, "mappedFileSizeCommitLog", "too large")
+        require(self.mapped_file_size_consume_queue % CQ_ENTRY_SIZE == 0, "mappedFileSizeConsumeQueue",
+                f"must be a multiple of {CQ_ENTRY_SIZE} (one entry), "
+                f"got {self.mapped_file_size_consume_queue}")
+        # A record must fit in a segment with room left for the end-of-file blank record.
+        require(self.max_message_size + 8 <= self.mapped_file_size_commit_log, "maxMessageSize",
+                f"{self.max_message_size} must be at most mappedFileSizeCommitLog "
+                f"({self.mapped_file_size_commit_log}) - 8")
+
+    # -- derived paths -------------------------------------------------------------------------
+
+    @property
+    def commit_log_dir(self) -> str:
+        return os.path.join(self.store_path_root_dir, "commitlog")
+
+    @property
+    def consume_queue_dir(self) -> str:
+        return os.path.join(self.store_path_root_dir, "consumequeue")
+
+    @property
+    def checkpoint_path(self) -> str:
+        return os.path.join(self.store_path_root_dir, "checkpoint")
+
+    @property
+    def abort_path(self) -> str:
+        return os.path.join(self.store_path_root_dir, "abort")
+
+    @property
+    def lock_path(self) -> str:
+        return os.path.join(self.store_path_root_dir, "lock")

@@ -1,0 +1,321 @@
+"""One fixed-size, memory-mapped file of a segment queue (RocketMQ's ``MappedFile``).
+
+A segment is named by its start offset in the log, zero-padded to 20 digits
+(``00000000001073741824``), and is always exactly its configured size: it is created sparse with
+``ftruncate`` and mapped shared. Bytes past the write position are zero (recovery and truncation
+keep it that way), which is how an interrupted log is recognised.
+
+Writes are slice assignments into the mapping. Flushing is ``fdatasync`` on the file descriptor:
+on Linux it writes back pages dirtied through a shared mapping exactly as ``msync(MS_SYNC)``
+does, and unlike ``mmap.flush()`` it releases the GIL, so writers keep appending while the
+flush thread waits for the disk.
+
+Reference counting (RocketMQ's ``ReferenceResource``): the owner holds one reference; readers
+:meth:`Segment.hold` / :meth:`Segment.release` around access. :meth:`Segment.destroy` makes the
+segment unavailable to new holders and unlinks the file; the mapping and descriptor are closed
+when the last holder releases it. :class:`SegmentSlice` is a zero-copy ``memoryview`` over part
+of a segment that keeps it held until released.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import mmap
+import os
+import threading
+from collections.abc import Callable
+from types import TracebackType
+
+log = logging.getLogger(__name__)
+
+PAGE_SIZE = mmap.PAGESIZE
+NAME_DIGITS = 20
+_ZERO_CHUNK = 1 << 20
+_PREFAULT_CHUNK = 1 << 20
+
+SyncFn = Callable[[int], None]
+#: Data sync of a file descriptor (``os.fdatasync`` where it exists).
+default_sync: SyncFn = getattr(os, "fdatasync", os.fsync)
+
+
+def segment_name(start_offset: int) -> str:
+    return f"{start_offset:0{NAME_DIGITS}d}"
+
+
+def parse_segment_name(name: str) -> int | None:
+    """The start offset a file name encodes, or None if it is not a segment name."""
+    if len(name) == NAME_DIGITS and name.isdigit():
+        return int(name)
+    return None
+
+
+def fsync_dir(path: str) -> None:
+    """Make a directory's entries (created/removed files) durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class SegmentError(OSError):
+    """A segment file that cannot be created, opened or is inconsistent."""
+
+
+class Segment:
+    """A mapped file covering log offsets ``[start, start + size)``."""
+
+    __slots__ = ("_available", "_fd", "_flush_lock", "_ref_lock", "_refs", "flushed_pos", "mm", "path",
+                 "prefaulted_pos", "size", "start", "view", "write_pos")
+
+    def __init__(self, path: str, start: int, size: int, *, create: bool = False) -> None:
+        flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
+        try:
+            fd = os.open(path, flags, 0o644)
+        except OSError as exc:
+            raise SegmentError(exc.errno, f"cannot {'create' if create else 'open'} segment: {exc.strerror}",
+                               path) from exc
+        try:
+            if create:
+                os.ftruncate(fd, size)
+            else:
+                actual = os.fstat(fd).st_size
+                if actual != size:
+                    raise SegmentError(f"segment {path} is {actual} bytes, expected {size} "
+                                       "(was the segment size changed?)")
+            self.mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        except BaseException:
+            os.close(fd)
+            if create:
+                os.unlink(path)
+            raise
+        self._fd = fd
+        self.path = path
+        self.start = start
+        self.size = size
+        #: Zero-copy view of the whole mapping (released when the segment is cleaned up).
+        self.view = memoryview(self.mm)
+        #: Bytes written (relative to ``start``); everything past it is zero.
+        self.write_pos = 0
+        #: Bytes known to be on disk.
+        self.flushed_pos = 0
+        #: Bytes read ahead into the page cache (see :meth:`prefault`).
+        self.prefaulted_pos = 0
+        self._refs = 1  # the owner's reference
+        self._available = True
+        self._ref_lock = threading.Lock()
+        self._flush_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return (f"Segment({segment_name(self.start)}, write_pos={self.write_pos}, "
+                f"flushed_pos={self.flushed_pos})")
+
+    # -- geometry ------------------------------------------------------------------------------
+
+    @property
+    def end(self) -> int:
+        """Offset just past the segment."""
+        return self.start + self.size
+
+    @property
+    def write_offset(self) -> int:
+        """Log offset of the write position."""
+        return self.start + self.write_pos
+
+    @property
+    def is_full(self) -> bool:
+        return self.write_pos >= self.size
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def append(self, data: bytes | bytearray | memoryview) -> int:
+        """Write ``data`` at the write position; returns the position it was written at."""
+        pos = self.write_pos
+        end = pos + len(data)
+        if end > self.size:
+            raise SegmentError(f"{len(data)} bytes do not fit in {self!r}")
+        self.mm[pos:end] = data
+        self.write_pos = end
+        return pos
+
+    def zero(self, start: int, end: int) -> None:
+        """Overwrite ``[start, end)`` with zeros through the mapping (safe while others read)."""
+        chunk = bytes(min(_ZERO_CHUNK, max(end - start, 0)))
+        while start < end:
+            n = min(len(chunk), end - start)
+            self.mm[start:start + n] = chunk[:n]
+            start += n
+
+    def zero_tail_sparse(self, pos: int) -> None:
+        """Zero everything from ``pos`` to the end by truncating the file to ``pos`` and
+        extending it again (the tail becomes a hole). Cheap even for a huge dirty tail, but only
+        for recovery: touching the tail of the mapping between the two calls raises SIGBUS."""
+        os.ftruncate(self._fd, pos)
+        os.ftruncate(self._fd, self.size)
+        self.prefaulted_pos = min(self.prefaulted_pos, pos)
+
+    def truncate_to(self, pos: int, *, sparse: bool = False) -> None:
+        """Cut the written data back to ``pos`` and zero what follows."""
+        if sparse:
+            self.zero_tail_sparse(pos)
+        elif pos < self.write_pos:
+            self.zero(pos, self.write_pos)
+        self.write_pos = pos
+        self.flushed_pos = min(self.flushed_pos, pos)
+
+    # -- flushing ------------------------------------------------------------------------------
+
+    def dirty_pages(self) -> int:
+        return self.write_pos // PAGE_SIZE - self.flushed_pos // PAGE_SIZE
+
+    def flush(self, sync: SyncFn = default_sync, least_pages: int = 0) -> int:
+        """Sync written data to disk if at least ``least_pages`` pages are dirty (or the segment
+        is full). Returns the flushed position."""
+        write_pos = self.write_pos
+        if write_pos <= self.flushed_pos:
+            return self.flushed_pos
+        if least_pages > 0 and write_pos < self.size and self.dirty_pages() < least_pages:
+            return self.flushed_pos
+        with self._flush_lock:
+            if write_pos > self.flushed_pos and self.hold():
+                try:
+                    sync(self._fd)
+                finally:
+                    self.release()
+                self.flushed_pos = max(self.flushed_pos, write_pos)
+            return self.flushed_pos
+
+    def prefault(self, target_pos: int, buffer: bytearray) -> int:
+        """Read ``[prefaulted_pos, target_pos)`` (not below the write position) into the page
+        cache with ``preadv`` (GIL released), so later stores into the mapping find the pages
+        resident. Reads never race with writers. Returns the bytes read."""
+        start = max(self.prefaulted_pos, self.write_pos) // PAGE_SIZE * PAGE_SIZE
+        target = min(target_pos, self.size)
+        if start >= target or not self.hold():
+            return 0
+        done = 0
+        try:
+            while start < target:
+                n = min(len(buffer), target - start)
+                got = os.preadv(self._fd, [memoryview(buffer)[:n]], start)
+                if got <= 0:
+                    break
+                start += got
+                done += got
+        finally:
+            self.release()
+        self.prefaulted_pos = max(self.prefaulted_pos, start)
+        return done
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def slice(self, pos: int, size: int) -> SegmentSlice | None:
+        """A held, zero-copy view of ``[pos, pos + size)``; None if the segment is gone."""
+        if not self.hold():
+            return None
+        return SegmentSlice(self.start + pos, self.view[pos:pos + size], self)
+
+    def last_modified(self) -> float:
+        """mtime of the file (seconds), or 0.0 if it is gone."""
+        try:
+            return os.stat(self.path).st_mtime
+        except OSError:
+            return 0.0
+
+    # -- reference counting --------------------------------------------------------------------
+
+    def hold(self) -> bool:
+        """Take a reference; False if the segment is being destroyed/closed."""
+        with self._ref_lock:
+            if not self._available:
+                return False
+            self._refs += 1
+            return True
+
+    def release(self) -> None:
+        with self._ref_lock:
+            self._refs -= 1
+            last = self._refs == 0
+        if last:
+            self._cleanup()
+
+    @property
+    def is_held(self) -> bool:
+        """Whether anyone besides the owner holds a reference."""
+        return self._refs > 1
+
+    @property
+    def available(self) -> bool:
+        return self._available
+
+    def close(self) -> None:
+        """Give up the owner's reference; the mapping closes when the last holder releases."""
+        self._shutdown(delete=False)
+
+    def destroy(self) -> None:
+        """Unlink the file now (a new file of the same name may be created at once) and close
+        the mapping when the last holder releases it."""
+        self._shutdown(delete=True)
+
+    def _shutdown(self, *, delete: bool) -> None:
+        with self._ref_lock:
+            if not self._available:
+                return
+            self._available = False
+            self._refs -= 1
+            last = self._refs == 0
+        if delete:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
+        if last:
+            self._cleanup()
+
+    def _cleanup(self) -> None:
+        self.view.release()
+        try:
+            self.mm.close()
+        except BufferError:
+            # A caller kept a memoryview derived from a slice; the mapping goes when it does.
+            log.warning("segment %s still has exported views at close", self.path)
+        os.close(self._fd)
+
+
+class SegmentSlice:
+    """Zero-copy bytes of one segment, starting at log offset ``start_offset``.
+
+    Holds the segment until :meth:`release` (or the end of a ``with`` block); do not keep
+    ``data`` or views derived from it past that.
+    """
+
+    __slots__ = ("_segment", "data", "start_offset")
+
+    def __init__(self, start_offset: int, data: memoryview, segment: Segment) -> None:
+        self.start_offset = start_offset
+        self.data = data
+        self._segment: Segment | None = segment
+
+    @property
+    def size(self) -> int:
+        return len(self.data)
+
+    @property
+    def end_offset(self) -> int:
+        return self.start_offset + len(self.data)
+
+    def release(self) -> None:
+        segment, self._segment = self._segment, None
+        if segment is not None:
+            with contextlib.suppress(BufferError):
+                self.data.release()
+            segment.release()
+
+    def __enter__(self) -> SegmentSlice:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        return f"SegmentSlice(start_offset={self.start_offset}, size={len(self.data)})"

@@ -1,0 +1,611 @@
+"""``MessageStore``: the broker's storage facade (RocketMQ's ``DefaultMessageStore``).
+
+Layout under ``storePathRootDir``::
+
+    commitlog/<20-digit offset>                     all messages, 1 GiB segments
+    consumequeue/<topic>/<queueId>/<20-digit pos>   20-byte index entries per queue
+    checkpoint                                      flushed offsets and timestamps
+    abort                                           present while the store is open
+    lock                                            flock: one process per store
+
+Usage::
+
+    with MessageStore(StoreConfig(store_path_root_dir="/data/store")) as store:
+        r = store.put_message(Message("orders", b"...", queue_id=1, properties={"TAGS": "paid"}))
+        assert r.status is PutMessageStatus.PUT_OK
+        got = store.get_messages("orders", 1, queue_offset=0, max_count=32)
+
+All methods are thread-safe. Writes serialise on the commit log lock (one lock acquisition per
+put, also for a batch); reads do not take it. Threads: one flush thread (``FlushRealTimeService``
+or ``GroupCommitService``) and one maintenance thread (consume queue flush + checkpoint, expired
+file deletion, prefault).
+
+Writing
+    :meth:`MessageStore.put_message` / :meth:`MessageStore.put_messages` append and, under
+    SYNC_FLUSH, block until flushed (``FLUSH_DISK_TIMEOUT`` after ``syncFlushTimeout``).
+    Asyncio callers use :meth:`MessageStore.append_messages` (never waits for the disk) and
+    ``await asyncio.wait_for(asyncio.wrap_future(store.flush_future(r.end_offset)), timeout)``.
+    Appended messages are readable through :meth:`MessageStore.get_messages` as soon as the
+    call returns. :meth:`MessageStore.add_append_listener` callbacks get the new max offset
+    after every append (replication wakes waiting slaves with it).
+
+Replication
+    Master: :meth:`MessageStore.get_data` returns zero-copy slices of the commit log. Slave:
+    :meth:`MessageStore.append_data` appends them verbatim and dispatches the whole records
+    before returning; :meth:`MessageStore.truncate_dirty` cuts a diverged log back.
+
+Recovery (:meth:`MessageStore.start`, reported in :attr:`MessageStore.recovery`)
+    Clean shutdown: the checkpoint holds the exact end of the log; it is checked (nothing
+    written after it) and trusted, no record is read. After a crash (``abort`` file present):
+    records are validated from the start of the segment holding the checkpoint's flushed
+    offset; the first torn or corrupt record ends the log, the tail is zeroed, consume queue
+    entries past the end (and past the checkpoint's consume queue offset) are dropped and
+    rebuilt from the commit log.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import time
+from collections.abc import Callable, Collection, Sequence
+from concurrent.futures import Future
+from types import TracebackType
+
+from services.broker.storage.checkpoint import (
+    Checkpoint,
+    CheckpointFile,
+    create_abort_file,
+    remove_abort_file,
+)
+from services.broker.storage.commitlog import (
+    CommitLog,
+    CreateSegmentError,
+    StoreClosedError,
+    now_ms,
+)
+from services.broker.storage.config import FlushDiskType, StoreConfig
+from services.broker.storage.consumequeue import FILLER_SIZE, ConsumeQueueStore
+from services.broker.storage.flush import FlushRealTimeService, GroupCommitService, ServiceThread
+from services.broker.storage.record import (
+    Host,
+    Message,
+    MessageRecord,
+    PreparedRecord,
+    PropertiesTooLargeError,
+    RecordError,
+    prepare,
+)
+from services.broker.storage.segment import SegmentSlice, SyncFn, default_sync
+from services.broker.storage.status import (
+    GetMessageStatus,
+    GetResult,
+    PutMessageStatus,
+    PutResult,
+    RecoveryInfo,
+)
+
+log = logging.getLogger(__name__)
+
+#: Entries a filtered pull may scan (RocketMQ's maxFilterMessageCount).
+MAX_FILTER_SCAN = 16_000
+_PREFAULT_TICK = 0.02
+
+AppendListener = Callable[[int], None]
+
+
+class StoreError(Exception):
+    """The store cannot start (locked by another process, inconsistent files)."""
+
+
+class MessageStore:
+    """Commit log + consume queues + flush + recovery behind one small API (see module doc).
+
+    ``store_host`` is written into every record (STOREHOSTADDRESS) and makes the offset
+    message ids. ``sync`` replaces ``fdatasync`` for every file (a test seam: e.g. a function
+    that blocks to provoke FLUSH_DISK_TIMEOUT).
+    """
+
+    def __init__(self, config: StoreConfig, *, store_host: Host = ("127.0.0.1", 10911),
+                 sync: SyncFn | None = None) -> None:
+        self.config = config
+        self.store_host = store_host
+        self._sync: SyncFn = sync or default_sync
+        self._cq = ConsumeQueueStore(config.consume_queue_dir, config.mapped_file_size_consume_queue,
+                                     sync=self._sync)
+        self._log = CommitLog(config.commit_log_dir, config.mapped_file_size_commit_log,
+                              store_host=store_host, dispatcher=self._cq, sync=self._sync)
+        self._checkpoint = CheckpointFile(config.checkpoint_path)
+        self._sync_flush = config.flush_disk_type is FlushDiskType.SYNC_FLUSH
+        self._sync_timeout = config.sync_flush_timeout / 1000
+        self._max_message_size = config.max_message_size
+        self._listeners: tuple[AppendListener, ...] = ()
+        self._flush_service: FlushRealTimeService | None = None
+        self._group_commit: GroupCommitService | None = None
+        self._maintenance: ServiceThread | None = None
+        self._lock_fd: int | None = None
+        self._running = False
+        self._closed = False
+        self._next_cq_flush = 0.0
+        self._next_clean = 0.0
+        #: How the last :meth:`start` recovered (None before start).
+        self.recovery: RecoveryInfo | None = None
+
+    # ==========================================================================================
+    # lifecycle
+    # ==========================================================================================
+
+    def start(self) -> None:
+        """Lock the directory, recover, create the ``abort`` file and start the threads."""
+        if self._running or self._closed:
+            raise StoreError("a MessageStore can be started once")
+        cfg = self.config
+        os.makedirs(cfg.store_path_root_dir, exist_ok=True)
+        self._lock_fd = os.open(cfg.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+            raise StoreError(f"store {cfg.store_path_root_dir} is in use by another process") from None
+        try:
+            self.recovery = self._recover()
+            create_abort_file(cfg.abort_path)
+        except BaseException:
+            self._log.close()
+            self._cq.close()
+            self._release_lock()
+            raise
+        if self._sync_flush:
+            self._group_commit = GroupCommitService(
+                lambda: self._log.flush(0), self._log.flushed_offset,
+                idle_interval=cfg.flush_interval_commit_log / 1000)
+            self._group_commit.start()
+        else:
+            self._flush_service = FlushRealTimeService(
+                self._log.flush, cfg.flush_interval_commit_log, cfg.flush_commit_log_least_pages,
+                cfg.flush_commit_log_thorough_interval)
+            self._flush_service.start()
+        now = time.monotonic()
+        self._next_cq_flush = now + cfg.flush_interval_consume_queue / 1000
+        self._next_clean = now + cfg.clean_resource_interval / 1000
+        tick = min(cfg.flush_interval_consume_queue, cfg.clean_resource_interval, 1000) / 1000
+        if cfg.prefault_ahead_size:
+            tick = min(tick, _PREFAULT_TICK)
+        self._maintenance = ServiceThread("StoreMaintenance", tick, self._maintain)
+        self._maintenance.start()
+        self._running = True
+        log.info("message store started", extra={"root": cfg.store_path_root_dir,
+                                                  "recovery": self.recovery.mode if self.recovery else "",
+                                                  "max_offset": self._log.max_offset})
+
+    def shutdown(self) -> None:
+        """Stop the threads, flush everything, write the checkpoint, remove ``abort``."""
+        if not self._running:
+            return
+        self._running = False
+        self._closed = True
+        if self._maintenance is not None:
+            self._maintenance.stop()
+        if self._flush_service is not None:
+            self._flush_service.stop()
+        with self._log.lock:  # no append in flight after this
+            self._log.closed = True
+        self._log.flush(0)
+        if self._group_commit is not None:
+            self._group_commit.stop()
+        self._cq.flush(0)
+        self._checkpoint.save(Checkpoint(
+            physic_msg_timestamp=self._log.last_store_timestamp, logics_msg_timestamp=now_ms(),
+            physic_offset=self._log.max_offset, logics_offset=self._log.dispatched_offset))
+        self._checkpoint.close()
+        self._log.close()
+        self._cq.close()
+        remove_abort_file(self.config.abort_path)
+        self._release_lock()
+        log.info("message store shut down", extra={"root": self.config.store_path_root_dir})
+
+    def _release_lock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def __enter__(self) -> MessageStore:
+        if not self._running:
+            self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.shutdown()
+
+    @property
+    def running(self) -> bool:
+        return self._running
+
+    # ==========================================================================================
+    # recovery
+    # ==========================================================================================
+
+    def _recover(self) -> RecoveryInfo:
+        cfg = self.config
+        abnormal = os.path.exists(cfg.abort_path)
+        checkpoint = self._checkpoint.load()
+        self._log.load()
+        self._cq.load()
+        segments = self._log.segments
+        scan_from = scanned_records = scanned_bytes = 0
+        stop_reason = ""
+        if not segments:
+            mode = "empty"
+        elif (not abnormal and checkpoint is not None and self._log.recover_from_checkpoint(
+                checkpoint.physic_offset, checkpoint.physic_msg_timestamp)):
+            mode = "checkpoint"
+        else:
+            mode = "scan"
+            if abnormal:
+                scan_from = checkpoint.physic_offset if checkpoint is not None else segments[0].start
+            else:  # clean shutdown but the checkpoint does not match: check the last segments
+                scan_from = segments[max(0, len(segments) - 3)].start
+            scan = self._log.recover_by_scan(scan_from)
+            scan_from, scanned_records, scanned_bytes, stop_reason = (
+                scan.start, scan.records, scan.bytes, scan.stop_reason)
+        end = self._log.max_offset
+        log_min = self._log.min_offset
+        with self._log.lock:
+            self._cq.truncate_dirty(end)
+            reput = self._cq.max_physical_end() or log_min
+            if abnormal:
+                # Entries past the last checkpointed consume queue flush may be missing or torn:
+                # drop them and rebuild from the commit log.
+                safe = checkpoint.logics_offset if checkpoint is not None else log_min
+                reput = max(min(reput, safe), log_min)
+                self._cq.truncate_dirty(reput)
+            reput = min(max(reput, log_min), end)
+        self._log.set_dispatched_offset(reput)
+        redispatched, reason, bad_offset = self._log.dispatch_pending()
+        with self._log.lock:
+            if reason:  # garbage after a trusted end: cut it off
+                log.error("recovery: invalid record at %d (%s); truncating the commit log there",
+                          bad_offset, reason)
+                self._log.truncate_locked(bad_offset)
+                self._cq.truncate_dirty(bad_offset)
+            self._cq.correct_min_offsets(self._log.min_offset)
+        info = RecoveryInfo(abnormal, mode, scan_from, scanned_records, scanned_bytes, self._log.max_offset,
+                            reput, redispatched, stop_reason)
+        log.info("store recovered: %s", info)
+        return info
+
+    # ==========================================================================================
+    # writing
+    # ==========================================================================================
+
+    def put_message(self, msg: Message) -> PutResult:
+        """Append one message; under SYNC_FLUSH wait until it is on disk."""
+        # Same as append_message, inlined: this is the hottest path of the broker.
+        if not self._running:
+            return _not_available()
+        try:
+            prepared = prepare(msg)
+            if prepared.size > self._max_message_size:
+                return _too_large(prepared.size, self._max_message_size)
+            result = self._log.append(prepared)
+        except RecordError as exc:
+            return _refused(exc)
+        except Exception as exc:
+            return _append_failed(exc)
+        if self._listeners:
+            self._notify(result.end_offset)
+        if self._sync_flush:
+            return self._wait_flushed(result)
+        return result
+
+    def put_messages(self, msgs: Sequence[Message]) -> PutResult:
+        """Append a batch (one lock acquisition, one write per segment touched); under
+        SYNC_FLUSH wait until it is on disk. All messages are validated first: one illegal
+        message refuses the whole batch."""
+        result = self.append_messages(msgs)
+        if self._sync_flush and result.status is PutMessageStatus.PUT_OK:
+            return self._wait_flushed(result)
+        return result
+
+    def _wait_flushed(self, result: PutResult) -> PutResult:
+        gc = self._group_commit
+        if gc is not None and gc.wait(result.end_offset, self._sync_timeout):
+            return result
+        timeout = self.config.sync_flush_timeout
+        return result._replace(status=PutMessageStatus.FLUSH_DISK_TIMEOUT,
+                               error=f"not flushed within syncFlushTimeout ({timeout} ms); "
+                                     "the message is stored")
+
+    def append_message(self, msg: Message) -> PutResult:
+        """Append one message without waiting for the disk (see :meth:`flush_future`)."""
+        if not self._running:
+            return _not_available()
+        try:
+            prepared = prepare(msg)
+            if prepared.size > self._max_message_size:
+                return _too_large(prepared.size, self._max_message_size)
+            result = self._log.append(prepared)
+        except RecordError as exc:
+            return _refused(exc)
+        except Exception as exc:
+            return _append_failed(exc)
+        if self._listeners:
+            self._notify(result.end_offset)
+        return result
+
+    def append_messages(self, msgs: Sequence[Message]) -> PutResult:
+        """Append a batch without waiting for the disk (see :meth:`flush_future`)."""
+        if not self._running:
+            return _not_available()
+        prepared: list[PreparedRecord] = []
+        try:
+            for msg in msgs:
+                p = prepare(msg)
+                if p.size > self._max_message_size:
+                    return _too_large(p.size, self._max_message_size)
+                prepared.append(p)
+        except RecordError as exc:
+            return _refused(exc)
+        try:
+            result = self._log.append_batch(prepared)
+        except RecordError as exc:
+            return _refused(exc)
+        except Exception as exc:
+            return _append_failed(exc)
+        if self._listeners and prepared:
+            self._notify(result.end_offset)
+        return result
+
+    def flush_future(self, end_offset: int) -> Future[PutMessageStatus]:
+        """A future resolving to PUT_OK once the commit log is flushed up to ``end_offset``
+        (at once under ASYNC_FLUSH). Bound the wait by ``syncFlushTimeout`` and report
+        FLUSH_DISK_TIMEOUT when it expires, e.g.
+        ``await asyncio.wait_for(asyncio.wrap_future(f), timeout)`` (cancelling is fine)."""
+        gc = self._group_commit
+        if gc is not None and self._running:
+            return gc.request(end_offset)
+        future: Future[PutMessageStatus] = Future()
+        future.set_result(PutMessageStatus.PUT_OK if self._running or not self._sync_flush
+                          else PutMessageStatus.SERVICE_NOT_AVAILABLE)
+        return future
+
+    def flush(self) -> int:
+        """Flush the commit log and consume queues now; returns the flushed commit log offset."""
+        flushed = self._log.flush(0)
+        self._cq.flush(0)
+        return flushed
+
+    def add_append_listener(self, listener: AppendListener) -> None:
+        """Call ``listener(max_offset)`` after every append (on the appending thread; keep it
+        cheap and non-blocking, e.g. ``loop.call_soon_threadsafe``)."""
+        self._listeners = (*self._listeners, listener)
+
+    def remove_append_listener(self, listener: AppendListener) -> None:
+        self._listeners = tuple(x for x in self._listeners if x != listener)
+
+    def _notify(self, offset: int) -> None:
+        for listener in self._listeners:
+            try:
+                listener(offset)
+            except Exception:
+                log.exception("append listener failed")
+
+    # ==========================================================================================
+    # reading
+    # ==========================================================================================
+
+    def get_messages(self, topic: str, queue_id: int, queue_offset: int, max_count: int = 32,
+                     max_bytes: int | None = None, tag_hashes: Collection[int] | None = None) -> GetResult:
+        """Pull up to ``max_count`` messages (and ``max_bytes``; at least one) of a queue from
+        ``queue_offset``; both capped by ``maxTransferCount/BytesOnMessageInMemory``.
+        ``tag_hashes``: keep only messages whose tag hash code (see
+        :func:`~services.broker.storage.record.tag_hash_code`) is in it (None = all).
+        Continue from ``next_begin_offset``."""
+        cq = self._cq.get(topic, queue_id)
+        if cq is None or cq.max_offset == 0:
+            return GetResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, [], 0, 0, 0)
+        min_offset, max_offset = cq.min_offset, cq.max_offset
+        if queue_offset < min_offset:
+            return GetResult(GetMessageStatus.OFFSET_TOO_SMALL, [], min_offset, min_offset, max_offset)
+        if queue_offset == max_offset:
+            return GetResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, [], queue_offset, min_offset, max_offset)
+        if queue_offset > max_offset:
+            return GetResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, [], max_offset, min_offset, max_offset)
+        cfg = self.config
+        max_count = max(1, min(max_count, cfg.max_transfer_count_on_message_in_memory))
+        byte_cap = cfg.max_transfer_bytes_on_message_in_memory
+        max_bytes = byte_cap if max_bytes is None else min(max_bytes, byte_cap)
+        scan_limit = max(max_count, MAX_FILTER_SCAN) if tag_hashes is not None else max_count
+        log_min = self._log.min_offset
+        offset = queue_offset
+        picked: list[int] = []
+        total = scanned = filtered = removed = 0
+        full = False
+        while not full and offset < max_offset and scanned < scan_limit:
+            entries = cq.read(offset, min(scan_limit - scanned, max_offset - offset))
+            if not entries:
+                break
+            for physical_offset, size, tags_code in entries:
+                if size == FILLER_SIZE:
+                    pass
+                elif physical_offset < log_min:
+                    removed += 1
+                elif tag_hashes is not None and tags_code not in tag_hashes:
+                    filtered += 1
+                else:
+                    if picked and total + size > max_bytes:
+                        full = True
+                        break
+                    picked.append(physical_offset)
+                    total += size
+                offset += 1
+                scanned += 1
+                if len(picked) >= max_count:
+                    full = True
+                    break
+        messages = [m for m in self._log.read_many(picked) if m is not None]
+        if messages:
+            status = GetMessageStatus.FOUND
+        elif filtered:
+            status = GetMessageStatus.NO_MATCHED_MESSAGE
+        elif removed:
+            status = GetMessageStatus.MESSAGE_WAS_REMOVING
+        else:
+            status = GetMessageStatus.OFFSET_FOUND_NULL
+        return GetResult(status, messages, offset, min_offset, max_offset)
+
+    def read_message(self, physical_offset: int) -> MessageRecord | None:
+        """The record at a commit log offset (e.g. from an offset message id)."""
+        return self._log.read(physical_offset)
+
+    def min_queue_offset(self, topic: str, queue_id: int) -> int:
+        cq = self._cq.get(topic, queue_id)
+        return cq.min_offset if cq is not None else 0
+
+    def max_queue_offset(self, topic: str, queue_id: int) -> int:
+        """The queue offset the next message gets (= messages ever stored in the queue)."""
+        cq = self._cq.get(topic, queue_id)
+        return cq.max_offset if cq is not None else 0
+
+    def queue_offset_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """The first queue offset whose message was stored at or after ``timestamp_ms``
+        (``max_queue_offset`` if none; binary search over store timestamps)."""
+        cq = self._cq.get(topic, queue_id)
+        if cq is None:
+            return 0
+        lo, hi = cq.min_offset, cq.max_offset
+        while lo < hi:
+            mid = (lo + hi) // 2
+            entry = cq.get(mid)
+            ts = self._log.store_timestamp_at(entry[0]) if entry is not None else None
+            if ts is None or ts < timestamp_ms:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def topics(self) -> dict[str, list[int]]:
+        """Topic -> queue ids that have a consume queue."""
+        return self._cq.topics()
+
+    def queue_ids(self, topic: str) -> list[int]:
+        return self._cq.topics().get(topic, [])
+
+    # ==========================================================================================
+    # commit log level (replication, admin)
+    # ==========================================================================================
+
+    @property
+    def max_offset(self) -> int:
+        """Commit log offset past the last byte written (slave: may be mid-record)."""
+        return self._log.max_offset
+
+    @property
+    def min_offset(self) -> int:
+        return self._log.min_offset
+
+    @property
+    def flushed_offset(self) -> int:
+        return self._log.flushed_offset
+
+    @property
+    def dispatched_offset(self) -> int:
+        """Commit log offset up to which whole records are indexed in the consume queues."""
+        return self._log.dispatched_offset
+
+    def get_data(self, offset: int, max_bytes: int) -> SegmentSlice | None:
+        """Zero-copy commit log bytes from ``offset`` (at most ``max_bytes``, within one
+        segment); None if nothing is there yet. Release it (or use ``with``)."""
+        return self._log.get_data(offset, max_bytes)
+
+    def append_data(self, start_offset: int, data: bytes | bytearray | memoryview) -> int:
+        """Slave: append replicated bytes verbatim at ``start_offset`` (must equal
+        :attr:`max_offset`; an empty store accepts a segment boundary) and dispatch the whole
+        records. Returns the new max offset. Raises
+        :class:`~services.broker.storage.commitlog.OffsetMismatchError` or
+        :class:`~services.broker.storage.commitlog.CorruptDataError`."""
+        if not self._running:
+            raise StoreClosedError("message store is not running")
+        new_max = self._log.append_data(start_offset, data)
+        if self._listeners:
+            self._notify(new_max)
+        return new_max
+
+    def truncate_dirty(self, offset: int) -> None:
+        """Cut the commit log back to ``offset`` (a record boundary) and drop consume queue
+        entries past it, e.g. for a slave whose log diverged from a new master's."""
+        with self._log.lock:
+            self._log.truncate_locked(offset)
+            self._cq.truncate_dirty(self._log.max_offset)
+        if self._group_commit is not None:
+            self._group_commit.reset(self._log.flushed_offset)
+        log.warning("commit log truncated to %d", self._log.max_offset)
+
+    def delete_topic(self, topic: str) -> int:
+        """Drop the topic's consume queues (its records stay in the commit log until they
+        expire). Returns the number of queues deleted."""
+        with self._log.lock:
+            return self._cq.delete_topic(topic)
+
+    def delete_expired(self, now: int | None = None) -> int:
+        """Delete commit log segments older than ``fileReservedTime`` (never the active one or
+        one being read) and consume queue files wholly below the commit log min offset.
+        ``now`` in ms (default: the clock). Returns the number of files deleted."""
+        now = now_ms() if now is None else now
+        deleted = self._log.delete_expired(now, self.config.file_reserved_time * 3_600_000)
+        with self._log.lock:
+            deleted += self._cq.delete_expired(self._log.min_offset)
+        return deleted
+
+    # ==========================================================================================
+    # maintenance thread
+    # ==========================================================================================
+
+    def _maintain(self) -> None:
+        cfg = self.config
+        if cfg.prefault_ahead_size:
+            self._log.prefault(cfg.prefault_ahead_size)
+        now = time.monotonic()
+        if now >= self._next_cq_flush:
+            self._next_cq_flush = now + cfg.flush_interval_consume_queue / 1000
+            self._flush_consume_queues()
+        if now >= self._next_clean:
+            self._next_clean = now + cfg.clean_resource_interval / 1000
+            self.delete_expired()
+
+    def _flush_consume_queues(self) -> None:
+        # Read the offsets first: everything they cover is written before the flushes start.
+        logics_offset = self._log.dispatched_offset
+        physic_ts = self._log.last_store_timestamp
+        physic_offset = self._log.flushed_offset
+        self._cq.flush(0)
+        self._checkpoint.save(Checkpoint(physic_msg_timestamp=physic_ts, logics_msg_timestamp=now_ms(),
+                                         physic_offset=physic_offset, logics_offset=logics_offset))
+
+
+def _not_available() -> PutResult:
+    return PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, error="message store is not running")
+
+
+def _refused(exc: RecordError) -> PutResult:
+    status = (PutMessageStatus.PROPERTIES_SIZE_EXCEEDED if isinstance(exc, PropertiesTooLargeError)
+              else PutMessageStatus.MESSAGE_ILLEGAL)
+    return PutResult(status, error=str(exc))
+
+
+def _too_large(size: int, limit: int) -> PutResult:
+    return PutResult(PutMessageStatus.MESSAGE_ILLEGAL,
+                     error=f"message record is {size} bytes, more than maxMessageSize ({limit})")
+
+
+def _append_failed(exc: Exception) -> PutResult:
+    if isinstance(exc, StoreClosedError):
+        return _not_available()
+    if isinstance(exc, CreateSegmentError):
+        log.error("cannot create a commit log segment: %s", exc)
+        return PutResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, error=str(exc))
+    log.exception("append failed")
+    return PutResult(PutMessageStatus.UNKNOWN_ERROR, error=f"{type(exc).__name__}: {exc}")

@@ -1,0 +1,74 @@
+"""Child process of ``test_crash``: opens a store in SYNC_FLUSH and writes until killed.
+
+``python -m tests.integration.storage.crash_writer ROOT SECONDS FIRST_INDEX``
+
+Prints ``READY`` once started, then one line ``index queue_id queue_offset physical_offset`` per
+message *after* its put returned PUT_OK (i.e. acknowledged as flushed), flushing stdout each
+time. It never shuts the store down: the parent SIGKILLs it (it exits by itself after SECONDS).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+
+from services.broker.storage import FlushDiskType, MessageStore, PutMessageStatus, StoreConfig
+from services.broker.storage.record import Message
+
+TOPIC = "CrashTopic"
+QUEUES = 4
+WRITERS = 4
+
+
+def config(root: str) -> StoreConfig:
+    return StoreConfig(store_path_root_dir=root, flush_disk_type=FlushDiskType.SYNC_FLUSH,
+                       mapped_file_size_commit_log=256 * 1024, mapped_file_size_consume_queue=100 * 20,
+                       max_message_size=64 * 1024, flush_interval_consume_queue=50, prefault_ahead_size=0)
+
+
+def message(index: int) -> Message:
+    """Message ``index``: deterministic body of varying size, so the parent can check it."""
+    body = (f"<{index}>".encode() * (index % 97 + 5))[: 30 + (index * 7919) % 3000]
+    return Message(TOPIC, body, index % QUEUES, properties={"TAGS": f"t{index % 3}", "UNIQ_KEY": str(index)})
+
+
+def main() -> None:
+    root, seconds, first = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+    store = MessageStore(config(root))
+    store.start()
+    out_lock = threading.Lock()
+    counter = [first]
+    deadline = time.monotonic() + seconds
+    print("READY", flush=True)
+
+    def writer() -> None:
+        while time.monotonic() < deadline:
+            with out_lock:
+                index = counter[0]
+                counter[0] += 3 if index % 10 == 0 else 1
+            if index % 10 == 0:  # now and then a batch of three
+                batch = [message(index), message(index + 1), message(index + 2)]
+                result = store.put_messages(batch)
+                indexes = [index, index + 1, index + 2]
+            else:
+                result = store.put_message(message(index))
+                indexes = [index]
+            if result.status is not PutMessageStatus.PUT_OK:
+                continue
+            acked = zip(indexes, result.queue_offsets, result.physical_offsets, strict=True)
+            lines = "".join(f"{i} {i % QUEUES} {q} {p}\n" for i, q, p in acked)
+            with out_lock:
+                sys.stdout.write(lines)
+                sys.stdout.flush()
+
+    threads = [threading.Thread(target=writer, daemon=True) for _ in range(WRITERS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(seconds + 5)
+    time.sleep(30)  # wait to be killed; never a clean shutdown
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,249 @@
+"""Commit log through the store: segment roll-over, batches, replication (get_data/append_data)."""
+
+from __future__ import annotations
+
+import os
+import random
+import struct
+from pathlib import Path
+
+import pytest
+
+from services.broker.storage.commitlog import CorruptDataError, OffsetMismatchError
+from services.broker.storage.record import BLANK_MAGIC_CODE, MAGIC_CODE, Message, MessageRecord, decode_record
+from services.broker.storage.segment import parse_segment_name, segment_name
+from services.broker.storage.status import PutMessageStatus
+from services.broker.storage.store import MessageStore
+from tests.unit.storage.conftest import SEGMENT, StoreFactory, msg
+
+
+def walk_commit_log(directory: Path) -> tuple[list[MessageRecord], list[tuple[int, int]]]:
+    """Parse the segment files independently of the store: (records, blanks as (offset, size)).
+    Asserts the on-disk invariants: names, sizes, no record spanning two files, blank padding."""
+    records: list[MessageRecord] = []
+    blanks: list[tuple[int, int]] = []
+    names = sorted(os.listdir(directory))
+    for index, name in enumerate(names):
+        start = parse_segment_name(name)
+        assert start == index * SEGMENT, name
+        data = (directory / name).read_bytes()
+        assert len(data) == SEGMENT
+        pos = 0
+        while pos < SEGMENT:
+            total, magic = struct.unpack_from(">iI", data, pos)
+            if magic == BLANK_MAGIC_CODE:
+                assert total == SEGMENT - pos and total >= 8
+                assert not any(data[pos + 8:])
+                blanks.append((start + pos, total))
+                break
+            if magic != MAGIC_CODE:
+                assert index == len(names) - 1, "only the last segment may end without a blank"
+                assert not any(data[pos:]), "bytes after the end of the log must be zero"
+                break
+            assert pos + total + 8 <= SEGMENT, "a record must leave room for the blank"
+            record = decode_record(data, pos)
+            assert record.physical_offset == start + pos
+            records.append(record)
+            pos += total
+    return records, blanks
+
+
+def put_mixed(store: MessageStore, n: int, seed: int = 1) -> list[tuple[Message, int, int]]:
+    """Put n messages of random sizes over two topics/three queues, singly and in batches.
+    Returns (message, queue offset, physical offset) in put order."""
+    rng = random.Random(seed)
+    sent: list[tuple[Message, int, int]] = []
+    i = 0
+    while i < n:
+        k = min(rng.choice([1, 1, 1, 5, 20]), n - i)
+        batch = [msg(i + j, rng.choice(["TopicA", "TopicB"]), rng.randrange(3), rng.randrange(0, 1500),
+                     tags=rng.choice(["a", "b", None])) for j in range(k)]
+        result = store.put_message(batch[0]) if k == 1 else store.put_messages(batch)
+        assert result.status is PutMessageStatus.PUT_OK, result
+        sent.extend(zip(batch, result.queue_offsets, result.physical_offsets, strict=True))
+        i += k
+    return sent
+
+
+def test_roll_over_keeps_records_whole_and_readable(open_store: StoreFactory, tmp_path: Path) -> None:
+    store = open_store()
+    sent = put_mixed(store, 400)
+    records, blanks = walk_commit_log(tmp_path / "store" / "commitlog")
+    assert len(os.listdir(tmp_path / "store" / "commitlog")) >= 10
+    assert len(blanks) == len(os.listdir(tmp_path / "store" / "commitlog")) - 1
+    assert [(r.body, r.queue_offset, r.physical_offset) for r in records] == \
+        [(m.body, q, p) for m, q, p in sent]
+    # physical offsets are dense except for the blank padding
+    expected = 0
+    blank_at = dict(blanks)
+    for r in records:
+        if expected in blank_at:
+            expected += blank_at[expected]
+        assert r.physical_offset == expected
+        expected += r.store_size
+    assert store.max_offset == expected
+    # read back: by physical offset and through the consume queues, across segments
+    for m, _q, p in sent:
+        assert store.read_message(p).body == m.body  # type: ignore[union-attr]
+    for topic in ("TopicA", "TopicB"):
+        for queue_id in range(3):
+            mine = [(q, m.body) for m, q, _ in sent if m.topic == topic and m.queue_id == queue_id]
+            assert [q for q, _ in mine] == list(range(len(mine)))  # queue offsets are dense per queue
+            got: list[tuple[int, bytes]] = []
+            offset = 0
+            while True:
+                result = store.get_messages(topic, queue_id, offset, 7)
+                if not result.found:
+                    break
+                got += [(r.queue_offset, r.body) for r in result.messages]
+                offset = result.next_begin_offset
+            assert got == mine
+
+
+def test_batch_spanning_segments_is_one_call(open_store: StoreFactory) -> None:
+    store = open_store()
+    batch = [msg(i, size=1000) for i in range(60)]  # ~66 KB: 5 segments
+    result = store.put_messages(batch)
+    assert result.ok and list(result.queue_offsets) == list(range(60))
+    records = [store.read_message(p) for p in result.physical_offsets]
+    assert result.wrote_bytes == sum(r.store_size for r in records if r is not None)
+    assert result.end_offset == store.max_offset
+    assert {p // SEGMENT for p in result.physical_offsets} == set(range(5))
+    assert len(result.msg_ids) == 60 and len(set(result.msg_ids)) == 60
+    got = store.get_messages("TopicA", 0, 0, 32, max_bytes=10**9)
+    assert [r.body for r in got.messages] == [m.body for m in batch[:32]]
+
+
+def test_message_larger_than_the_limit_is_refused(open_store: StoreFactory) -> None:
+    store = open_store()
+    result = store.put_message(Message("T", bytes(5000)))
+    assert result.status is PutMessageStatus.MESSAGE_ILLEGAL and "maxMessageSize" in result.error
+    assert store.put_messages([Message("T", b"ok"), Message("T", bytes(5000))]).status is \
+        PutMessageStatus.MESSAGE_ILLEGAL
+    assert store.max_offset == 0  # nothing of the batch was written
+
+
+# -- replication ---------------------------------------------------------------------------------
+
+def replicate(master: MessageStore, slave: MessageStore, rng: random.Random,
+              start: int | None = None) -> None:
+    """Copy master -> slave the way the HA service does, in random chunk sizes."""
+    offset = slave.max_offset if start is None else start
+    while offset < master.max_offset:
+        piece = master.get_data(offset, rng.randrange(1, 3000))
+        assert piece is not None
+        with piece:
+            data = bytes(piece.data)
+            assert piece.start_offset == offset
+        # the slave may receive it in even smaller pieces
+        while data:
+            cut = rng.randrange(1, len(data) + 1)
+            offset = slave.append_data(offset, data[:cut])
+            data = data[cut:]
+            # only whole records are ever indexed
+            assert slave.dispatched_offset <= slave.max_offset
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_replicated_log_is_byte_identical(open_store: StoreFactory, tmp_path: Path, seed: int) -> None:
+    master = open_store(tmp_path / "master")
+    slave = open_store(tmp_path / "slave")
+    put_mixed(master, 300, seed)
+    replicate(master, slave, random.Random(seed))
+    assert slave.max_offset == master.max_offset == slave.dispatched_offset
+    master.flush()
+    slave.flush()
+    for name in sorted(os.listdir(tmp_path / "master" / "commitlog")):
+        assert (tmp_path / "master" / "commitlog" / name).read_bytes() == \
+            (tmp_path / "slave" / "commitlog" / name).read_bytes()
+    assert master.topics() == slave.topics()
+    for topic, queue_ids in master.topics().items():
+        for queue_id in queue_ids:
+            directory = Path("consumequeue") / topic / str(queue_id)
+            names = sorted(os.listdir(tmp_path / "master" / directory))
+            assert names == sorted(os.listdir(tmp_path / "slave" / directory))
+            for name in names:
+                assert (tmp_path / "master" / directory / name).read_bytes() == \
+                    (tmp_path / "slave" / directory / name).read_bytes()
+            assert slave.max_queue_offset(topic, queue_id) == master.max_queue_offset(topic, queue_id)
+
+
+def test_record_cut_by_a_chunk_is_dispatched_when_complete(open_store: StoreFactory, tmp_path: Path) -> None:
+    master = open_store(tmp_path / "master")
+    slave = open_store(tmp_path / "slave")
+    first = master.put_message(msg(0)).end_offset
+    master.put_message(msg(1))
+    with master.get_data(0, first + 50) as piece:  # type: ignore[union-attr]
+        slave.append_data(0, piece.data)
+    assert slave.max_offset == first + 50 and slave.dispatched_offset == first
+    assert slave.max_queue_offset("TopicA", 0) == 1
+    with master.get_data(first + 50, 10**6) as piece:  # type: ignore[union-attr]
+        slave.append_data(first + 50, piece.data)
+    assert slave.max_queue_offset("TopicA", 0) == 2
+    assert [r.body for r in slave.get_messages("TopicA", 0, 0, 10).messages] == [msg(0).body, msg(1).body]
+
+
+def test_append_data_refuses_discontinuous_data(open_store: StoreFactory, tmp_path: Path) -> None:
+    master = open_store(tmp_path / "master")
+    slave = open_store(tmp_path / "slave")
+    put_mixed(master, 30)
+    with pytest.raises(OffsetMismatchError, match="segment boundary"):
+        slave.append_data(100, b"x")  # an empty log starts at a segment boundary
+    with master.get_data(0, 500) as piece:  # type: ignore[union-attr]
+        slave.append_data(0, piece.data)
+    with pytest.raises(OffsetMismatchError) as info:
+        slave.append_data(501, b"x")
+    assert info.value.max_offset == 500 and info.value.start_offset == 501
+    with pytest.raises(OffsetMismatchError, match="cross the end"):
+        slave.append_data(500, bytes(SEGMENT))
+    assert slave.max_offset == 500
+
+
+def test_slave_may_start_from_the_masters_last_segment(open_store: StoreFactory, tmp_path: Path) -> None:
+    master = open_store(tmp_path / "master")
+    slave = open_store(tmp_path / "slave")
+    sent = put_mixed(master, 200)
+    start = (master.max_offset // SEGMENT) * SEGMENT
+    replicate(master, slave, random.Random(5), start=start)
+    assert slave.min_offset == start and slave.max_offset == master.max_offset
+    assert sorted(os.listdir(tmp_path / "slave" / "commitlog"))[0] == segment_name(start)
+    for topic, queue_ids in master.topics().items():
+        for queue_id in queue_ids:
+            tail = [(q, m.body) for m, q, p in sent
+                    if m.topic == topic and m.queue_id == queue_id and p >= start]
+            if not tail:
+                continue
+            assert slave.min_queue_offset(topic, queue_id) == tail[0][0]
+            assert slave.max_queue_offset(topic, queue_id) == master.max_queue_offset(topic, queue_id)
+            got = slave.get_messages(topic, queue_id, tail[0][0], 32, max_bytes=10**9)
+            assert [(r.queue_offset, r.body) for r in got.messages] == tail[:32]
+            assert slave.get_messages(topic, queue_id, 0, 1).status.name == "OFFSET_TOO_SMALL"
+
+
+def test_corrupt_replicated_data_is_cut_back(open_store: StoreFactory, tmp_path: Path) -> None:
+    master = open_store(tmp_path / "master")
+    slave = open_store(tmp_path / "slave")
+    end0 = master.put_message(msg(0)).end_offset
+    end1 = master.put_message(msg(1)).end_offset
+    with master.get_data(0, end1) as piece:  # type: ignore[union-attr]
+        data = bytearray(piece.data)
+    data[end0 + 100] ^= 0xFF  # a body byte of the second record
+    with pytest.raises(CorruptDataError) as info:
+        slave.append_data(0, data)
+    assert info.value.offset == end0 and "CRC" in info.value.reason
+    assert slave.max_offset == end0 and slave.max_queue_offset("TopicA", 0) == 1
+    with master.get_data(end0, end1) as piece:  # type: ignore[union-attr]
+        slave.append_data(end0, piece.data)  # the good bytes are accepted afterwards
+    assert slave.max_queue_offset("TopicA", 0) == 2
+
+
+def test_get_data_never_crosses_a_segment(open_store: StoreFactory) -> None:
+    store = open_store()
+    put_mixed(store, 100)
+    offset = 0
+    while offset < store.max_offset:
+        with store.get_data(offset, 10**9) as piece:  # type: ignore[union-attr]
+            assert piece.start_offset == offset
+            assert offset // SEGMENT == (piece.end_offset - 1) // SEGMENT
+            offset = piece.end_offset
+    assert store.get_data(store.max_offset, 100) is None

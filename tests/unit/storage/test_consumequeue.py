@@ -1,0 +1,179 @@
+"""Consume queues: entries, pulls (statuses, limits, tag filter), lookup by time, rebuilds."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+import time
+from pathlib import Path
+
+from services.broker.storage import record as rec
+from services.broker.storage.consumequeue import ENTRY
+from services.broker.storage.record import Message, tag_hash_code
+from services.broker.storage.status import GetMessageStatus
+from services.broker.storage.store import MessageStore
+from tests.unit.storage.conftest import CQ_FILE, StoreFactory, msg, small_config
+
+
+def cq_entries(root: Path, topic: str, queue_id: int) -> list[tuple[int, int, int]]:
+    """All entries of a queue, straight from its files (stops at the first unwritten one)."""
+    entries: list[tuple[int, int, int]] = []
+    directory = root / "consumequeue" / topic / str(queue_id)
+    for name in sorted(os.listdir(directory)):
+        for entry in ENTRY.iter_unpack((directory / name).read_bytes()):
+            if entry[1] == 0:
+                return entries
+            entries.append(entry)
+    return entries
+
+
+def test_entries_point_at_their_records(open_store: StoreFactory, tmp_path: Path) -> None:
+    store = open_store()
+    puts = [store.put_message(msg(i, queue_id=i % 2, tags=f"tag{i % 3}")) for i in range(130)]
+    store.flush()
+    for queue_id in (0, 1):
+        entries = cq_entries(tmp_path / "store", "TopicA", queue_id)
+        mine = [(i, r) for i, r in enumerate(puts) if i % 2 == queue_id]
+        assert len(entries) == len(mine) == 65
+        for (i, result), (offset, size, tags_code) in zip(mine, entries, strict=True):
+            assert offset == result.physical_offsets[0]
+            assert size == result.wrote_bytes
+            assert tags_code == tag_hash_code(f"tag{i % 3}")
+    # 65 entries with 50 per file: two files named by byte position
+    names = sorted(os.listdir(tmp_path / "store" / "consumequeue" / "TopicA" / "0"))
+    assert names == ["00000000000000000000", f"{CQ_FILE:020d}"]
+
+
+def test_read_your_writes(open_store: StoreFactory) -> None:
+    store = open_store()
+    for i in range(60):
+        result = store.put_message(msg(i))
+        got = store.get_messages("TopicA", 0, result.queue_offsets[0], 1)
+        assert got.found and got.messages[0].body == msg(i).body
+
+
+def test_get_statuses(open_store: StoreFactory) -> None:
+    store = open_store()
+    assert store.get_messages("Nope", 0, 0, 1).status is GetMessageStatus.NO_MESSAGE_IN_QUEUE
+    for i in range(10):
+        store.put_message(msg(i))
+    ok = store.get_messages("TopicA", 0, 3, 4)
+    assert ok.status is GetMessageStatus.FOUND and [m.queue_offset for m in ok.messages] == [3, 4, 5, 6]
+    assert (ok.next_begin_offset, ok.min_offset, ok.max_offset) == (7, 0, 10)
+    one = store.get_messages("TopicA", 0, 10, 4)
+    assert one.status is GetMessageStatus.OFFSET_OVERFLOW_ONE and one.next_begin_offset == 10
+    badly = store.get_messages("TopicA", 0, 15, 4)
+    assert badly.status is GetMessageStatus.OFFSET_OVERFLOW_BADLY and badly.next_begin_offset == 10
+    assert store.get_messages("TopicA", 0, -1, 4).status is GetMessageStatus.OFFSET_TOO_SMALL
+
+
+def test_pull_limits(open_store: StoreFactory) -> None:
+    store = open_store(max_transfer_count_on_message_in_memory=5)
+    for i in range(20):
+        store.put_message(msg(i, size=1000))
+    assert len(store.get_messages("TopicA", 0, 0, 100).messages) == 5  # capped by config
+    by_bytes = store.get_messages("TopicA", 0, 0, 5, max_bytes=2500)
+    assert len(by_bytes.messages) == 2 and by_bytes.next_begin_offset == 2
+    assert len(store.get_messages("TopicA", 0, 0, 5, max_bytes=1).messages) == 1  # always at least one
+
+
+def test_tag_filter(open_store: StoreFactory) -> None:
+    store = open_store()
+    for i in range(30):
+        store.put_message(msg(i, tags="a" if i % 3 == 0 else "b"))
+    store.put_message(msg(30))  # no tags: matches no tag filter
+    got = store.get_messages("TopicA", 0, 0, 32, max_bytes=10**9, tag_hashes={tag_hash_code("a")})
+    assert [m.queue_offset for m in got.messages] == list(range(0, 30, 3))
+    assert got.next_begin_offset == 31
+    none = store.get_messages("TopicA", 0, 1, 32, tag_hashes={tag_hash_code("a")} and {tag_hash_code("zzz")})
+    assert none.status is GetMessageStatus.NO_MATCHED_MESSAGE and none.next_begin_offset == 31
+
+
+def test_offset_by_time(open_store: StoreFactory) -> None:
+    store = open_store()
+    stamps = []
+    for i in range(40):
+        stamps.append(store.put_message(msg(i)).store_timestamp)
+        if i % 10 == 9:
+            time.sleep(0.005)
+    assert store.queue_offset_by_time("TopicA", 0, 0) == 0
+    assert store.queue_offset_by_time("TopicA", 0, stamps[-1] + 10_000) == 40
+    for i in (5, 10, 25, 39):
+        first = stamps.index(stamps[i])  # first message stored at that millisecond
+        assert store.queue_offset_by_time("TopicA", 0, stamps[i]) == first
+    assert store.queue_offset_by_time("Nope", 0, 0) == 0
+
+
+def test_rebuild_after_deleting_consume_queues(tmp_path: Path) -> None:
+    config = small_config(tmp_path / "s")
+    with MessageStore(config) as store:
+        for i in range(120):
+            store.put_message(msg(i, queue_id=i % 3, tags=str(i)))
+        before = {q: cq_entries(tmp_path / "s", "TopicA", q) for q in range(3)}
+    shutil.rmtree(tmp_path / "s" / "consumequeue")
+    with MessageStore(config) as store:
+        assert store.recovery is not None and store.recovery.redispatched == 120
+        assert store.max_queue_offset("TopicA", 1) == 40
+        store.put_message(msg(120, queue_id=0))  # queue offsets continue where they were
+        assert store.max_queue_offset("TopicA", 0) == 41
+        store.flush()
+        after = {q: cq_entries(tmp_path / "s", "TopicA", q) for q in range(3)}
+    assert after[1] == before[1] and after[2] == before[2] and after[0][:40] == before[0]
+
+
+def test_filler_entries_when_a_queue_starts_late(open_store: StoreFactory, tmp_path: Path) -> None:
+    master = open_store(tmp_path / "m")
+    for i in range(200):
+        master.put_message(msg(i))
+    last_start = (master.max_offset // (16 * 1024)) * 16 * 1024
+    slave = open_store(tmp_path / "s")
+    offset = last_start
+    while offset < master.max_offset:
+        with master.get_data(offset, 10**6) as piece:  # type: ignore[union-attr]
+            offset = slave.append_data(offset, piece.data)
+    low = slave.min_queue_offset("TopicA", 0)
+    assert 100 < low < 200 and slave.max_queue_offset("TopicA", 0) == 200
+    # the queue file starts with RocketMQ-style filler entries before the first real one
+    first_file = sorted(os.listdir(tmp_path / "s" / "consumequeue" / "TopicA" / "0"))[0]
+    data = (tmp_path / "s" / "consumequeue" / "TopicA" / "0" / first_file).read_bytes()
+    file_start = int(first_file) // 20
+    assert file_start < low  # (with this data the first real entry is mid-file)
+    for k in range(file_start, low):
+        assert ENTRY.unpack_from(data, (k - file_start) * 20) == (0, 0x7FFFFFFF, 0)
+    got = slave.get_messages("TopicA", 0, low, 100, max_bytes=10**9)
+    assert [m.queue_offset for m in got.messages] == list(range(low, min(low + 32, 200)))
+    slave.shutdown()
+    again = open_store(tmp_path / "s")
+    assert again.min_queue_offset("TopicA", 0) == low and again.max_queue_offset("TopicA", 0) == 200
+
+
+def test_prepared_transaction_messages_are_not_indexed(open_store: StoreFactory) -> None:
+    store = open_store()
+    prepared = store.put_message(Message("T", b"half", sys_flag=rec.TRANSACTION_PREPARED_TYPE))
+    assert prepared.ok and list(prepared.queue_offsets) == [0]
+    assert store.max_queue_offset("T", 0) == 0
+    store.put_message(Message("T", b"normal"))
+    committed = store.put_message(Message("T", b"commit", sys_flag=rec.TRANSACTION_COMMIT_TYPE))
+    assert list(committed.queue_offsets) == [1]
+    assert [m.body for m in store.get_messages("T", 0, 0, 10).messages] == [b"normal", b"commit"]
+    assert store.read_message(prepared.physical_offsets[0]).body == b"half"  # type: ignore[union-attr]
+
+
+def test_delete_topic(open_store: StoreFactory, tmp_path: Path) -> None:
+    store = open_store()
+    for i in range(10):
+        store.put_message(msg(i, "Gone", i % 2))
+        store.put_message(msg(i, "Kept"))
+    assert store.topics() == {"Gone": [0, 1], "Kept": [0]}
+    assert store.delete_topic("Gone") == 2
+    assert store.topics() == {"Kept": [0]} and store.queue_ids("Gone") == []
+    assert not (tmp_path / "store" / "consumequeue" / "Gone").exists()
+    assert store.get_messages("Gone", 0, 0, 1).status is GetMessageStatus.NO_MESSAGE_IN_QUEUE
+    assert store.put_message(msg(0, "Gone")).queue_offsets == (0,)
+    assert store.max_queue_offset("Kept", 0) == 10
+
+
+def test_cq_entry_layout() -> None:
+    assert ENTRY.size == 20
+    assert ENTRY.pack(1, 2, -3) == struct.pack(">q", 1) + struct.pack(">i", 2) + struct.pack(">q", -3)

@@ -1,0 +1,269 @@
+"""MessageStore API: statuses, lifecycle, listeners, flushing (group commit, timeouts), expiry."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from services.broker.storage.config import FlushDiskType, StoreConfig
+from services.broker.storage.record import Message
+from services.broker.storage.segment import default_sync
+from services.broker.storage.status import GetMessageStatus, PutMessageStatus
+from services.broker.storage.store import MessageStore, StoreError
+from services.common.config import ConfigError, build_sections
+from tests.unit.storage.conftest import SEGMENT, StoreFactory, msg, small_config
+
+# -- config --------------------------------------------------------------------------------------
+
+
+def test_config_defaults_are_rocketmqs() -> None:
+    c = StoreConfig()
+    assert c.store_path_root_dir == "./data/store"
+    assert c.mapped_file_size_commit_log == 1024**3
+    assert c.mapped_file_size_consume_queue == 300_000 * 20
+    assert c.flush_disk_type is FlushDiskType.ASYNC_FLUSH
+    assert (c.flush_interval_commit_log, c.sync_flush_timeout, c.file_reserved_time) == (500, 5000, 72)
+    assert c.max_message_size == 4 * 1024 * 1024
+    assert c.commit_log_dir.endswith("commitlog") and c.consume_queue_dir.endswith("consumequeue")
+
+
+def test_config_loads_from_broker_conf_keys() -> None:
+    (config,) = build_sections([StoreConfig], {
+        "storePathRootDir": "/x", "flushDiskType": "SYNC_FLUSH", "mappedFileSizeCommitLog": "8388608",
+        "syncFlushTimeout": "100", "fileReservedTime": "1"})
+    assert config.flush_disk_type is FlushDiskType.SYNC_FLUSH
+    assert config.mapped_file_size_commit_log == 8 << 20
+    from_text = StoreConfig(flush_disk_type="sync_flush")  # type: ignore[arg-type]
+    assert from_text.flush_disk_type is FlushDiskType.SYNC_FLUSH
+
+
+@pytest.mark.parametrize("overrides, key", [
+    ({"mapped_file_size_consume_queue": 1001}, "mappedFileSizeConsumeQueue"),
+    ({"sync_flush_timeout": 0}, "syncFlushTimeout"),
+    ({"flush_interval_commit_log": -1}, "flushIntervalCommitLog"),
+    ({"max_message_size": 2**30}, "maxMessageSize"),
+    ({"file_reserved_time": True}, "fileReservedTime"),
+    ({"flush_disk_type": "SOMETIMES"}, "flushDiskType"),
+    ({"store_path_root_dir": " "}, "storePathRootDir"),
+    ({"prefault_ahead_size": -1}, "prefaultAheadSize"),
+])
+def test_config_validation_names_the_key(overrides: dict[str, object], key: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        StoreConfig(**overrides)  # type: ignore[arg-type]
+    assert info.value.key == key and isinstance(info.value, ValueError)
+
+
+# -- lifecycle and statuses ----------------------------------------------------------------------
+
+def test_not_running_means_service_not_available(tmp_path: Path) -> None:
+    store = MessageStore(small_config(tmp_path / "s"))
+    assert store.put_message(msg(0)).status is PutMessageStatus.SERVICE_NOT_AVAILABLE
+    with store:
+        assert store.running and store.put_message(msg(0)).ok
+        assert (tmp_path / "s" / "abort").exists()
+    assert not (tmp_path / "s" / "abort").exists()
+    assert store.put_message(msg(1)).status is PutMessageStatus.SERVICE_NOT_AVAILABLE
+    assert store.put_messages([msg(1)]).status is PutMessageStatus.SERVICE_NOT_AVAILABLE
+    with pytest.raises(StoreError):
+        store.start()
+    store.shutdown()  # idempotent
+
+
+def test_one_process_per_store_directory(open_store: StoreFactory, tmp_path: Path) -> None:
+    open_store()
+    with pytest.raises(StoreError, match="in use"):
+        MessageStore(small_config(tmp_path / "store")).start()
+
+
+def test_refused_messages(open_store: StoreFactory) -> None:
+    store = open_store()
+    bad = store.put_message(Message("a/b", b"x"))
+    assert bad.status is PutMessageStatus.MESSAGE_ILLEGAL and "topic" in bad.error and not bad.stored
+    big = store.put_message(Message("T", b"", properties={"k": "v" * 33000}))
+    assert big.status is PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
+    out_of_range = store.put_message(Message("T", b"", flag=2**40))
+    assert out_of_range.status is PutMessageStatus.MESSAGE_ILLEGAL
+    mixed = store.put_messages([msg(0), Message("T", b"", flag=2**40)])
+    assert mixed.status is PutMessageStatus.MESSAGE_ILLEGAL
+    assert store.max_offset == 0 and store.topics() == {}
+    assert store.put_messages([]).ok
+
+
+def test_put_result(open_store: StoreFactory) -> None:
+    store = open_store(flush_disk_type=FlushDiskType.SYNC_FLUSH)
+    a = store.put_message(msg(0, tags="x"))
+    b = store.put_messages([msg(1), msg(2, queue_id=5)])
+    assert a.ok and a.stored and list(a.queue_offsets) == [0] and list(a.physical_offsets) == [0]
+    assert a.end_offset == a.wrote_bytes == b.physical_offsets[0]
+    assert list(b.queue_offsets) == [1, 0] and b.end_offset == store.max_offset
+    assert b.wrote_bytes == store.max_offset - a.end_offset
+    assert store.flushed_offset >= b.end_offset  # SYNC_FLUSH: on disk when put returns
+    record = store.read_message(b.physical_offsets[1])
+    assert record is not None and record.msg_id == b.msg_ids[1] and record.queue_id == 5
+
+
+def test_append_listeners(open_store: StoreFactory) -> None:
+    store = open_store()
+    seen: list[int] = []
+
+    def broken(offset: int) -> None:
+        raise RuntimeError("listener bug")
+
+    store.add_append_listener(seen.append)
+    store.add_append_listener(broken)  # a failing listener does not fail the put
+    first = store.put_message(msg(0))
+    assert first.ok and seen == [first.end_offset]
+    assert store.put_messages([msg(1), msg(2)]).ok
+    assert seen == [first.end_offset, store.max_offset]
+    store.remove_append_listener(seen.append)
+    store.put_message(msg(4))
+    assert len(seen) == 2
+
+
+# -- flushing ------------------------------------------------------------------------------------
+
+def test_group_commit_shares_syncs(tmp_path: Path) -> None:
+    calls = []
+
+    def counting_sync(fd: int) -> None:
+        calls.append(fd)
+        default_sync(fd)
+
+    store = MessageStore(small_config(tmp_path / "s", flush_disk_type=FlushDiskType.SYNC_FLUSH),
+                         sync=counting_sync)
+    with store:
+        results: list[PutMessageStatus] = []
+
+        def writer(k: int) -> None:
+            for i in range(40):
+                results.append(store.put_message(msg(i, queue_id=k)).status)
+
+        threads = [threading.Thread(target=writer, args=(k,)) for k in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert results == [PutMessageStatus.PUT_OK] * 320
+        assert store.flushed_offset == store.max_offset
+        commit_log_syncs = len(calls)
+    assert commit_log_syncs < 320  # many writers per sync (each sync also covers CQ files)
+
+
+def test_flush_disk_timeout(tmp_path: Path) -> None:
+    gate = threading.Event()
+
+    def stuck_sync(fd: int) -> None:
+        gate.wait(10)
+
+    store = MessageStore(small_config(tmp_path / "s", flush_disk_type=FlushDiskType.SYNC_FLUSH,
+                                      sync_flush_timeout=200), sync=stuck_sync)
+    store.start()
+    try:
+        started = time.monotonic()
+        result = store.put_message(msg(0))
+        waited = time.monotonic() - started
+        assert result.status is PutMessageStatus.FLUSH_DISK_TIMEOUT and result.stored
+        assert "syncFlushTimeout" in result.error
+        assert 0.15 <= waited < 3
+        assert store.get_messages("TopicA", 0, 0, 1).found  # stored anyway
+        future = store.flush_future(result.end_offset)
+        assert not future.done()
+        gate.set()
+        assert future.result(timeout=5) is PutMessageStatus.PUT_OK
+        assert store.put_message(msg(1)).ok
+    finally:
+        gate.set()
+        store.shutdown()
+
+
+def test_flush_future_with_asyncio(tmp_path: Path) -> None:
+    gate = threading.Event()
+    store = MessageStore(small_config(tmp_path / "s", flush_disk_type=FlushDiskType.SYNC_FLUSH),
+                         sync=lambda fd: (gate.wait(10), None)[1])
+
+    async def scenario() -> None:
+        appended = store.append_messages([msg(0), msg(1)])
+        assert appended.ok and store.get_messages("TopicA", 0, 0, 2).found  # visible before the flush
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(asyncio.wrap_future(store.flush_future(appended.end_offset)), 0.1)
+        gate.set()
+        status = await asyncio.wait_for(asyncio.wrap_future(store.flush_future(appended.end_offset)), 5)
+        assert status is PutMessageStatus.PUT_OK
+
+    store.start()
+    try:
+        asyncio.run(scenario())
+    finally:
+        gate.set()
+        store.shutdown()
+
+
+def test_async_flush_runs_in_the_background(open_store: StoreFactory) -> None:
+    store = open_store(flush_commit_log_least_pages=0)
+    end = store.put_message(msg(0)).end_offset
+    assert store.flush_future(end).result(0) is PutMessageStatus.PUT_OK  # nothing to wait for
+    deadline = time.monotonic() + 5
+    while store.flushed_offset < end and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert store.flushed_offset >= end
+
+
+def test_prefault_keeps_ahead_of_the_writer(open_store: StoreFactory) -> None:
+    store = open_store(prefault_ahead_size=8192)
+    store.put_message(msg(0))
+    deadline = time.monotonic() + 5
+    while store._log.segments[-1].prefaulted_pos < 8192 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert store._log.segments[-1].prefaulted_pos >= 8192
+    assert store.get_messages("TopicA", 0, 0, 1).messages[0].body == msg(0).body
+
+
+# -- expiry --------------------------------------------------------------------------------------
+
+def test_delete_expired_spares_active_and_held_segments(open_store: StoreFactory, tmp_path: Path) -> None:
+    store = open_store()
+    for i in range(300):
+        store.put_message(msg(i, queue_id=i % 2))
+    store.flush()
+    directory = tmp_path / "store" / "commitlog"
+    names = sorted(os.listdir(directory))
+    assert len(names) >= 4
+    now = int(time.time() * 1000)
+    assert store.delete_expired(now) == 0  # nothing is 72 h old
+    held = store.get_data(2 * SEGMENT + 10, 100)  # a reader (e.g. replication) holds segment 2
+    assert held is not None
+    later = now + 73 * 3_600_000
+    deleted = store.delete_expired(later)
+    assert sorted(os.listdir(directory)) == names[2:]  # 0 and 1 went, then the held one stopped it
+    assert deleted >= 2 and store.min_offset == 2 * SEGMENT
+    held.release()
+    store.delete_expired(later)
+    assert sorted(os.listdir(directory)) == names[-1:]  # never the segment being written
+    # consume queues: files wholly below the new min offset are gone, min offsets moved up
+    low = store.min_queue_offset("TopicA", 0)
+    assert low > 0
+    assert store.get_messages("TopicA", 0, 0, 1).status is GetMessageStatus.OFFSET_TOO_SMALL
+    got = store.get_messages("TopicA", 0, low, 1)
+    assert got.found and got.messages[0].physical_offset >= store.min_offset
+    cq_files = os.listdir(tmp_path / "store" / "consumequeue" / "TopicA" / "0")
+    assert len(cq_files) == 1
+    # and the log goes on
+    assert store.put_message(msg(300)).ok
+
+
+def test_delete_expired_uses_file_age(open_store: StoreFactory, tmp_path: Path) -> None:
+    store = open_store(file_reserved_time=1)
+    for i in range(200):
+        store.put_message(msg(i))
+    store.flush()
+    directory = tmp_path / "store" / "commitlog"
+    names = sorted(os.listdir(directory))
+    old = time.time() - 2 * 3600
+    os.utime(directory / names[0], (old, old))
+    assert store.delete_expired() >= 1  # the segment (and consume queue files below it)
+    assert sorted(os.listdir(directory)) == names[1:]
