@@ -82,9 +82,15 @@ class BrokerConfig:
     #: Slave: pull metadata (topics, offsets, groups) from the master this often (ms).
     slave_sync_interval: int = 10_000
     auto_create_topic_enable: bool = True
+    #: Unknown consumer groups are created on first use (heartbeat, pull, offset commit); when
+    #: false they are refused with NOT_FOUND until created by subscription group admin.
+    auto_create_subscription_group: bool = True
     default_topic_queue_nums: int = 4
     message_delay_level: str = DEFAULT_DELAY_LEVELS
     long_polling_enable: bool = True
+    #: How often changed consumer offsets / delay offsets are persisted (ms).
+    flush_consumer_offset_interval: int = 5_000
+    flush_delay_offset_interval: int = 10_000
     #: Consumers silent this long leave their group (ms).
     consumer_channel_expired_time: int = 120_000
     #: Time allowed for in-flight requests on shutdown (ms).
@@ -112,6 +118,11 @@ class BrokerConfig:
         require(self.ha_housekeeping_interval > self.ha_send_heartbeat_interval, "haHousekeepingInterval",
                 "must be greater than haSendHeartbeatInterval")
         require(1 <= self.default_topic_queue_nums <= 1024, "defaultTopicQueueNums", "must be 1..1024")
+        require(self.slave_sync_interval > 0, "slaveSyncInterval", "must be > 0")
+        require(self.flush_consumer_offset_interval > 0, "flushConsumerOffsetInterval", "must be > 0")
+        require(self.flush_delay_offset_interval > 0, "flushDelayOffsetInterval", "must be > 0")
+        require(self.consumer_channel_expired_time > 0, "consumerChannelExpiredTime", "must be > 0")
+        require(self.shutdown_grace_period >= 0, "shutdownGracePeriod", "must be >= 0")
         if self.ha_master_address:
             parse_address(self.ha_master_address, "haMasterAddress")
         parse_delay_levels(self.message_delay_level)
