@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
+from services.broker.storage import record
 from services.common.errors import InvalidArgumentError
 
 #: RocketMQ's TopicValidator: letters, digits, ``%``, ``|``, ``_`` and ``-``.
 _NAME_CHARS = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 TOPIC_MAX_LENGTH = 127
 GROUP_MAX_LENGTH = 255
-#: Properties are stored with a 2-byte length prefix.
-PROPERTIES_MAX_LENGTH = 32767
 
 #: Where delayed messages wait (queue id = delay level - 1), as in RocketMQ.
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
@@ -27,16 +26,8 @@ AUTO_CREATE_TOPIC_KEY = "TBW102"
 #: Topics clients may not send to directly.
 SYSTEM_TOPICS = frozenset({SCHEDULE_TOPIC, AUTO_CREATE_TOPIC_KEY})
 
-# Message property keys (RocketMQ's MessageConst names, so tools recognise them).
-PROPERTY_TAGS = "TAGS"
-PROPERTY_KEYS = "KEYS"
-PROPERTY_DELAY = "DELAY"
-PROPERTY_REAL_TOPIC = "REAL_TOPIC"
-PROPERTY_REAL_QUEUE_ID = "REAL_QID"
-PROPERTY_UNIQ_KEY = "UNIQ_KEY"
-PROPERTY_PRODUCER_GROUP = "PGROUP"
 #: Property keys the broker sets itself; a client may not send them.
-RESERVED_PROPERTIES = frozenset({PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID})
+RESERVED_PROPERTIES = frozenset({record.PROPERTY_REAL_TOPIC, record.PROPERTY_REAL_QUEUE_ID})
 
 # Permission bits (RocketMQ's PermName).
 PERM_INHERIT = 1
@@ -108,15 +99,6 @@ def validate_offset(offset: int, what: str = "queue offset") -> int:
 # -- tag expressions ---------------------------------------------------------------------------
 
 
-def java_string_hash(text: str) -> int:
-    """Java's ``String.hashCode`` (UTF-16 code units, signed 32-bit), RocketMQ's tag hash."""
-    h = 0
-    data = text.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
 @dataclasses.dataclass(frozen=True)
 class TagFilter:
     """A parsed subscription expression: ``None`` tags = everything (``*``)."""
@@ -137,7 +119,7 @@ MATCH_ALL = TagFilter("*", None, None)
 
 
 def parse_tag_expression(
-    expression: str, hash_code: Callable[[str], int] = java_string_hash
+    expression: str, hash_code: Callable[[str], int] = record.tag_hash_code
 ) -> TagFilter:
     """``"*"``/``""`` -> everything; ``"a || b"`` -> tags a and b (RocketMQ's TAG syntax).
 
@@ -170,16 +152,3 @@ def effective_delay_level(level: int, max_level: int) -> int:
     if level < 0:
         raise InvalidArgumentError(f"delay level must be >= 0, got {level}")
     return min(level, max_level)
-
-
-def encode_properties_length(properties: dict[str, str]) -> int:
-    """Length of the RocketMQ properties string (``k\\x01v\\x02`` per pair), in bytes."""
-    return sum(len(k.encode()) + len(v.encode()) + 2 for k, v in properties.items())
-
-
-def check_property_keys(keys: Iterable[str]) -> None:
-    for key in keys:
-        if not key:
-            raise InvalidArgumentError("message property keys must not be empty")
-        if "\x01" in key or "\x02" in key:
-            raise InvalidArgumentError(f"message property key {key!r} contains a separator byte")

@@ -11,18 +11,18 @@ def test_wait_times_out_without_notification() -> None:
     async def scenario() -> None:
         n = QueueNotifier(asyncio.get_running_loop())
         start = time.monotonic()
-        assert await n.wait("t", 0, 0.05) is False
+        assert await n.wait("t", 0, 0, 0.05) is False
         assert time.monotonic() - start >= 0.045
         assert n.waiting == 0
 
     asyncio.run(scenario())
 
 
-def test_notify_on_loop_wakes_only_that_queue() -> None:
+def test_notify_wakes_only_that_queue() -> None:
     async def scenario() -> None:
         n = QueueNotifier(asyncio.get_running_loop())
-        a = asyncio.create_task(n.wait("t", 0, 5))
-        b = asyncio.create_task(n.wait("t", 1, 0.1))
+        a = asyncio.create_task(n.wait("t", 0, 0, 5))
+        b = asyncio.create_task(n.wait("t", 1, 0, 0.1))
         await asyncio.sleep(0.01)
         assert n.waiting == 2
         n.notify("t", 0)
@@ -33,33 +33,36 @@ def test_notify_on_loop_wakes_only_that_queue() -> None:
     asyncio.run(scenario())
 
 
-def test_notify_from_other_thread_is_coalesced() -> None:
+def test_poke_from_other_thread_wakes_queues_that_grew_and_is_coalesced() -> None:
     async def scenario() -> None:
         loop = asyncio.get_running_loop()
-        n = QueueNotifier(loop)
-        waiters = [asyncio.create_task(n.wait("t", q, 5)) for q in range(3)]
+        maxima = {("t", 0): 5, ("t", 1): 5, ("t", 2): 5}
+        checks = []
+
+        def max_offset(topic: str, queue_id: int) -> int:
+            checks.append((topic, queue_id))
+            return maxima[(topic, queue_id)]
+
+        n = QueueNotifier(loop, max_offset)
+        waiters = [asyncio.create_task(n.wait("t", q, 5, 5)) for q in range(3)]
         await asyncio.sleep(0.01)
-        calls = []
-        orig = loop.call_soon_threadsafe
-
-        def counting(*args: object) -> object:
-            calls.append(1)
-            return orig(*args)  # type: ignore[arg-type]
-
-        loop.call_soon_threadsafe = counting  # type: ignore[method-assign]
+        maxima[("t", 0)] = 6
+        maxima[("t", 2)] = 9
 
         def burst() -> None:
-            for _ in range(100):
-                for q in range(3):
-                    n.notify("t", q)
+            for _ in range(1000):
+                n.poke()
 
         t = threading.Thread(target=burst)
-        start = time.monotonic()
         t.start()
-        assert await asyncio.wait_for(asyncio.gather(*waiters), 2) == [True, True, True]
         t.join()
-        assert time.monotonic() - start < 1
-        assert len(calls) <= 3  # one callback per burst, not one per record
+        done, pending = await asyncio.wait(waiters, timeout=0.5)
+        assert {w for w in done} == {waiters[0], waiters[2]}
+        assert all(w.result() is True for w in done)
+        assert len(checks) <= 6  # a few coalesced checks, not one per poke
+        maxima[("t", 1)] = 6
+        n.poke()
+        assert await asyncio.wait_for(waiters[1], 1) is True
 
     asyncio.run(scenario())
 
@@ -67,11 +70,11 @@ def test_notify_from_other_thread_is_coalesced() -> None:
 def test_close_releases_waiters() -> None:
     async def scenario() -> None:
         n = QueueNotifier(asyncio.get_running_loop())
-        w = asyncio.create_task(n.wait("t", 0, 5))
+        w = asyncio.create_task(n.wait("t", 0, 0, 5))
         await asyncio.sleep(0.01)
         n.close()
         assert await w is True
-        assert await n.wait("t", 0, 5) is False
+        assert await n.wait("t", 0, 0, 5) is False
 
     asyncio.run(scenario())
 
@@ -79,7 +82,7 @@ def test_close_releases_waiters() -> None:
 def test_cancelled_wait_cleans_up() -> None:
     async def scenario() -> None:
         n = QueueNotifier(asyncio.get_running_loop())
-        w = asyncio.create_task(n.wait("t", 0, 5))
+        w = asyncio.create_task(n.wait("t", 0, 0, 5))
         await asyncio.sleep(0.01)
         w.cancel()
         await asyncio.gather(w, return_exceptions=True)
