@@ -1,0 +1,285 @@
+"""The consume path: read a queue from an offset with an optional tag filter, long-polling at the
+end of the queue.
+
+A pull that finds nothing new (``OFFSET_OVERFLOW_ONE``) parks on the :class:`QueueNotifier`
+until the store's append listener reports new data for that queue or the suspend timeout
+passes; a filter that skipped everything new moves the offset forward and keeps waiting. Pulls
+work the same on slaves: replicated data is dispatched to the slave's consume queues, which
+fires the same listener.
+
+``raw_records`` replies carry the records as stored (the commit log format): contiguous records
+are sliced from the commit log in one piece, and the client decodes them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import NamedTuple
+
+from pocketmq.broker.v1 import broker_pb2
+from services.broker import validation as v
+from services.broker.config import BrokerConfig
+from services.broker.longpoll import QueueNotifier
+from services.broker.metadata import (
+    ConsumerOffsetManager,
+    SubscriptionGroupConfig,
+    SubscriptionGroupManager,
+    TopicConfigManager,
+)
+from services.broker.metrics import BrokerMetrics
+from services.broker.storage import record
+from services.broker.storage.config import StoreConfig
+from services.broker.storage.consumequeue import FILLER_SIZE
+from services.broker.storage.status import GetMessageStatus, GetResult
+from services.broker.storage.store import MAX_FILTER_SCAN, MessageStore
+from services.common.errors import InvalidArgumentError, NotFoundError, PermissionDeniedError
+
+log = logging.getLogger(__name__)
+
+#: Largest batch one pull may ask for (a reply must stay well under the gRPC message limit).
+MAX_PULL_COUNT = 4096
+MAX_PULL_BYTES = 16 * 1024 * 1024
+
+GET_TO_PULL_STATUS: Mapping[GetMessageStatus, broker_pb2.PullStatus] = {
+    GetMessageStatus.FOUND: broker_pb2.FOUND,
+    GetMessageStatus.NO_MATCHED_MESSAGE: broker_pb2.NO_MATCHED_MSG,
+    GetMessageStatus.OFFSET_OVERFLOW_ONE: broker_pb2.NO_NEW_MSG,
+    GetMessageStatus.NO_MESSAGE_IN_QUEUE: broker_pb2.NO_NEW_MSG,
+    GetMessageStatus.NO_MATCHED_LOGIC_QUEUE: broker_pb2.NO_NEW_MSG,
+    GetMessageStatus.MESSAGE_WAS_REMOVING: broker_pb2.OFFSET_ILLEGAL,
+    GetMessageStatus.OFFSET_FOUND_NULL: broker_pb2.OFFSET_ILLEGAL,
+    GetMessageStatus.OFFSET_OVERFLOW_BADLY: broker_pb2.OFFSET_ILLEGAL,
+    GetMessageStatus.OFFSET_TOO_SMALL: broker_pb2.OFFSET_ILLEGAL,
+}
+EnsureGroup = Callable[[str], SubscriptionGroupConfig]
+StopFlag = Callable[[], bool]
+
+_WAITABLE = frozenset({GetMessageStatus.OFFSET_OVERFLOW_ONE, GetMessageStatus.NO_MESSAGE_IN_QUEUE,
+                       GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, GetMessageStatus.NO_MATCHED_MESSAGE})
+
+
+class RawResult(NamedTuple):
+    """A pull's records as stored (``raw_records``)."""
+
+    status: GetMessageStatus
+    records: bytes
+    found: int
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+
+
+@dataclasses.dataclass(frozen=True)
+class PullQuery:
+    group: str
+    topic: str
+    queue_id: int
+    offset: int
+    max_count: int
+    max_bytes: int
+    tag_filter: v.TagFilter
+    raw: bool
+
+    def at(self, offset: int) -> PullQuery:
+        return dataclasses.replace(self, offset=offset)
+
+
+def to_message_ext(rec: record.MessageRecord) -> broker_pb2.MessageExt:
+    props = rec.properties
+    return broker_pb2.MessageExt(
+        topic=rec.topic, queue_id=rec.queue_id, queue_offset=rec.queue_offset,
+        commit_log_offset=rec.physical_offset, msg_id=rec.msg_id, body=rec.body,
+        tags=props.get(record.PROPERTY_TAGS, ""), keys=props.get(record.PROPERTY_KEYS, ""),
+        properties=props, born_timestamp=rec.born_timestamp, store_timestamp=rec.store_timestamp,
+        born_host=f"{rec.born_host[0]}:{rec.born_host[1]}",
+        store_host=f"{rec.store_host[0]}:{rec.store_host[1]}", reconsume_times=rec.reconsume_times,
+        store_size=rec.store_size, flag=rec.flag, sys_flag=rec.sys_flag,
+    )
+
+
+class PullService:
+    def __init__(
+        self,
+        broker_config: BrokerConfig,
+        store_config: StoreConfig,
+        store: MessageStore,
+        topics: TopicConfigManager,
+        groups: SubscriptionGroupManager,
+        offsets: ConsumerOffsetManager,
+        notifier: QueueNotifier,
+        metrics: BrokerMetrics,
+        ensure_group: EnsureGroup,
+    ) -> None:
+        self.config = broker_config
+        self.store_config = store_config
+        self.store = store
+        self.topics = topics
+        self.groups = groups
+        self.offsets = offsets
+        self.notifier = notifier
+        self.metrics = metrics
+        self.ensure_group = ensure_group
+
+    def query(self, request: broker_pb2.PullMessageRequest) -> PullQuery:
+        """Validate a pull request (errors name the bad field) and commit its offset."""
+        topic = v.validate_topic(request.topic)
+        tc = self.topics.get(topic)
+        if tc is None:
+            raise NotFoundError(f"topic {topic!r} does not exist on broker {self.config.broker_name}")
+        if not tc.readable:
+            raise PermissionDeniedError(
+                f"topic {topic!r} is not readable on broker {self.config.broker_name} "
+                f"(perm {v.perm_to_string(tc.perm)})")
+        if not 0 <= request.queue_id < max(tc.read_queue_nums, tc.write_queue_nums):
+            raise InvalidArgumentError(
+                f"queue id {request.queue_id} is out of range: topic {topic!r} has "
+                f"{tc.read_queue_nums} read queues")
+        v.validate_offset(request.queue_offset)
+        group = request.consumer_group
+        if group:
+            config = self.ensure_group(group)
+            if not config.consume_enable:
+                raise PermissionDeniedError(
+                    f"subscription group {group!r} may not consume (consumeEnable=false)")
+        tag_filter = v.parse_tag_expression(request.subscription)
+        if request.commit_offset > 0 and group and self.config.is_master:
+            self.offsets.commit(group, topic, request.queue_id, request.commit_offset)
+        max_count = request.max_msg_nums if request.max_msg_nums > 0 else \
+            self.store_config.max_transfer_count_on_message_in_memory
+        max_bytes = request.max_bytes if request.max_bytes > 0 else \
+            self.store_config.max_transfer_bytes_on_message_in_memory
+        return PullQuery(group, topic, request.queue_id, request.queue_offset,
+                         min(max_count, MAX_PULL_COUNT), min(max_bytes, MAX_PULL_BYTES), tag_filter,
+                         request.raw_records)
+
+    def _get(self, q: PullQuery, offset: int) -> GetResult | RawResult:
+        if q.raw:
+            return self.get_raw(q, offset)
+        return self.store.get_messages(q.topic, q.queue_id, offset, q.max_count, max_bytes=q.max_bytes,
+                                       tag_hashes=q.tag_filter.hash_codes)
+
+    def get_raw(self, q: PullQuery, queue_offset: int) -> RawResult:
+        """:meth:`MessageStore.get_messages` without decoding: the consume queue entries pick
+        the records, contiguous runs are copied from the commit log in one piece. Same statuses
+        and caps (``maxTransferCount/BytesOnMessageInMemory``)."""
+        cq = self.store._cq.get(q.topic, q.queue_id)  # no public entry reader (yet)
+        if cq is None or cq.max_offset == 0:
+            return RawResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, b"", 0, 0, 0, 0)
+        min_offset, max_offset = cq.min_offset, cq.max_offset
+        if queue_offset < min_offset:
+            return RawResult(GetMessageStatus.OFFSET_TOO_SMALL, b"", 0, min_offset, min_offset, max_offset)
+        if queue_offset == max_offset:
+            return RawResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, b"", 0, max_offset, min_offset, max_offset)
+        if queue_offset > max_offset:
+            return RawResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, b"", 0, max_offset, min_offset,
+                             max_offset)
+        cfg = self.store_config
+        max_count = max(1, min(q.max_count, cfg.max_transfer_count_on_message_in_memory))
+        max_bytes = min(q.max_bytes, cfg.max_transfer_bytes_on_message_in_memory)
+        hashes = q.tag_filter.hash_codes
+        scan_limit = max(max_count, MAX_FILTER_SCAN) if hashes is not None else max_count
+        log_min = self.store.min_offset
+        parts: list[bytes] = []
+        run_start = run_end = -1
+        offset = queue_offset
+        count = total = scanned = filtered = removed = 0
+        full = False
+        while not full and offset < max_offset and scanned < scan_limit:
+            entries = cq.read(offset, min(scan_limit - scanned, max_offset - offset))
+            if not entries:
+                break
+            for physical_offset, size, tags_code in entries:
+                if size == FILLER_SIZE:
+                    pass
+                elif physical_offset < log_min:
+                    removed += 1
+                elif hashes is not None and tags_code not in hashes:
+                    filtered += 1
+                else:
+                    if count and total + size > max_bytes:
+                        full = True
+                        break
+                    if physical_offset != run_end:
+                        if run_start >= 0:
+                            self._copy(run_start, run_end, parts)
+                        run_start = physical_offset
+                        run_end = physical_offset
+                    run_end += size
+                    count += 1
+                    total += size
+                offset += 1
+                scanned += 1
+                if count >= max_count:
+                    full = True
+                    break
+        if run_start >= 0:
+            self._copy(run_start, run_end, parts)
+        data = b"".join(parts)
+        if count and len(data) == total:
+            status = GetMessageStatus.FOUND
+        elif count:  # a segment vanished under us: report what is left to read again
+            return RawResult(GetMessageStatus.OFFSET_FOUND_NULL, b"", 0, queue_offset, min_offset, max_offset)
+        elif filtered:
+            status = GetMessageStatus.NO_MATCHED_MESSAGE
+        elif removed:
+            status = GetMessageStatus.MESSAGE_WAS_REMOVING
+        else:
+            status = GetMessageStatus.OFFSET_FOUND_NULL
+        return RawResult(status, data, count, offset, min_offset, max_offset)
+
+    async def pull(
+        self, q: PullQuery, suspend_s: float, stopping: StopFlag
+    ) -> broker_pb2.PullMessageResponse:
+        started = time.perf_counter()
+        deadline = time.monotonic() + suspend_s
+        offset = q.offset
+        long_poll = self.config.long_polling_enable and suspend_s > 0
+        while True:
+            result = self._get(q, offset)
+            if result.status is GetMessageStatus.FOUND or not long_poll or result.status not in _WAITABLE:
+                break
+            if result.status is GetMessageStatus.NO_MATCHED_MESSAGE and result.next_begin_offset > offset:
+                offset = result.next_begin_offset  # skipped unmatched messages; keep waiting from here
+                if result.next_begin_offset < result.max_offset:
+                    continue
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or stopping():
+                break
+            await self.notifier.wait(q.topic, q.queue_id, offset, remaining)
+        reply = self.reply(q, result)
+        self.metrics.get(broker_pb2.PullStatus.Name(reply.status), _count(result),
+                         time.perf_counter() - started)
+        return reply
+
+    def reply(self, q: PullQuery, result: GetResult | RawResult) -> broker_pb2.PullMessageResponse:
+        status = GET_TO_PULL_STATUS.get(result.status, broker_pb2.OFFSET_ILLEGAL)
+        reply = broker_pb2.PullMessageResponse(
+            status=status, next_begin_offset=result.next_begin_offset, min_offset=result.min_offset,
+            max_offset=result.max_offset)
+        if isinstance(result, RawResult):
+            if result.found:
+                reply.records = result.records
+        elif result.messages:
+            reply.messages.extend([to_message_ext(rec) for rec in result.messages])
+        if status == broker_pb2.OFFSET_ILLEGAL:
+            reply.remark = (f"queue offset {q.offset} is outside [{result.min_offset}, {result.max_offset}] "
+                            f"({result.status.name}); continue from {result.next_begin_offset}")
+        return reply
+
+    def _copy(self, start: int, end: int, parts: list[bytes]) -> None:
+        while start < end:
+            chunk = self.store.get_data(start, end - start)
+            if chunk is None:  # the segment went away under us (expired): stop here
+                return
+            try:
+                parts.append(bytes(chunk.data))
+                start += chunk.size
+            finally:
+                chunk.release()
+
+
+def _count(result: GetResult | RawResult) -> int:
+    return result.found if isinstance(result, RawResult) else len(result.messages)

@@ -1,0 +1,302 @@
+"""The produce path: validate, pick a queue, rewrite delayed messages, append to the store, and
+wait for the durability the broker is configured for (SYNC_FLUSH: the group-commit flush;
+SYNC_MASTER: a slave's acknowledgement).
+
+Everything runs on the event loop. The store's append is non-blocking; waiting for a flush or a
+slave is an ``await`` with a real deadline, so one slow disk or slave never blocks other
+requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import itertools
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from types import MappingProxyType
+
+from pocketmq.broker.v1 import broker_pb2
+from services.broker import validation as v
+from services.broker.config import BrokerConfig, BrokerRole
+from services.broker.longpoll import QueueNotifier
+from services.broker.metadata import TopicConfig, TopicConfigManager
+from services.broker.metrics import BrokerMetrics
+from services.broker.storage import record
+from services.broker.storage.config import FlushDiskType, StoreConfig
+from services.broker.storage.status import PutMessageStatus, PutResult
+from services.broker.storage.store import MessageStore
+from services.common.errors import (
+    FailedPreconditionError,
+    InvalidArgumentError,
+    NotFoundError,
+    PermissionDeniedError,
+)
+
+log = logging.getLogger(__name__)
+
+_NO_PROPERTIES: Mapping[str, str] = MappingProxyType({})
+
+#: Waits for a slave acknowledgement of everything up to an end offset (SYNC_MASTER).
+ReplicationWait = Callable[[int], Awaitable[PutMessageStatus]]
+
+
+@dataclasses.dataclass(frozen=True)
+class SendOutcome:
+    status: PutMessageStatus
+    msg_ids: list[str]
+    queue_id: int
+    queue_offset: int
+    remark: str = ""
+
+    def to_single(self) -> broker_pb2.SendMessageResponse:
+        return broker_pb2.SendMessageResponse(
+            status=PUT_STATUS_TO_PB[self.status], msg_id=self.msg_ids[0] if self.msg_ids else "",
+            queue_id=self.queue_id, queue_offset=self.queue_offset, remark=self.remark)
+
+    def to_batch(self, request_id: int = 0) -> broker_pb2.SendMessageBatchResponse:
+        return broker_pb2.SendMessageBatchResponse(
+            status=PUT_STATUS_TO_PB[self.status], msg_ids=self.msg_ids, queue_id=self.queue_id,
+            queue_offset=self.queue_offset, remark=self.remark, request_id=request_id)
+
+
+PUT_STATUS_TO_PB: Mapping[PutMessageStatus, broker_pb2.PutStatus] = {
+    s: getattr(broker_pb2, s.name) for s in PutMessageStatus
+}
+
+_REMARKS = {
+    PutMessageStatus.FLUSH_DISK_TIMEOUT:
+        "stored, but not flushed to disk within syncFlushTimeout ({timeout} ms)",
+    PutMessageStatus.FLUSH_SLAVE_TIMEOUT:
+        "stored on the master, but no slave acknowledged it within slaveTimeout ({timeout} ms)",
+    PutMessageStatus.SLAVE_NOT_AVAILABLE:
+        "stored on the master, but no slave is connected or in sync, so it is not replicated yet",
+}
+
+
+class SendService:
+    def __init__(
+        self,
+        broker_config: BrokerConfig,
+        store_config: StoreConfig,
+        store: MessageStore,
+        notifier: QueueNotifier,
+        topics: TopicConfigManager,
+        metrics: BrokerMetrics,
+        *,
+        store_host: record.Host,
+        master_addr: Callable[[], str],
+        replication_wait: ReplicationWait | None = None,
+    ) -> None:
+        self.config = broker_config
+        self.store_config = store_config
+        self.store = store
+        self.notifier = notifier
+        self.topics = topics
+        self.metrics = metrics
+        self.store_host = store_host
+        self.master_addr = master_addr
+        self.replication_wait = replication_wait
+        self.max_delay_level = len(broker_config.delay_levels_ms)
+        self._sync_flush = store_config.flush_disk_type is FlushDiskType.SYNC_FLUSH
+        self._sync_flush_timeout_s = store_config.sync_flush_timeout / 1000
+        self._sync_master = broker_config.broker_role is BrokerRole.SYNC_MASTER
+        self._round_robin: dict[str, itertools.count[int]] = {}
+
+    # -- checks -----------------------------------------------------------------------------
+
+    def check_writable_broker(self) -> None:
+        if not self.config.is_master:
+            master = self.master_addr() or "unknown yet (not learned from the NameServer)"
+            raise FailedPreconditionError(
+                f"broker {self.config.broker_name} (brokerId={self.config.broker_id}) is a SLAVE and "
+                f"refuses writes; send to the master of {self.config.broker_name} at {master}"
+            )
+
+    def resolve_topic(self, topic: str) -> TopicConfig:
+        v.validate_send_topic(topic)
+        tc = self.topics.get(topic)
+        if tc is None:
+            if not self.config.auto_create_topic_enable:
+                raise NotFoundError(
+                    f"topic {topic!r} does not exist on broker {self.config.broker_name} and "
+                    "autoCreateTopicEnable is false; create it first"
+                )
+            tc = self.topics.auto_create(topic)
+            log.info("topic auto-created", extra={"topic": topic, "queues": tc.write_queue_nums})
+        if not tc.writable:
+            raise PermissionDeniedError(
+                f"topic {topic!r} is not writable on broker {self.config.broker_name} "
+                f"(perm {v.perm_to_string(tc.perm)})"
+            )
+        return tc
+
+    def select_queue(self, tc: TopicConfig, queue_id: int) -> int:
+        if queue_id < 0:
+            counter = self._round_robin.get(tc.topic_name)
+            if counter is None:
+                counter = self._round_robin[tc.topic_name] = itertools.count()
+            return next(counter) % tc.write_queue_nums
+        if queue_id >= tc.write_queue_nums:
+            raise InvalidArgumentError(
+                f"queue id {queue_id} is out of range: topic {tc.topic_name!r} has "
+                f"{tc.write_queue_nums} write queues (0..{tc.write_queue_nums - 1})"
+            )
+        return queue_id
+
+    def _illegal(self, body: bytes, props: Mapping[str, str]) -> str:
+        """Why a message must be refused with MESSAGE_ILLEGAL, or ""."""
+        size = len(body)
+        if size == 0:
+            return "message body is empty"
+        if size > self.store_config.max_message_size:
+            return (f"message body is {size} bytes, more than maxMessageSize "
+                    f"({self.store_config.max_message_size} bytes)")
+        for key in props:
+            if key in v.RESERVED_PROPERTIES:
+                return f"property {key!r} is reserved for the broker"
+        return ""
+
+    # -- building store messages ------------------------------------------------------------
+
+    def _properties(self, msg: broker_pb2.Message, producer_group: str) -> dict[str, str]:
+        props = dict(msg.properties) if msg.properties else {}
+        if msg.tags:
+            props[record.PROPERTY_TAGS] = msg.tags
+        if msg.keys:
+            props[record.PROPERTY_KEYS] = msg.keys
+        if producer_group:
+            props[record.PROPERTY_PRODUCER_GROUP] = producer_group
+        return props
+
+    def _refused(self, status: PutMessageStatus, queue_id: int, remark: str,
+                 started: float, count: int) -> SendOutcome:
+        self.metrics.put(status.name, count, 0, time.perf_counter() - started)
+        log.debug("send refused", extra={"status": status.name, "remark": remark})
+        return SendOutcome(status, [], queue_id, -1, remark)
+
+    # -- sending ----------------------------------------------------------------------------
+
+    async def send_one(self, request: broker_pb2.SendMessageRequest, born_host: record.Host) -> SendOutcome:
+        started = time.perf_counter()
+        self.check_writable_broker()
+        msg = request.message
+        tc = self.resolve_topic(msg.topic)
+        queue_id = self.select_queue(tc, request.queue_id)
+        props = self._properties(msg, request.producer_group)
+        reason = self._illegal(msg.body, props)
+        if not reason:
+            try:
+                level = v.effective_delay_level(msg.delay_level, self.max_delay_level)
+            except InvalidArgumentError as exc:
+                reason = str(exc)
+        if reason:
+            return self._refused(PutMessageStatus.MESSAGE_ILLEGAL, queue_id, reason, started, 1)
+        born = request.born_timestamp or int(time.time() * 1000)
+        if level:
+            # RocketMQ's scheduled delivery: park in SCHEDULE_TOPIC_XXXX, queue = level - 1.
+            props[record.PROPERTY_REAL_TOPIC] = tc.topic_name
+            props[record.PROPERTY_REAL_QUEUE_ID] = str(queue_id)
+            props[record.PROPERTY_DELAY_TIME_LEVEL] = str(level)
+            stored = record.Message(v.SCHEDULE_TOPIC, msg.body, level - 1, msg.flag, props, born, born_host)
+        else:
+            stored = record.Message(tc.topic_name, msg.body, queue_id, msg.flag, props, born, born_host)
+        outcome = await self._append([stored], queue_id, started, len(msg.body))
+        if level and outcome.msg_ids:
+            # The client sees the queue it asked for; the offset is assigned on delivery.
+            outcome = dataclasses.replace(outcome, queue_id=queue_id, queue_offset=-1)
+        return outcome
+
+    async def send_batch(
+        self, request: broker_pb2.SendMessageBatchRequest, born_host: record.Host
+    ) -> SendOutcome:
+        started = time.perf_counter()
+        self.check_writable_broker()
+        topic = request.topic
+        tc = self.resolve_topic(topic)
+        queue_id = self.select_queue(tc, request.queue_id)
+        messages = request.messages
+        if not messages:
+            raise InvalidArgumentError("a batch needs at least one message")
+        born = request.born_timestamp or int(time.time() * 1000)
+        producer_group = request.producer_group
+        max_size = self.store_config.max_message_size
+        stored: list[record.Message] = []
+        append = stored.append
+        total = 0
+        make = record.Message
+        for msg in messages:
+            body = msg.body
+            size = len(body)
+            total += size
+            if msg.topic and msg.topic != topic:
+                raise InvalidArgumentError(
+                    f"every message of a batch must have the batch's topic {topic!r} (or none), "
+                    f"got {msg.topic!r}")
+            if msg.delay_level:
+                return self._refused(PutMessageStatus.MESSAGE_ILLEGAL, queue_id,
+                                     "delay levels are not supported in batches", started, len(messages))
+            if msg.properties or msg.tags or msg.keys or producer_group:
+                props: Mapping[str, str] = self._properties(msg, producer_group)
+                reason = self._illegal(body, props)
+            else:
+                props = _NO_PROPERTIES
+                reason = "" if 0 < size <= max_size else self._illegal(body, props)
+            if reason:
+                return self._refused(PutMessageStatus.MESSAGE_ILLEGAL, queue_id,
+                                     f"message {len(stored)} of the batch: {reason}", started, len(messages))
+            append(make(topic, body, queue_id, msg.flag, props, born, born_host))
+        return await self._append(stored, queue_id, started, total)
+
+    async def _append(self, msgs: list[record.Message], queue_id: int, started: float,
+                      body_bytes: int) -> SendOutcome:
+        result = self.append(msgs)
+        status = result.status
+        if not result.stored:
+            remark = result.error or f"not stored: {status.name}"
+            return self._refused(status, queue_id, remark, started, len(msgs))
+        if self._sync_flush and status is PutMessageStatus.PUT_OK:
+            status = await self._wait_flush(result.end_offset)
+        if self._sync_master and status is PutMessageStatus.PUT_OK:
+            status = await self._wait_replication(result.end_offset)
+        remark = ""
+        if status is not PutMessageStatus.PUT_OK:
+            timeout = (self.store_config.sync_flush_timeout if status is PutMessageStatus.FLUSH_DISK_TIMEOUT
+                       else self.config.slave_timeout)
+            remark = _REMARKS.get(status, status.name).format(timeout=timeout)
+        self.metrics.put(status.name, len(msgs), body_bytes, time.perf_counter() - started)
+        return SendOutcome(status, result.msg_ids, queue_id, result.queue_offsets[0], remark)
+
+    async def _wait_flush(self, end_offset: int) -> PutMessageStatus:
+        future = self.store.flush_future(end_offset)
+        try:
+            status = await asyncio.wait_for(asyncio.wrap_future(future), self._sync_flush_timeout_s)
+        except TimeoutError:
+            status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+        if status is not PutMessageStatus.PUT_OK:
+            log.warning("sync flush failed", extra={"end_offset": end_offset, "status": status.name})
+        return status
+
+    async def _wait_replication(self, end_offset: int) -> PutMessageStatus:
+        """The one place a SYNC_MASTER write waits for its slaves."""
+        if self.replication_wait is None:
+            return PutMessageStatus.SLAVE_NOT_AVAILABLE
+        return await self.replication_wait(end_offset)
+
+    def append(self, msgs: Sequence[record.Message]) -> PutResult:
+        """Append to the store and wake the pulls waiting on the queue(s) written. Also used for
+        messages the broker produces itself (delayed delivery): no validation, no waiting."""
+        result = self.store.append_messages(msgs)
+        if result.stored:
+            notify = self.notifier.notify
+            first = msgs[0]
+            notify(first.topic, first.queue_id)
+            for msg in msgs:
+                if msg.queue_id != first.queue_id or msg.topic != first.topic:
+                    notify(msg.topic, msg.queue_id)
+        return result
+
+    async def deliver(self, msgs: list[record.Message]) -> PutResult:
+        """Delayed delivery's put (see :meth:`append`)."""
+        return self.append(msgs)
