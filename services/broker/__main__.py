@@ -1,0 +1,54 @@
+"""``python -m services.broker`` / ``pocketmq-broker``: run a broker until SIGTERM.
+
+    pocketmq-broker -c broker.conf [--broker-role SLAVE --broker-id 1 ...]
+
+``broker.conf`` is RocketMQ-style ``key=value`` (brokerClusterName, brokerName, brokerId,
+brokerRole, flushDiskType, namesrvAddr, listenPort, haListenPort, storePathRootDir, ...);
+``POCKETMQ_<KEY>`` environment variables and ``--kebab-key`` flags override it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from services.broker.app import run_broker
+from services.broker.config import BrokerConfig
+from services.broker.storage.config import StoreConfig
+from services.common.config import ConfigError, add_arguments, from_arguments, to_properties
+from services.common.lifecycle import run_service
+from services.common.logs import setup_logging
+
+log = logging.getLogger("services.broker")
+SECTIONS = [BrokerConfig, StoreConfig]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pocketmq-broker",
+        description="PocketMQ broker: stores and serves messages of one broker group member.",
+    )
+    parser.add_argument("--print-config", action="store_true",
+                        help="print the effective configuration as broker.conf lines and exit")
+    add_arguments(parser, SECTIONS)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    setup_logging("broker")
+    try:
+        broker_config, store_config = from_arguments(args, SECTIONS)
+    except ConfigError as exc:
+        log.error("invalid configuration", extra={"key": exc.key, "error": str(exc)})
+        return 2
+    if args.print_config:
+        sys.stdout.write(to_properties([broker_config, store_config]))
+        return 0
+    return run_service(lambda stop: run_broker(broker_config, store_config, stop))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

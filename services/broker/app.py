@@ -1,0 +1,384 @@
+"""Wiring of one broker process: store, metadata tables, produce/pull services, delayed delivery,
+slave metadata sync, NameServer registration, gRPC and metrics servers, graceful shutdown.
+
+Replication (issue 5) plugs in through ``ha_factory``: the app owns an optional
+:class:`ReplicationService`; SYNC_MASTER sends wait for slaves through
+:meth:`BrokerApp.wait_replicated` only, and the NameServer's master address reaches it through
+:meth:`ReplicationService.set_master`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from prometheus_client import CollectorRegistry
+
+from pocketmq.broker.v1 import broker_pb2, broker_pb2_grpc
+from pocketmq.common.v1 import common_pb2
+from services.broker import validation as v
+from services.broker.api import BrokerMetadataServicer, BrokerServicer
+from services.broker.config import BrokerConfig
+from services.broker.consumers import ConsumerManager
+from services.broker.delay import DelayDeliveryService
+from services.broker.longpoll import QueueNotifier
+from services.broker.metadata import (
+    ConsumerOffsetManager,
+    DelayOffsetManager,
+    MetadataTable,
+    SubscriptionGroupConfig,
+    SubscriptionGroupManager,
+    TopicConfig,
+    TopicConfigManager,
+)
+from services.broker.metadata.sync import SlaveMetadataSync, SyncResult
+from services.broker.metrics import BrokerMetrics
+from services.broker.pull import PullService
+from services.broker.registration import BrokerIdentity, BrokerRegistrar, clamp_register_period
+from services.broker.send import SendService
+from services.broker.storage.config import StoreConfig
+from services.broker.storage.status import PutMessageStatus
+from services.broker.storage.store import MessageStore
+from services.common.errors import NotFoundError
+from services.common.grpcserver import GrpcServer, start_grpc_server
+from services.common.metrics import MetricsServer
+
+log = logging.getLogger(__name__)
+
+BROKER_SERVICES = (
+    broker_pb2.DESCRIPTOR.services_by_name["Broker"].full_name,
+    broker_pb2.DESCRIPTOR.services_by_name["BrokerMetadata"].full_name,
+)
+#: Topic changes are published to the NameServers after this quiet period (coalescing bursts).
+REGISTER_DEBOUNCE_S = 0.2
+CONSUMER_SCAN_INTERVAL_S = 5.0
+
+
+class ReplicationService(Protocol):
+    """What the app needs from replication (master: serve slaves; slave: follow the master)."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    def set_master(self, master_addr: str, master_ha_addr: str) -> None:
+        """Slave: the NameServer reported (another) master."""
+
+    async def wait_replicated(self, end_offset: int, timeout_s: float) -> PutMessageStatus:
+        """SYNC_MASTER: PUT_OK once a slave acknowledged ``end_offset``; SLAVE_NOT_AVAILABLE
+        when no slave is connected or in reach; FLUSH_SLAVE_TIMEOUT after ``timeout_s``."""
+
+    def status(self) -> broker_pb2.HAStatus: ...
+
+
+HAFactory = Callable[["BrokerApp"], ReplicationService]
+
+
+class BrokerApp:
+    def __init__(
+        self,
+        broker_config: BrokerConfig,
+        store_config: StoreConfig,
+        *,
+        ha_factory: HAFactory | None = None,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        self.broker_config = cfg = broker_config
+        self.store_config = store_config
+        self.ha_factory = ha_factory
+        ip = cfg.advertised_ip
+        metrics_port = cfg.effective_metrics_port
+        self.identity = BrokerIdentity(
+            cluster_name=cfg.broker_cluster_name, broker_name=cfg.broker_name, broker_id=cfg.broker_id,
+            broker_addr=cfg.broker_addr, ha_server_addr=cfg.ha_server_addr,
+            metrics_addr=f"{ip}:{metrics_port}" if metrics_port > 0 else "",
+            broker_role=cfg.broker_role.name,
+        )
+        self.config_dir = os.path.join(store_config.store_path_root_dir, "config")
+        self.topics = TopicConfigManager(self.config_dir, default_queue_nums=cfg.default_topic_queue_nums)
+        self.offsets = ConsumerOffsetManager(self.config_dir)
+        self.delay_offsets = DelayOffsetManager(self.config_dir)
+        self.groups = SubscriptionGroupManager(self.config_dir)
+        self.tables: tuple[MetadataTable, ...] = (self.topics, self.offsets, self.delay_offsets, self.groups)
+        self.store = MessageStore(store_config, store_host=(ip, cfg.listen_port))
+        self.metrics = BrokerMetrics(cfg.broker_cluster_name, cfg.broker_name, cfg.broker_id, registry)
+        self.consumers = ConsumerManager(cfg.consumer_channel_expired_time / 1000)
+        self.ha: ReplicationService | None = None
+        self.start_timestamp = 0
+        self._stopping = False
+        self._master_addr = ""
+        self._master_ha_addr = ""
+        self._tasks: list[asyncio.Task[None]] = []
+        self._register_task: asyncio.Task[None] | None = None
+        self._grpc: GrpcServer | None = None
+        self._metrics_server: MetricsServer | None = None
+        self._registrar: BrokerRegistrar | None = None
+        self._delay: DelayDeliveryService | None = None
+        self._sync: SlaveMetadataSync | None = None
+        self._store_started = False
+        # Created in start() (they need the running loop).
+        self.notifier: QueueNotifier
+        self.send: SendService
+        self.pull: PullService
+
+    # -- properties used by the API -----------------------------------------------------------
+
+    @property
+    def master_addr(self) -> str:
+        """This broker's address on a master; the master's as learned from the NameServer on a
+        slave ("" until known)."""
+        return self.identity.broker_addr if self.broker_config.is_master else self._master_addr
+
+    @property
+    def master_ha_addr(self) -> str:
+        return self.identity.ha_server_addr if self.broker_config.is_master else self._master_ha_addr
+
+    @property
+    def grpc_port(self) -> int:
+        return self._grpc.port if self._grpc is not None else 0
+
+    @property
+    def metrics_port(self) -> int:
+        return self._metrics_server.port if self._metrics_server is not None else 0
+
+    @property
+    def slave_sync(self) -> SlaveMetadataSync | None:
+        return self._sync
+
+    def stopping(self) -> bool:
+        return self._stopping
+
+    # -- start ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        cfg = self.broker_config
+        loop = asyncio.get_running_loop()
+        for table in self.tables:
+            if table.load():
+                log.info("metadata loaded", extra={"file": str(table.path),
+                                                   "version": table.data_version.counter})
+        if cfg.is_master:
+            self._ensure_system_topics()
+            await asyncio.gather(*(t.persist_if_dirty() for t in self.tables))
+        await asyncio.to_thread(self.store.start)
+        self._store_started = True
+        self.start_timestamp = int(time.time() * 1000)
+
+        self.notifier = QueueNotifier(loop, self.store.max_queue_offset)
+        if not cfg.is_master:
+            # Replicated data is appended outside the send path: wake pulls by max offset.
+            self.store.add_append_listener(lambda _offset: self.notifier.poke())
+        self.send = SendService(
+            cfg, self.store_config, self.store, self.notifier, self.topics, self.metrics,
+            store_host=self.store.store_host, master_addr=lambda: self.master_addr,
+            replication_wait=self.wait_replicated,
+        )
+        self.pull = PullService(cfg, self.store_config, self.store, self.topics, self.groups, self.offsets,
+                                self.notifier, self.metrics, self.ensure_group)
+        self.metrics.add_gauges(self._gauges)
+
+        if self.ha_factory is not None:
+            self.ha = self.ha_factory(self)
+            await self.ha.start()
+        if cfg.is_master:
+            self._delay = DelayDeliveryService(self.store, self.delay_offsets, cfg.delay_levels_ms,
+                                               self.notifier, self.send.deliver, self.metrics)
+            self._delay.start()
+        else:
+            self._sync = SlaveMetadataSync(
+                self.topics, self.offsets, self.delay_offsets, self.groups,
+                interval_s=cfg.slave_sync_interval / 1000, on_round=self._on_sync_round)
+            self._sync.start()
+
+        def register(server: object) -> None:
+            broker_pb2_grpc.add_BrokerServicer_to_server(BrokerServicer(self), server)
+            broker_pb2_grpc.add_BrokerMetadataServicer_to_server(BrokerMetadataServicer(self), server)
+
+        address = f"{cfg.listen_host}:{cfg.listen_port}"
+        self._grpc = await start_grpc_server(address, register, BROKER_SERVICES)
+        if cfg.effective_metrics_port > 0:
+            self._metrics_server = MetricsServer(
+                self.metrics.registry, cfg.listen_host, cfg.effective_metrics_port)
+
+        self._tasks.append(asyncio.create_task(self._persist_loop(), name="metadata-persist"))
+        self._tasks.append(asyncio.create_task(self._consumer_scan_loop(), name="consumer-expiry"))
+        if cfg.namesrv_addrs:
+            self._registrar = BrokerRegistrar(
+                cfg.namesrv_addrs, self.identity, self._topic_snapshot,
+                period_s=clamp_register_period(cfg.register_name_server_period),
+                timeout_s=cfg.register_broker_timeout_mills / 1000, on_master=self._on_master)
+            await self._registrar.start()
+            self.topics.add_listener(self._topics_changed)
+        log.info("broker started", extra={
+            "cluster": cfg.broker_cluster_name, "broker": cfg.broker_name, "broker_id": cfg.broker_id,
+            "role": cfg.broker_role.name, "flush": self.store_config.flush_disk_type.name,
+            "addr": self.identity.broker_addr, "store": self.store_config.store_path_root_dir,
+            "max_offset": self.store.max_offset, "topics": len(self.topics)})
+
+    def _ensure_system_topics(self) -> None:
+        levels = len(self.broker_config.delay_levels_ms)
+        self.topics.ensure_system_topic(TopicConfig(v.SCHEDULE_TOPIC, levels, levels))
+        if self.broker_config.auto_create_topic_enable:
+            n = self.broker_config.default_topic_queue_nums
+            self.topics.ensure_system_topic(
+                TopicConfig(v.AUTO_CREATE_TOPIC_KEY, n, n, v.PERM_ALL))
+
+    # -- stop -------------------------------------------------------------------------------
+
+    async def stop(self) -> None:
+        """Graceful stop: refuse new work, let in-flight requests finish (long polls return at
+        once), persist metadata, flush and close the store, unregister from the NameServers."""
+        if self._stopping:
+            return
+        self._stopping = True
+        cfg = self.broker_config
+        log.info("broker stopping", extra={"broker": cfg.broker_name, "broker_id": cfg.broker_id})
+        if self._delay is not None:
+            await self._delay.stop()
+        if hasattr(self, "notifier"):
+            self.notifier.close()
+        if self._grpc is not None:
+            await self._grpc.stop(cfg.shutdown_grace_period / 1000)
+        if self._sync is not None:
+            await self._sync.stop()
+        for task in [*self._tasks, *([self._register_task] if self._register_task else [])]:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self.ha is not None:
+            await self.ha.stop()
+        for table in self.tables:
+            try:
+                table.persist()
+            except OSError as exc:
+                log.error("cannot persist metadata", extra={"file": str(table.path), "error": str(exc)})
+        if self._store_started:
+            await asyncio.to_thread(self.store.shutdown)
+        if self._registrar is not None:
+            await self._registrar.stop(unregister=True)
+        if self._metrics_server is not None:
+            self._metrics_server.stop()
+        log.info("broker stopped", extra={"broker": cfg.broker_name, "broker_id": cfg.broker_id})
+
+    # -- behaviour shared by the services -----------------------------------------------------
+
+    async def wait_replicated(self, end_offset: int) -> PutMessageStatus:
+        """The single point where SYNC_MASTER sends wait for a slave."""
+        if self.ha is None:
+            return PutMessageStatus.SLAVE_NOT_AVAILABLE
+        return await self.ha.wait_replicated(end_offset, self.broker_config.slave_timeout / 1000)
+
+    def ensure_group(self, group: str) -> SubscriptionGroupConfig:
+        """The group's config; unknown groups are auto-created (autoCreateSubscriptionGroup,
+        masters only: a slave answers with defaults and waits for the master's table)."""
+        config = self.groups.get(group)
+        if config is not None:
+            return config
+        if not self.broker_config.auto_create_subscription_group:
+            raise NotFoundError(
+                f"subscription group {group!r} does not exist on broker {self.broker_config.broker_name} "
+                "and autoCreateSubscriptionGroup is false; create it first")
+        config = SubscriptionGroupConfig(v.validate_group(group))
+        if self.broker_config.is_master:
+            self.groups.put(config)
+            log.info("subscription group auto-created", extra={"group": group})
+        return config
+
+    async def delete_topic(self, topic: str) -> None:
+        self.topics.delete(topic)
+        queues = await asyncio.to_thread(self.store.delete_topic, topic)
+        self.offsets.remove_topic(topic)
+        await self.topics.persist_async()
+        await self.offsets.persist_if_dirty()
+        log.info("topic deleted", extra={"topic": topic, "queues": queues})
+
+    # -- background ---------------------------------------------------------------------------
+
+    async def _persist_loop(self) -> None:
+        cfg = self.broker_config
+        loop = asyncio.get_running_loop()
+        offsets_every = cfg.flush_consumer_offset_interval / 1000
+        delay_every = cfg.flush_delay_offset_interval / 1000
+        next_offsets = loop.time() + offsets_every
+        next_delay = loop.time() + delay_every
+        while True:
+            await asyncio.sleep(max(0.0, min(next_offsets, next_delay) - loop.time()))
+            now = loop.time()
+            try:
+                await self.topics.persist_if_dirty()
+                await self.groups.persist_if_dirty()
+                if now >= next_offsets:
+                    next_offsets = now + offsets_every
+                    await self.offsets.persist_if_dirty()
+                if now >= next_delay:
+                    next_delay = now + delay_every
+                    await self.delay_offsets.persist_if_dirty()
+            except OSError as exc:
+                log.error("cannot persist metadata", extra={"error": str(exc)})
+
+    async def _consumer_scan_loop(self) -> None:
+        interval = min(CONSUMER_SCAN_INTERVAL_S, self.consumers.expiry_s / 2)
+        while True:
+            await asyncio.sleep(interval)
+            self.consumers.scan_expired()
+
+    def _topic_snapshot(self) -> tuple[common_pb2.DataVersion, list[common_pb2.TopicConfig]]:
+        version, topics = self.topics.snapshot()
+        return version.to_proto(), [t.to_proto() for t in topics]
+
+    def _topics_changed(self) -> None:
+        """Publish topic changes to the NameServers soon (RocketMQ registers at once too)."""
+        if self._registrar is None or self._stopping or not self.broker_config.is_master:
+            return
+        if self._register_task is None or self._register_task.done():
+            self._register_task = asyncio.get_running_loop().create_task(self._register_soon())
+
+    async def _register_soon(self) -> None:
+        await asyncio.sleep(REGISTER_DEBOUNCE_S)
+        if self._registrar is not None and not self._stopping:
+            await self._registrar.register_now()
+
+    def _on_master(self, master_addr: str, master_ha_addr: str) -> None:
+        self._master_addr, self._master_ha_addr = master_addr, master_ha_addr
+        if self._sync is not None:
+            self._sync.set_master(master_addr)
+        if self.ha is not None:
+            self.ha.set_master(master_addr, master_ha_addr)
+
+    def _on_sync_round(self, result: SyncResult) -> None:
+        self.metrics.slave_sync("error" if result.error else ("replaced" if result.replaced else "unchanged"))
+
+    def _gauges(self) -> dict[str, tuple[str, float]]:
+        store = self.store
+        prefix = "pocketmq_broker_"
+        gauges: dict[str, tuple[str, float]] = {
+            prefix + "commitlog_max_offset": ("Commit log end offset.", store.max_offset),
+            prefix + "commitlog_min_offset": ("Lowest commit log offset still stored.", store.min_offset),
+            prefix + "commitlog_flushed_offset": ("Commit log offset on disk.", store.flushed_offset),
+            prefix + "topics": ("Topics configured on this broker.", len(self.topics)),
+            prefix + "subscription_groups": ("Subscription groups.", len(self.groups)),
+            prefix + "consumers_online": ("Live consumer group members.", self.consumers.member_count()),
+            prefix + "pulls_suspended": ("Pulls parked waiting for new messages.",
+                                         self.notifier.waiting if hasattr(self, "notifier") else 0),
+            prefix + "is_master": ("1 on a master, 0 on a slave.", 1 if self.broker_config.is_master else 0),
+        }
+        if self._delay is not None:
+            gauges["pocketmq_broker_delay_backlog_messages"] = (
+                "Delayed messages not yet delivered.", self._delay.backlog(store.max_queue_offset))
+        return gauges
+
+
+async def run_broker(broker_config: BrokerConfig, store_config: StoreConfig, stop: asyncio.Event,
+                     ha_factory: HAFactory | None = None) -> None:
+    """Start a broker, wait for ``stop``, stop it gracefully (the entry point's main)."""
+    app = BrokerApp(broker_config, store_config, ha_factory=ha_factory)
+    try:
+        await app.start()
+        await stop.wait()
+    finally:
+        await app.stop()
