@@ -56,7 +56,7 @@ def test_poke_from_other_thread_wakes_queues_that_grew_and_is_coalesced() -> Non
         t = threading.Thread(target=burst)
         t.start()
         t.join()
-        done, pending = await asyncio.wait(waiters, timeout=0.5)
+        done, _ = await asyncio.wait(waiters, timeout=0.5)
         assert {w for w in done} == {waiters[0], waiters[2]}
         assert all(w.result() is True for w in done)
         assert len(checks) <= 6  # a few coalesced checks, not one per poke
