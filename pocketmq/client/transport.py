@@ -1,0 +1,252 @@
+"""gRPC plumbing of the client: channels pooled per address, NameServer calls with fail-over
+between NameServers, broker calls made directly or relayed by a NameServer, errors mapped to
+:mod:`pocketmq.errors`.
+
+Everything here runs on one asyncio event loop (grpc.aio channels belong to the loop that
+created them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Literal, TypeVar
+
+import grpc
+from google.protobuf.message import DecodeError
+from google.protobuf.message import Message as ProtoMessage
+
+from pocketmq.broker.v1 import broker_pb2, broker_pb2_grpc
+from pocketmq.errors import (
+    ClientClosedError,
+    ConnectionFailedError,
+    InternalError,
+    InvalidArgumentError,
+    PocketMQError,
+    RequestTimeoutError,
+    RpcError,
+    UnimplementedError,
+    from_rpc_error,
+)
+from pocketmq.namesrv.v1 import namesrv_pb2, namesrv_pb2_grpc
+
+log = logging.getLogger("pocketmq.client")
+
+M = TypeVar("M", bound=ProtoMessage)
+
+DEFAULT_NAMESRV = "127.0.0.1:9876"
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+CHANNEL_OPTIONS: list[tuple[str, Any]] = [
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
+    ("grpc.keepalive_permit_without_calls", 0),
+    # Reconnect quickly when a broker comes back (gRPC's default backoff grows to 120 s).
+    ("grpc.initial_reconnect_backoff_ms", 200),
+    ("grpc.max_reconnect_backoff_ms", 2_000),
+    ("grpc.min_reconnect_backoff_ms", 200),
+]
+
+BROKER_SERVICE = broker_pb2.DESCRIPTOR.services_by_name["Broker"]
+#: Unary methods of pocketmq.broker.v1.Broker (the ones a NameServer can relay).
+BROKER_UNARY_METHODS = frozenset(
+    m.name for m in BROKER_SERVICE.methods if not m.client_streaming and not m.server_streaming
+)
+
+RelayMode = Literal["direct", "relay", "auto"]
+
+
+def parse_addresses(value: str | Iterable[str] | None, what: str = "namesrv") -> list[str]:
+    """``"h1:9876;h2:9876"`` (also ``,``-separated) or a list -> ``["h1:9876", "h2:9876"]``."""
+    if value is None:
+        return [DEFAULT_NAMESRV]
+    items = value.replace(",", ";").split(";") if isinstance(value, str) else list(value)
+    addrs = [a.strip() for a in items if a and a.strip()]
+    if not addrs:
+        raise InvalidArgumentError(f"no {what} address given")
+    for addr in addrs:
+        host, sep, port = addr.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise InvalidArgumentError(f"invalid {what} address {addr!r} (expected host:port)")
+    return addrs
+
+
+class ChannelPool:
+    """One grpc.aio channel per address, created on first use, closed together."""
+
+    def __init__(self) -> None:
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._stubs: dict[str, broker_pb2_grpc.BrokerStub] = {}
+        self._closed = False
+
+    def channel(self, address: str) -> grpc.aio.Channel:
+        if self._closed:
+            raise ClientClosedError("client is closed")
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = self._channels[address] = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+        return channel
+
+    def broker_stub(self, address: str) -> broker_pb2_grpc.BrokerStub:
+        stub = self._stubs.get(address)
+        if stub is None:
+            stub = self._stubs[address] = broker_pb2_grpc.BrokerStub(self.channel(address))
+        return stub
+
+    async def close(self) -> None:
+        self._closed = True
+        channels = list(self._channels.values())
+        self._channels.clear()
+        self._stubs.clear()
+        for channel in channels:
+            with contextlib.suppress(Exception):
+                await channel.close(grace=None)
+
+
+async def unary(
+    stub_method: Callable[..., Any], request: ProtoMessage, timeout: float, address: str, what: str  # noqa: ASYNC109
+) -> Any:
+    """Await one unary call, mapping gRPC failures to :class:`~pocketmq.errors.RpcError`."""
+    try:
+        return await stub_method(request, timeout=timeout)
+    except grpc.aio.AioRpcError as exc:
+        raise from_rpc_error(exc, address, what) from None
+    except grpc.aio.UsageError as exc:  # the channel was closed under the call
+        raise ClientClosedError(f"{what}: {exc}", address=address) from None
+
+
+class NamesrvClient:
+    """Calls to the NameServer(s): tries them in turn (starting at a random one) until one
+    answers; a NameServer that cannot be reached is tried last next time."""
+
+    def __init__(self, addresses: Sequence[str], pool: ChannelPool, timeout: float = 3.0) -> None:
+        self.addresses = list(addresses)
+        if not self.addresses:
+            raise InvalidArgumentError("at least one NameServer address is required")
+        self.pool = pool
+        self.timeout = timeout
+        self._first = random.randrange(len(self.addresses))
+        self._stubs: dict[str, namesrv_pb2_grpc.NameServerStub] = {}
+
+    def _stub(self, address: str) -> namesrv_pb2_grpc.NameServerStub:
+        stub = self._stubs.get(address)
+        if stub is None:
+            stub = self._stubs[address] = namesrv_pb2_grpc.NameServerStub(self.pool.channel(address))
+        return stub
+
+    async def call(self, method: str, request: ProtoMessage, timeout: float | None = None) -> Any:  # noqa: ASYNC109
+        """Call ``method`` on the first NameServer that answers. Only connection failures and
+        timeouts move on to the next one; any other error is the answer."""
+        n = len(self.addresses)
+        last: RpcError | None = None
+        for i in range(n):
+            index = (self._first + i) % n
+            address = self.addresses[index]
+            try:
+                reply = await unary(getattr(self._stub(address), method), request,
+                                    timeout or self.timeout, address, method)
+            except (ConnectionFailedError, RequestTimeoutError) as exc:
+                last = exc
+                log.debug("namesrv call failed", extra={"namesrv": address, "method": method,
+                                                        "error": str(exc)})
+                continue
+            self._first = index
+            return reply
+        assert last is not None
+        if n > 1:
+            raise type(last)(f"no NameServer answered ({', '.join(self.addresses)}): {last.message}",
+                             address=last.address) from None
+        raise last
+
+    async def route(self, topic: str) -> namesrv_pb2.TopicRouteData:
+        reply: namesrv_pb2.TopicRouteData = await self.call(
+            "GetRouteInfoByTopic", namesrv_pb2.GetRouteInfoByTopicRequest(topic=topic))
+        return reply
+
+    async def cluster_info(self) -> namesrv_pb2.ClusterInfo:
+        reply: namesrv_pb2.ClusterInfo = await self.call(
+            "GetBrokerClusterInfo", namesrv_pb2.GetBrokerClusterInfoRequest())
+        return reply
+
+    async def all_topics(self) -> list[str]:
+        reply = await self.call("GetAllTopicList", namesrv_pb2.GetAllTopicListRequest())
+        return list(reply.topics)
+
+    async def topics_of_cluster(self, cluster: str) -> list[str]:
+        reply = await self.call("GetTopicsByCluster", namesrv_pb2.GetTopicsByClusterRequest(cluster=cluster))
+        return list(reply.topics)
+
+    async def relay(self, broker_addr: str, method: str, request: bytes, timeout: float) -> bytes:  # noqa: ASYNC109
+        """Have a NameServer forward the unary call ``Broker.<method>`` to ``broker_addr`` (a broker
+        registered there) and return the serialized reply."""
+        req = namesrv_pb2.RelayBrokerCallRequest(
+            broker_addr=broker_addr, method=f"/{BROKER_SERVICE.full_name}/{method}", request=request,
+            timeout_ms=max(1, int(timeout * 1000)))
+        reply = await self.call("RelayBrokerCall", req, timeout=timeout + 1.0)
+        return bytes(reply.response)
+
+
+class BrokerCaller:
+    """Unary calls to brokers, either over a direct channel to the broker's address or relayed
+    by a NameServer (``mode="relay"``: the client only ever connects to NameServers, as with a
+    single ``kubectl port-forward``). ``mode="auto"`` relays and falls back to direct calls when
+    the NameServer has no relay (UNIMPLEMENTED)."""
+
+    def __init__(self, pool: ChannelPool, namesrv: NamesrvClient | None, mode: RelayMode = "direct") -> None:
+        if mode != "direct" and namesrv is None:
+            raise InvalidArgumentError("relayed broker calls need a NameServer")
+        self.pool = pool
+        self.namesrv = namesrv
+        self.mode: RelayMode = mode
+
+    @property
+    def relayed(self) -> bool:
+        return self.mode != "direct"
+
+    async def call(self, address: str, method: str, request: ProtoMessage, timeout: float) -> Any:  # noqa: ASYNC109
+        """``Broker.<method>(request)`` at ``address``; returns the reply message."""
+        if self.mode == "direct":
+            return await unary(getattr(self.pool.broker_stub(address), method), request, timeout,
+                               address, method)
+        if method not in BROKER_UNARY_METHODS:
+            raise InvalidArgumentError(f"Broker.{method} cannot be relayed (not a unary Broker method)")
+        assert self.namesrv is not None
+        try:
+            data = await self.namesrv.relay(address, method, request.SerializeToString(), timeout)
+        except UnimplementedError:
+            if self.mode != "auto":
+                raise UnimplementedError(
+                    f"{method}: the NameServer does not relay broker calls (an older version); "
+                    "reach the broker directly with --broker host:port") from None
+            log.info("namesrv has no broker relay; calling brokers directly")
+            self.mode = "direct"
+            return await self.call(address, method, request, timeout)
+        except RpcError as exc:
+            if not exc.address or exc.address in self.namesrv.addresses:
+                exc.address = f"{address} via NameServer {exc.address}".strip()
+            raise
+        response_cls = _response_class(method)
+        try:
+            return response_cls.FromString(data)
+        except DecodeError as exc:
+            raise InternalError(f"{method}: undecodable relayed reply: {exc}", address=address) from None
+
+
+def _response_class(method: str) -> type[ProtoMessage]:
+    desc = BROKER_SERVICE.methods_by_name[method].output_type
+    cls: type[ProtoMessage] = getattr(broker_pb2, desc.name)
+    return cls
+
+
+async def gather_settled(*aws: Any) -> list[Any]:
+    """``asyncio.gather(..., return_exceptions=True)`` re-raising anything that is not a
+    :class:`~pocketmq.errors.PocketMQError` (bugs must not turn into per-item errors)."""
+    results = await asyncio.gather(*aws, return_exceptions=True)
+    for r in results:
+        if isinstance(r, BaseException) and not isinstance(r, PocketMQError):
+            raise r
+    return list(results)
