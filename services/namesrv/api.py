@@ -16,11 +16,12 @@ import grpc
 from pocketmq.common.v1 import common_pb2
 from pocketmq.namesrv.v1 import namesrv_pb2 as pb
 from pocketmq.namesrv.v1 import namesrv_pb2_grpc
-from services.common.errors import FailedPreconditionError, NotFoundError, grpc_method
+from services.common.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError, grpc_method
 from services.namesrv import kvconfig, validation
 from services.namesrv.config import NamesrvConfig
 from services.namesrv.kvconfig import ORDER_TOPIC_CONFIG, KVConfig
 from services.namesrv.metrics import NamesrvMetrics
+from services.namesrv.relay import BrokerRelay
 from services.namesrv.routeinfo import (
     BrokerData,
     BrokerLiveInfo,
@@ -93,6 +94,8 @@ class NameServerServicer(namesrv_pb2_grpc.NameServerServicer):  # type: ignore[m
         #: Serialised-once answers of GetRouteInfoByTopic, valid while the table's generation is
         #: unchanged (heartbeats do not change it) and the ORDER_TOPIC_CONFIG namespace too.
         self._route_cache: dict[str, pb.TopicRouteData] = {}
+        #: Forwards RelayBrokerCall to registered brokers only.
+        self.relay = BrokerRelay(lambda: self.table.broker_live_table.keys())
         self._after_change()
 
     # ------------------------------------------------------------ housekeeping
@@ -336,3 +339,24 @@ class NameServerServicer(namesrv_pb2_grpc.NameServerServicer):  # type: ignore[m
             raise NotFoundError(f"KV namespace '{request.namespace}' is empty")
         return pb.GetKVListByNamespaceResponse(table=table)
 
+    # ------------------------------------------------------------ broker relay
+
+    @observed
+    @grpc_method
+    async def RelayBrokerCall(  # noqa: N802
+        self, request: pb.RelayBrokerCallRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RelayBrokerCallResponse:
+        if not self.config.relay_enable:
+            raise FailedPreconditionError(
+                "the broker relay is disabled on this NameServer (relayEnable=false)")
+        validation.check_address("broker_addr", request.broker_addr)
+        if request.timeout_ms < 0:
+            raise InvalidArgumentError(f"timeout_ms must be >= 0, got {request.timeout_ms}")
+        timeout_s = (request.timeout_ms or self.config.relay_timeout_mills) / 1000
+        remaining = context.time_remaining()
+        if remaining is not None:
+            timeout_s = max(0.001, min(timeout_s, remaining - 0.05))
+        response = await self.relay.call(request.broker_addr, request.method, request.request, timeout_s)
+        log.debug("broker call relayed",
+                  extra={"broker_addr": request.broker_addr, "method": request.method})
+        return pb.RelayBrokerCallResponse(response=response)

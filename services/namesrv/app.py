@@ -75,6 +75,7 @@ class NamesrvApp:
         if self._grpc is not None:
             await self._grpc.stop(self.config.shutdown_grace_period / 1000)
             self._grpc = None
+        await self.servicer.relay.close()
         if self._metrics_server is not None:
             self._metrics_server.stop()
             self._metrics_server = None

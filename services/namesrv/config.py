@@ -31,6 +31,10 @@ class NamesrvConfig:
     kv_config_path: str = ""
     #: Time allowed for in-flight requests on shutdown (ms).
     shutdown_grace_period: int = 5_000
+    #: Serve RelayBrokerCall (admin calls forwarded to registered brokers).
+    relay_enable: bool = True
+    #: Deadline of a relayed broker call when the caller names none (ms).
+    relay_timeout_mills: int = 10_000
 
     def __post_init__(self) -> None:
         split_listen(self.listen)
@@ -39,6 +43,7 @@ class NamesrvConfig:
         require(self.broker_channel_expired_time > 0, "brokerChannelExpiredTime", "must be > 0")
         require(self.max_topics_per_registration > 0, "maxTopicsPerRegistration", "must be > 0")
         require(self.shutdown_grace_period >= 0, "shutdownGracePeriod", "must be >= 0")
+        require(self.relay_timeout_mills > 0, "relayTimeoutMills", "must be > 0")
 
     @property
     def listen_host(self) -> str:

@@ -272,3 +272,21 @@ class GetKVListByNamespaceResponse(_message.Message):
     TABLE_FIELD_NUMBER: _ClassVar[int]
     table: _containers.ScalarMap[str, str]
     def __init__(self, table: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class RelayBrokerCallRequest(_message.Message):
+    __slots__ = ("broker_addr", "method", "request", "timeout_ms")
+    BROKER_ADDR_FIELD_NUMBER: _ClassVar[int]
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    broker_addr: str
+    method: str
+    request: bytes
+    timeout_ms: int
+    def __init__(self, broker_addr: _Optional[str] = ..., method: _Optional[str] = ..., request: _Optional[bytes] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+
+class RelayBrokerCallResponse(_message.Message):
+    __slots__ = ("response",)
+    RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    response: bytes
+    def __init__(self, response: _Optional[bytes] = ...) -> None: ...

@@ -94,6 +94,11 @@ class NameServerStub:
                 request_serializer=pocketmq_dot_namesrv_dot_v1_dot_namesrv__pb2.GetKVListByNamespaceRequest.SerializeToString,
                 response_deserializer=pocketmq_dot_namesrv_dot_v1_dot_namesrv__pb2.GetKVListByNamespaceResponse.FromString,
                 _registered_method=True)
+        self.RelayBrokerCall = channel.unary_unary(
+                '/pocketmq.namesrv.v1.NameServer/RelayBrokerCall',
+                request_serializer=pocketmq_dot_namesrv_dot_v1_dot_namesrv__pb2.RelayBrokerCallRequest.SerializeToString,
+                response_deserializer=pocketmq_dot_namesrv_dot_v1_dot_namesrv__pb2.RelayBrokerCallResponse.FromString,
+                _registered_method=True)
 
 
 class NameServerServicer:
@@ -189,6 +194,19 @@ class NameServerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RelayBrokerCall(self, request, context):
+        """Forward one unary call of the broker API (the pocketmq.broker.v1 services) to a broker
+        registered with this NameServer and return its reply: an operator who reaches only the
+        NameServer (one `kubectl port-forward`) can administer every broker. The broker's status is
+        passed back as is, its message prefixed with the broker's address; UNAVAILABLE when the
+        broker cannot be reached. NOT_FOUND for an address that is not a live broker (the relay never
+        reaches arbitrary hosts), INVALID_ARGUMENT for a method that is not a unary broker method,
+        FAILED_PRECONDITION when the relay is disabled (relayEnable=false).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_NameServerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -251,6 +269,11 @@ def add_NameServerServicer_to_server(servicer, server):
                     servicer.GetKVListByNamespace,
                     request_deserializer=pocketmq_dot_namesrv_dot_v1_dot_namesrv__pb2.GetKVListByNamespaceRequest.FromString,
                     response_serializer=pocketmq_dot_namesrv_dot_v1_dot_namesrv__pb2.GetKVListByNamespaceResponse.SerializeToString,
+            ),
+            'RelayBrokerCall': grpc.unary_unary_rpc_method_handler(
+                    servicer.RelayBrokerCall,
+                    request_deserializer=pocketmq_dot_namesrv_dot_v1_dot_namesrv__pb2.RelayBrokerCallRequest.FromString,
+                    response_serializer=pocketmq_dot_namesrv_dot_v1_dot_namesrv__pb2.RelayBrokerCallResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -577,6 +600,33 @@ class NameServer:
             '/pocketmq.namesrv.v1.NameServer/GetKVListByNamespace',
             pocketmq_dot_namesrv_dot_v1_dot_namesrv__pb2.GetKVListByNamespaceRequest.SerializeToString,
             pocketmq_dot_namesrv_dot_v1_dot_namesrv__pb2.GetKVListByNamespaceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RelayBrokerCall(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/pocketmq.namesrv.v1.NameServer/RelayBrokerCall',
+            pocketmq_dot_namesrv_dot_v1_dot_namesrv__pb2.RelayBrokerCallRequest.SerializeToString,
+            pocketmq_dot_namesrv_dot_v1_dot_namesrv__pb2.RelayBrokerCallResponse.FromString,
             options,
             channel_credentials,
             insecure,
