@@ -105,6 +105,15 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):  # type: ignore[misc]
         the stream with that error's status after the replies before it."""
         born_host = peer_host(context)
         send = self.app.send
+        if not send.waits_for_durability:
+            # Nothing to wait for: store and answer each batch in turn (no task per batch).
+            async for request in request_iterator:
+                try:
+                    outcome = await send.send_batch(request, born_host)
+                except ServiceError as exc:
+                    await context.abort(exc.code, f"request {request.request_id}: {exc}")
+                yield outcome.to_batch(request.request_id)
+            return
         pending: asyncio.Queue[asyncio.Task[SendOutcome] | None] = asyncio.Queue(STREAM_WINDOW)
         ids: asyncio.Queue[int] = asyncio.Queue()
 

@@ -103,6 +103,17 @@ class SendService:
         self._sync_flush_timeout_s = store_config.sync_flush_timeout / 1000
         self._sync_master = broker_config.broker_role is BrokerRole.SYNC_MASTER
         self._round_robin: dict[str, itertools.count[int]] = {}
+        # Offset message ids share the store host prefix: format only the offset per message.
+        self._msg_id_prefix = record.offset_msg_id(store_host, 0)[:16]
+
+    @property
+    def waits_for_durability(self) -> bool:
+        """True when replies wait for a flush or a slave (SYNC_FLUSH or SYNC_MASTER)."""
+        return self._sync_flush or self._sync_master
+
+    def msg_ids(self, physical_offsets: Sequence[int]) -> list[str]:
+        prefix = self._msg_id_prefix
+        return [f"{prefix}{offset:016X}" for offset in physical_offsets]
 
     # -- checks -----------------------------------------------------------------------------
 
@@ -266,7 +277,8 @@ class SendService:
                        else self.config.slave_timeout)
             remark = _REMARKS.get(status, status.name).format(timeout=timeout)
         self.metrics.put(status.name, len(msgs), body_bytes, time.perf_counter() - started)
-        return SendOutcome(status, result.msg_ids, queue_id, result.queue_offsets[0], remark)
+        ids = self.msg_ids(result.physical_offsets)
+        return SendOutcome(status, ids, queue_id, result.queue_offsets[0], remark)
 
     async def _wait_flush(self, end_offset: int) -> PutMessageStatus:
         future = self.store.flush_future(end_offset)

@@ -1,0 +1,423 @@
+"""Broker produce/consume throughput for 1 KiB messages, next to the transport's own ceiling and a
+real peer, all measured in the same run.
+
+Three servers, each its own process on loopback, driven by one Python client process (this one):
+
+* PocketMQ: ``python -m services.broker`` (ASYNC_MASTER, ASYNC_FLUSH, fresh store, no
+  NameServer), one topic with one queue.
+* echo: a minimal grpc.aio service with the broker's RPC shapes that stores nothing and answers
+  with replies of the same size (pull replies carry pre-encoded records of the same messages):
+  what Python gRPC alone can move with the same payloads and the same client code.
+* Redis Streams: Debian's ``redis-server`` as primary + replica, ``appendonly yes``,
+  ``appendfsync everysec``; XADD pipelined in batches of 32 from one redis-py client, read back
+  with XRANGE batches.
+
+Phases (the same client code for PocketMQ and echo):
+
+* single: SendMessage, one message per call, 16 calls in flight;
+* batch: SendMessageBatch of 32 messages, 8 calls in flight ("unary");
+* stream: SendMessageStream, batches of 32, 16 batches in flight (the bulk producer's path) -
+  the ``broker_batch_produce_msgs`` headline;
+* consume: PullMessageStream with raw records (what RocketMQ-style consumers get), every record
+  decoded on the client with the storage record codec.
+
+The last line is ``broker_produce_ratio=<x> broker_batch_produce_msgs=<n> broker_consume_msgs=<m>
+vs_redis_produce=<p> vs_redis_consume=<q>``: ratio = PocketMQ stream produce / echo stream produce,
+vs_redis_* = PocketMQ msgs/s / Redis msgs/s. Other work on the machine skews every figure (the
+load average is printed).
+
+    python benchmarks/bench_broker.py [--messages 200000] [--single-seconds 3] [--pull-batch 512]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import grpc
+
+from pocketmq.broker.v1 import broker_pb2 as pb
+from services.broker.storage.record import Message, decode_record, encode_record
+
+ROOT = Path(__file__).resolve().parents[1]
+BODY_SIZE = 1024
+BATCH = 32
+TOPIC = "bench"
+SERVICE = "/pocketmq.broker.v1.Broker/"
+ECHO_SERVICE = "pocketmq.broker.v1.Broker"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def wait_port(port: int, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on port {port} after {timeout}s")
+
+
+# ----------------------------------------------------------------------------- echo server
+
+
+def run_echo_server(port: int, pull_batch: int) -> None:
+    """The transport ceiling: same RPCs and reply sizes, no storage."""
+    body = os.urandom(BODY_SIZE)
+    records = b"".join(
+        encode_record(Message(TOPIC, body, 0, born_host=("127.0.0.1", 1)), queue_offset=i,
+                      physical_offset=i * 1200, store_timestamp=1, store_host=("127.0.0.1", 10911))
+        for i in range(pull_batch))
+    msg_id = "7F00000100002A9F0000000000000000"
+
+    async def send(request: pb.SendMessageRequest, context: object) -> pb.SendMessageResponse:
+        return pb.SendMessageResponse(status=pb.PUT_OK, msg_id=msg_id, queue_id=0, queue_offset=1)
+
+    def batch_reply(request: pb.SendMessageBatchRequest) -> pb.SendMessageBatchResponse:
+        return pb.SendMessageBatchResponse(status=pb.PUT_OK, msg_ids=[msg_id] * len(request.messages),
+                                           queue_id=0, queue_offset=1, request_id=request.request_id)
+
+    async def send_batch(request: pb.SendMessageBatchRequest, context: object) -> pb.SendMessageBatchResponse:
+        return batch_reply(request)
+
+    async def send_stream(requests: AsyncIterator[pb.SendMessageBatchRequest],
+                          context: object) -> AsyncIterator[pb.SendMessageBatchResponse]:
+        async for request in requests:
+            yield batch_reply(request)
+
+    async def pull_stream(request: pb.PullMessageRequest,
+                          context: object) -> AsyncIterator[pb.PullMessageResponse]:
+        offset = request.queue_offset
+        while True:
+            offset += pull_batch
+            yield pb.PullMessageResponse(status=pb.FOUND, next_begin_offset=offset, max_offset=1 << 40,
+                                         records=records)
+
+    async def serve() -> None:
+        server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 << 20),
+                                          ("grpc.max_send_message_length", 64 << 20)])
+        batch_in = pb.SendMessageBatchRequest.FromString
+        batch_out = pb.SendMessageBatchResponse.SerializeToString
+        handlers = {
+            "SendMessage": grpc.unary_unary_rpc_method_handler(
+                send, pb.SendMessageRequest.FromString, pb.SendMessageResponse.SerializeToString),
+            "SendMessageBatch": grpc.unary_unary_rpc_method_handler(
+                send_batch, batch_in, batch_out),
+            "SendMessageStream": grpc.stream_stream_rpc_method_handler(
+                send_stream, batch_in, batch_out),
+            "PullMessageStream": grpc.unary_stream_rpc_method_handler(
+                pull_stream, pb.PullMessageRequest.FromString, pb.PullMessageResponse.SerializeToString),
+        }
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(ECHO_SERVICE, handlers),))
+        server.add_insecure_port(f"127.0.0.1:{port}")
+        await server.start()
+        await server.wait_for_termination()
+
+    asyncio.run(serve())
+
+
+# ----------------------------------------------------------------------------- gRPC client phases
+
+
+def _identity(data: bytes) -> bytes:
+    return data
+
+
+async def produce_single(addr: str, seconds: float, inflight: int = 16) -> float:
+    body = os.urandom(BODY_SIZE)
+    message = pb.Message(topic=TOPIC, body=body)
+    request = pb.SendMessageRequest(message=message, queue_id=0).SerializeToString()
+    async with grpc.aio.insecure_channel(addr) as channel:
+        call = channel.unary_unary(SERVICE + "SendMessage", request_serializer=_identity,
+                                   response_deserializer=pb.SendMessageResponse.FromString)
+        await call(request)  # warm up
+        count = 0
+        end = time.perf_counter() + seconds
+
+        async def worker() -> None:
+            nonlocal count
+            while time.perf_counter() < end:
+                reply = await call(request)
+                if reply.status != pb.PUT_OK:
+                    raise RuntimeError(f"send failed: {reply}")
+                count += 1
+
+        start = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(inflight)))
+        return count / (time.perf_counter() - start)
+
+
+def batch_request(request_id: int = 0) -> bytes:
+    body = os.urandom(BODY_SIZE)
+    messages = [pb.Message(body=body) for _ in range(BATCH)]
+    request = pb.SendMessageBatchRequest(topic=TOPIC, queue_id=0, request_id=request_id, messages=messages)
+    return request.SerializeToString()
+
+
+async def produce_batch_unary(addr: str, messages: int, inflight: int = 8) -> float:
+    request = batch_request()
+    async with grpc.aio.insecure_channel(addr) as channel:
+        call = channel.unary_unary(SERVICE + "SendMessageBatch", request_serializer=_identity,
+                                   response_deserializer=pb.SendMessageBatchResponse.FromString)
+        await call(request)
+        calls = messages // BATCH
+        issued = 0
+
+        async def worker() -> None:
+            nonlocal issued
+            while issued < calls:
+                issued += 1
+                reply = await call(request)
+                if reply.status != pb.PUT_OK:
+                    raise RuntimeError(f"send failed: {reply.status} {reply.remark}")
+
+        start = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(inflight)))
+        return calls * BATCH / (time.perf_counter() - start)
+
+
+async def produce_batch_stream(addr: str, messages: int, window: int = 16) -> float:
+    request = batch_request()
+    async with grpc.aio.insecure_channel(addr) as channel:
+        call = channel.stream_stream(SERVICE + "SendMessageStream", request_serializer=_identity,
+                                     response_deserializer=pb.SendMessageBatchResponse.FromString)()
+        calls = messages // BATCH
+        slots = asyncio.Semaphore(window)
+        acked = 0
+
+        async def reader() -> None:
+            nonlocal acked
+            async for reply in call:
+                if reply.status != pb.PUT_OK:
+                    raise RuntimeError(f"send failed: {reply.status} {reply.remark}")
+                acked += 1
+                slots.release()
+
+        start = time.perf_counter()
+        reading = asyncio.create_task(reader())
+        for _ in range(calls):
+            await slots.acquire()
+            await call.write(request)
+        await call.done_writing()
+        await reading
+        if acked != calls:
+            raise RuntimeError(f"{acked} of {calls} batches acknowledged")
+        return calls * BATCH / (time.perf_counter() - start)
+
+
+async def consume_stream(addr: str, messages: int, pull_batch: int) -> float:
+    """Follow the queue from offset 0 until ``messages`` records were received and decoded."""
+    request = pb.PullMessageRequest(consumer_group="bench", topic=TOPIC, queue_id=0, queue_offset=0,
+                                    max_msg_nums=pull_batch, max_bytes=pull_batch * 2 * BODY_SIZE,
+                                    raw_records=True)
+    async with grpc.aio.insecure_channel(addr, options=[("grpc.max_receive_message_length", 64 << 20)]) as ch:
+        call = ch.unary_stream(SERVICE + "PullMessageStream",
+                               request_serializer=pb.PullMessageRequest.SerializeToString,
+                               response_deserializer=pb.PullMessageResponse.FromString)(request)
+        received = 0
+        start = time.perf_counter()
+        async for reply in call:
+            data = reply.records
+            pos = 0
+            end = len(data)
+            while pos < end:
+                rec = decode_record(data, pos, check_crc=False)
+                pos += rec.store_size
+                received += 1
+            if received >= messages:
+                break
+        elapsed = time.perf_counter() - start
+        call.cancel()
+        return received / elapsed
+
+
+# ----------------------------------------------------------------------------- Redis Streams
+
+
+class Redis:
+    def __init__(self, workdir: Path) -> None:
+        self.port = free_port()
+        self.replica_port = free_port()
+        self.procs: list[subprocess.Popen[bytes]] = []
+        replica_of = ["--replicaof", "127.0.0.1", str(self.port)]
+        for name, port, extra in (("primary", self.port, []), ("replica", self.replica_port, replica_of)):
+            d = workdir / f"redis-{name}"
+            d.mkdir()
+            self.procs.append(subprocess.Popen(
+                ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", str(d), "--save", "",
+                 "--appendonly", "yes", "--appendfsync", "everysec", "--protected-mode", "no", *extra],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            wait_port(port)
+        import redis
+
+        self.client = redis.Redis(port=self.port)
+        replica = redis.Redis(port=self.replica_port)
+        deadline = time.monotonic() + 20
+        while replica.info("replication").get("master_link_status") != "up":
+            if time.monotonic() > deadline:
+                raise RuntimeError("redis replica did not connect")
+            time.sleep(0.1)
+
+    def produce(self, messages: int) -> float:
+        body = os.urandom(BODY_SIZE)
+        client = self.client
+        start = time.perf_counter()
+        for _ in range(messages // BATCH):
+            pipe = client.pipeline(transaction=False)
+            for _ in range(BATCH):
+                pipe.xadd(TOPIC, {"body": body})
+            pipe.execute()
+        return (messages // BATCH) * BATCH / (time.perf_counter() - start)
+
+    def consume(self, messages: int, batch: int) -> float:
+        client = self.client
+        received = 0
+        last = "-"
+        start = time.perf_counter()
+        while received < messages:
+            entries: list[tuple[bytes, dict[bytes, bytes]]] = client.xrange(  # type: ignore[assignment]
+                TOPIC, min=last, max="+", count=batch)
+            if not entries:
+                break
+            for _entry_id, fields in entries:
+                if len(fields[b"body"]) != BODY_SIZE:
+                    raise RuntimeError("short body read back from redis")
+                received += 1
+            last = "(" + entries[-1][0].decode()
+        return received / (time.perf_counter() - start)
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            proc.send_signal(signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+# ----------------------------------------------------------------------------- main
+
+
+def start_broker(workdir: Path, pull_batch: int) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    log = open(workdir / "broker.log", "wb")  # noqa: SIM115 - lives as long as the process
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "services.broker", "--namesrv-addr", "", "--broker-ip1", "127.0.0.1",
+         "--listen-host", "127.0.0.1", "--listen-port", str(port), "--ha-listen-port", str(free_port()),
+         "--metrics-port", "0", "--store-path-root-dir", str(workdir / "store"),
+         "--broker-role", "ASYNC_MASTER", "--flush-disk-type", "ASYNC_FLUSH",
+         "--max-transfer-count-on-message-in-memory", str(pull_batch),
+         "--max-transfer-bytes-on-message-in-memory", str(pull_batch * 2 * BODY_SIZE)],
+        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    wait_port(port)
+    return proc, f"127.0.0.1:{port}"
+
+
+async def create_topic(addr: str) -> None:
+    from pocketmq.broker.v1 import broker_pb2_grpc
+    from pocketmq.common.v1 import common_pb2
+
+    async with grpc.aio.insecure_channel(addr) as channel:
+        stub = broker_pb2_grpc.BrokerStub(channel)
+        await stub.CreateTopic(pb.CreateTopicRequest(topic_config=common_pb2.TopicConfig(
+            topic_name=TOPIC, read_queue_nums=1, write_queue_nums=1, perm=6)), timeout=10)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--messages", type=int, default=200_000,
+                        help="messages per batch/stream/consume phase")
+    parser.add_argument("--single-seconds", type=float, default=3.0)
+    parser.add_argument("--pull-batch", type=int, default=512, help="messages per pull reply / XRANGE")
+    parser.add_argument("--echo-server", type=int, default=0, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.echo_server:
+        run_echo_server(args.echo_server, args.pull_batch)
+        return 0
+
+    workdir = Path(tempfile.mkdtemp(prefix="bench-broker-"))
+    procs: list[subprocess.Popen[bytes]] = []
+    redis: Redis | None = None
+    try:
+        echo_port = free_port()
+        procs.append(subprocess.Popen([sys.executable, __file__, "--echo-server", str(echo_port),
+                                       "--pull-batch", str(args.pull_batch)], cwd=ROOT))
+        wait_port(echo_port)
+        echo = f"127.0.0.1:{echo_port}"
+        broker_proc, broker = start_broker(workdir, args.pull_batch)
+        procs.append(broker_proc)
+        asyncio.run(create_topic(broker))
+        redis = Redis(workdir)
+
+        n = args.messages
+        results: dict[str, float] = {}
+
+        def run(name: str, fn: Callable[[], float]) -> None:
+            results[name] = fn()
+            print(f"  {name:<22} {results[name]:>10,.0f} msgs/s", flush=True)
+
+        print(f"bench-broker: {BODY_SIZE} B messages, {n} per phase, batch {BATCH}, "
+              f"pull batch {args.pull_batch}; {os.cpu_count()} CPUs, "
+              f"load average {os.getloadavg()[0]:.2f}", flush=True)
+        run("echo single", lambda: asyncio.run(produce_single(echo, args.single_seconds)))
+        run("pocketmq single", lambda: asyncio.run(produce_single(broker, args.single_seconds)))
+        run("echo batch unary", lambda: asyncio.run(produce_batch_unary(echo, n // 2)))
+        run("pocketmq batch unary", lambda: asyncio.run(produce_batch_unary(broker, n // 2)))
+        run("echo batch stream", lambda: asyncio.run(produce_batch_stream(echo, n)))
+        run("pocketmq batch stream", lambda: asyncio.run(produce_batch_stream(broker, n)))
+        run("redis xadd pipelined", lambda: redis.produce(n) if redis else 0.0)
+        run("echo consume", lambda: asyncio.run(consume_stream(echo, n, args.pull_batch)))
+        run("pocketmq consume", lambda: asyncio.run(consume_stream(broker, n, args.pull_batch)))
+        run("redis xrange", lambda: redis.consume(n, args.pull_batch) if redis else 0.0)
+
+        print()
+        print(f"{'phase':<14} {'PocketMQ':>12} {'echo (gRPC)':>12} {'of echo':>8} {'Redis':>12}")
+        for phase, ours, ceiling, peer in (
+            ("single", "pocketmq single", "echo single", ""),
+            ("batch unary", "pocketmq batch unary", "echo batch unary", ""),
+            ("batch stream", "pocketmq batch stream", "echo batch stream", "redis xadd pipelined"),
+            ("consume", "pocketmq consume", "echo consume", "redis xrange"),
+        ):
+            peer_text = f"{results[peer]:>12,.0f}" if peer else f"{'':>12}"
+            print(f"{phase:<14} {results[ours]:>12,.0f} {results[ceiling]:>12,.0f} "
+                  f"{results[ours] / results[ceiling]:>7.0%} {peer_text}")
+        print(f"load average after: {os.getloadavg()[0]:.2f}")
+        ratio = results["pocketmq batch stream"] / results["echo batch stream"]
+        batch_msgs = results["pocketmq batch stream"]
+        print(f"broker_produce_ratio={ratio:.2f} broker_batch_produce_msgs={batch_msgs:.0f} "
+              f"broker_consume_msgs={results['pocketmq consume']:.0f} "
+              f"vs_redis_produce={results['pocketmq batch stream'] / results['redis xadd pipelined']:.2f} "
+              f"vs_redis_consume={results['pocketmq consume'] / results['redis xrange']:.2f}")
+        return 0
+    finally:
+        if redis is not None:
+            redis.stop()
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
