@@ -315,3 +315,27 @@ def test_client_module_round_trip_decoding(start_broker: StartBroker) -> None:
     d, r = decoded.messages[0], raw[0]
     assert (r.body, r.tags, r.keys, r.properties["x"]) == (d.body, d.tags, d.keys.split(), d.properties["x"])
     assert (r.queue_offset, r.physical_offset, r.msg_id) == (d.queue_offset, d.commit_log_offset, d.msg_id)
+
+
+def test_sync_flush_and_sync_master_statuses_and_topic_deletion(start_broker: StartBroker) -> None:
+    """SYNC_FLUSH replies after the group commit; a SYNC_MASTER without a slave stores the message
+    and says SLAVE_NOT_AVAILABLE (stored, not replicated). Deleting a topic drops its queues
+    and offsets."""
+    broker = start_broker("broker-y", 0, "--broker-role", "SYNC_MASTER", "--flush-disk-type", "SYNC_FLUSH")
+    c = broker.client
+    c.create_topic("sync", read=1, write=1)
+    r = c.send("sync", b"durable", 0)
+    assert r.status == pb.SLAVE_NOT_AVAILABLE and "stored on the master" in r.remark
+    batch = c.send_batch("sync", [b"a", b"b"], 0)
+    assert batch.status == pb.SLAVE_NOT_AVAILABLE and batch.queue_offset == 1
+    assert [m.body for m in c.pull_all("sync", 0)] == [b"durable", b"a", b"b"]
+    assert c.status().flush_disk_type == "SYNC_FLUSH"
+
+    c.commit("g", "sync", 0, 2)
+    c.stub.DeleteTopic(pb.DeleteTopicRequest(topic="sync"), timeout=5)
+    assert "sync" not in c.topics()
+    assert ("g", "sync", 0) not in c.offsets_table()
+    rpc_fails(lambda: c.stub.GetTopic(pb.GetTopicRequest(topic="sync"), timeout=5), grpc.StatusCode.NOT_FOUND,
+              "'sync'")
+    rpc_fails(lambda: c.stub.DeleteTopic(pb.DeleteTopicRequest(topic="SCHEDULE_TOPIC_XXXX"), timeout=5),
+              grpc.StatusCode.INVALID_ARGUMENT, "system topic")
