@@ -1,0 +1,54 @@
+"""Fixtures of the client suites: ``cluster`` (a fresh cluster per test, processes in the
+``procs`` group) and ``shared_cluster`` (one NameServer and two master broker groups for a whole
+module, for tests that only need distinct topics and groups)."""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.client.cluster import Cluster
+from tests.integration.procs import ProcessGroup
+
+_SHARED_KEY = pytest.StashKey[Cluster]()
+
+
+@pytest.fixture
+def cluster(procs: ProcessGroup, tmp_path: Path) -> Cluster:
+    """An empty cluster: call ``start_namesrv()`` / ``start_broker(...)``."""
+    return Cluster(procs, tmp_path / "cluster")
+
+
+@pytest.fixture(scope="module")
+def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """NameServer + masters broker-a and broker-b, shared by a module's tests."""
+    tmp = tmp_path_factory.mktemp("shared-cluster")
+    group = ProcessGroup(tmp / "logs")
+    cluster = Cluster(group, tmp)
+    try:
+        cluster.start_namesrv()
+        cluster.start_broker("broker-a")
+        cluster.start_broker("broker-b")
+        yield cluster
+    finally:
+        group.stop_all()
+
+
+@pytest.fixture
+def shared(shared_cluster: Cluster, request: pytest.FixtureRequest) -> Cluster:
+    request.node.stash[_SHARED_KEY] = shared_cluster
+    return shared_cluster
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    shared = item.stash.get(_SHARED_KEY, None)
+    if shared is not None and report.failed:
+        for title, text in shared.group.report():
+            report.sections.append((f"shared {title} ({report.when})", text))
+    return report
