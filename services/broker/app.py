@@ -213,7 +213,7 @@ class BrokerApp:
                 period_s=clamp_register_period(cfg.register_name_server_period),
                 timeout_s=cfg.register_broker_timeout_mills / 1000, on_master=self._on_master)
             await self._registrar.start()
-            self.topics.add_listener(self._topics_changed)
+        self.topics.add_listener(self._topics_changed)
         log.info("broker started", extra={
             "cluster": cfg.broker_cluster_name, "broker": cfg.broker_name, "broker_id": cfg.broker_id,
             "role": cfg.broker_role.name, "flush": self.store_config.flush_disk_type.name,
@@ -332,15 +332,19 @@ class BrokerApp:
         return version.to_proto(), [t.to_proto() for t in topics]
 
     def _topics_changed(self) -> None:
-        """Publish topic changes to the NameServers soon (RocketMQ registers at once too)."""
-        if self._registrar is None or self._stopping or not self.broker_config.is_master:
+        """Persist topic changes and publish them to the NameServers soon (coalesced)."""
+        if self._stopping:
             return
         if self._register_task is None or self._register_task.done():
-            self._register_task = asyncio.get_running_loop().create_task(self._register_soon())
+            self._register_task = asyncio.get_running_loop().create_task(self._topics_changed_soon())
 
-    async def _register_soon(self) -> None:
+    async def _topics_changed_soon(self) -> None:
         await asyncio.sleep(REGISTER_DEBOUNCE_S)
-        if self._registrar is not None and not self._stopping:
+        try:
+            await self.topics.persist_if_dirty()
+        except OSError as exc:
+            log.error("cannot persist topics", extra={"error": str(exc)})
+        if self._registrar is not None and not self._stopping and self.broker_config.is_master:
             await self._registrar.register_now()
 
     def _on_master(self, master_addr: str, master_ha_addr: str) -> None:

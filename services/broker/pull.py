@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import time
 from collections.abc import Callable, Mapping
 from typing import NamedTuple
@@ -43,6 +44,18 @@ log = logging.getLogger(__name__)
 MAX_PULL_COUNT = 4096
 MAX_PULL_BYTES = 16 * 1024 * 1024
 
+
+def _memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 8 << 30
+
+
+#: RocketMQ's accessMessageInMemoryMaxRatio (40 % of RAM): consumers further behind are told
+#: to read from a slave (``suggest_which_broker_id``).
+SLOW_CONSUMER_BYTES = _memory_bytes() * 40 // 100
+
 GET_TO_PULL_STATUS: Mapping[GetMessageStatus, broker_pb2.PullStatus] = {
     GetMessageStatus.FOUND: broker_pb2.FOUND,
     GetMessageStatus.NO_MATCHED_MESSAGE: broker_pb2.NO_MATCHED_MSG,
@@ -70,6 +83,8 @@ class RawResult(NamedTuple):
     next_begin_offset: int
     min_offset: int
     max_offset: int
+    #: Commit log offset just past the last record returned (0 if none).
+    end_physical: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -228,7 +243,7 @@ class PullService:
             status = GetMessageStatus.MESSAGE_WAS_REMOVING
         else:
             status = GetMessageStatus.OFFSET_FOUND_NULL
-        return RawResult(status, data, count, offset, min_offset, max_offset)
+        return RawResult(status, data, count, offset, min_offset, max_offset, max(run_end, 0))
 
     async def pull(
         self, q: PullQuery, suspend_s: float, stopping: StopFlag
@@ -267,7 +282,23 @@ class PullService:
         if status == broker_pb2.OFFSET_ILLEGAL:
             reply.remark = (f"queue offset {q.offset} is outside [{result.min_offset}, {result.max_offset}] "
                             f"({result.status.name}); continue from {result.next_begin_offset}")
+        elif status == broker_pb2.FOUND and self.config.is_master and q.group:
+            reply.suggest_which_broker_id = self._suggest_broker(q.group, result)
         return reply
+
+    def _suggest_broker(self, group: str, result: GetResult | RawResult) -> int:
+        """RocketMQ's rule: a consumer whose position is further behind the commit log end than
+        the page cache is likely to hold (40 % of RAM) should read from a slave (the group's
+        ``whichBrokerWhenConsumeSlowly``) to spare the master's disk."""
+        if isinstance(result, RawResult):
+            end = result.end_physical
+        else:
+            last = result.messages[-1]
+            end = last.physical_offset + last.store_size
+        if self.store.max_offset - end <= SLOW_CONSUMER_BYTES:
+            return 0
+        config = self.groups.get(group)
+        return config.which_broker_when_consume_slowly if config is not None else 1
 
     def _copy(self, start: int, end: int, parts: list[bytes]) -> None:
         while start < end:
