@@ -46,6 +46,8 @@ def test_one_statefulset_per_group_with_master_plus_slaves(groups: int, slaves: 
     for name in names:
         sts = m.get("StatefulSet", name)
         assert sts["spec"]["replicas"] == 1 + slaves
+        # the master starts first, so slaves learn it from their first registration
+        assert sts["spec"]["podManagementPolicy"] == "OrderedReady"
         assert sts["spec"]["serviceName"] == f"{name}-headless"
         headless = m.get("Service", f"{name}-headless")
         assert headless["spec"]["clusterIP"] == "None"
@@ -401,7 +403,8 @@ def test_helm_test_pod_round_trips_through_the_namesrv_service() -> None:
     for step in ("pocketmq cluster list", "pocketmq send", "pocketmq consume"):
         assert step in script
     env = {e["name"]: e for e in c["env"]}
-    host, port = env["POCKETMQ_NAMESRV_ADDR"]["value"].split(":")
+    assert env["POCKETMQ_ACCESS"]["value"] == "direct"
+    host, port = env["POCKETMQ_NAMESRV"]["value"].split(":")
     assert host == f"{FULLNAME}-namesrv.{NAMESPACE}.svc.cluster.local"
     svc = m.get("Service", f"{FULLNAME}-namesrv")
     assert int(port) in [p["port"] for p in svc["spec"]["ports"]]

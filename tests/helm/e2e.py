@@ -1,0 +1,163 @@
+"""Shared pieces of the end-to-end tests that run the rendered chart (test_local_cluster*.py):
+which services exist yet, polling, a background load, and the shipped dashboard's queries."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import shutil
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import pytest
+
+from pocketmq.broker.v1 import broker_pb2 as bpb
+from tests.helm import client
+from tests.helm.chart import CHART_DIR
+from tests.helm.localpods import LocalCluster, LocalPod
+from tests.helm.prom import PROMETHEUS
+
+T = TypeVar("T")
+QUEUES = 4
+
+
+def missing(*modules: str) -> list[str]:
+    return [m for m in modules if importlib.util.find_spec(m) is None]
+
+
+SERVICES_MISSING = missing("services.namesrv.__main__", "services.broker.__main__")
+REPLICATION_MISSING = missing("services.broker.replication.master", "services.broker.replication.slave")
+CLI_MISSING = missing("pocketmq.cli")
+
+needs_services = pytest.mark.skipif(bool(SERVICES_MISSING),
+                                    reason=f"service entry points missing: {SERVICES_MISSING}")
+needs_replication = pytest.mark.skipif(
+    bool(REPLICATION_MISSING),
+    reason=f"commit-log replication is not built yet: {', '.join(REPLICATION_MISSING)} missing")
+needs_cli = pytest.mark.skipif(bool(CLI_MISSING), reason="the pocketmq CLI (pocketmq/cli) does not exist yet")
+needs_prometheus = pytest.mark.skipif(PROMETHEUS is None or shutil.which("promtool") is None,
+                                      reason="prometheus/promtool (Debian package prometheus) not installed")
+
+
+def wait_for(predicate: Callable[[], T], timeout: float, message: str, interval: float = 0.1) -> T:
+    """Call ``predicate`` until it returns something truthy (exceptions count as "not yet")."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while True:
+        try:
+            last = predicate()
+            if last:
+                return last
+        except Exception as exc:
+            last = exc
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not true within {timeout:g}s: {message} (last: {last!r})")
+        time.sleep(interval)
+
+
+def brokers(cluster: LocalCluster) -> list[LocalPod]:
+    return cluster.by_component("broker")
+
+
+def namesrvs(cluster: LocalCluster) -> list[LocalPod]:
+    return cluster.by_component("namesrv")
+
+
+def group_of(pod: LocalPod) -> str:
+    return pod.template.labels["pocketmq.io/broker-name"]
+
+
+def masters(cluster: LocalCluster) -> dict[str, LocalPod]:
+    return {group_of(p): p for p in brokers(cluster) if p.template.ordinal == 0}
+
+
+def start_cluster(cluster: LocalCluster, timeout: float = 60.0) -> None:
+    """Start every workload pod, NameServers first. (In a cluster they start together, and a
+    broker that is up before the NameServers registers at its next registerNameServerPeriod,
+    30 s later; starting the NameServers first keeps the tests short and deterministic.)"""
+    cluster.start(namesrvs(cluster))
+    cluster.wait_ready(timeout, namesrvs(cluster))
+    cluster.start(brokers(cluster))
+    cluster.wait_ready(timeout)
+
+
+class Load:
+    """Background producer and consumer on the given masters (what the dashboard shows)."""
+
+    def __init__(self, master_addrs: Sequence[str], topic: str) -> None:
+        self.masters = list(master_addrs)
+        self.topic = topic
+        self.stopped = threading.Event()
+        self.statuses: dict[str, int] = {}
+        self.errors: list[str] = []
+        self.thread = threading.Thread(target=self._run, name="helm-e2e-load", daemon=True)
+
+    @property
+    def sent_ok(self) -> int:
+        return self.statuses.get("PUT_OK", 0)
+
+    @property
+    def answered(self) -> int:
+        """Messages whose send was answered, whatever the put status."""
+        return sum(self.statuses.values())
+
+    def start(self) -> None:
+        for addr in self.masters:
+            client.create_topic(addr, self.topic, QUEUES)
+        self.thread.start()
+        wait_for(lambda: self.answered > 0, 20, f"the load's first sends answered ({self.errors[-3:]})")
+
+    def _run(self) -> None:
+        offsets = {(a, q): 0 for a in self.masters for q in range(QUEUES)}
+        n = 0
+        while not self.stopped.is_set():
+            queue = n % QUEUES
+            for addr in self.masters:
+                try:
+                    reply = client.send(addr, self.topic, [b"x" * 512] * 20, queue_id=queue)
+                    name = bpb.PutStatus.Name(reply.status)
+                    self.statuses[name] = self.statuses.get(name, 0) + 20
+                    with client.broker(addr) as stub:
+                        pulled = stub.PullMessage(bpb.PullMessageRequest(
+                            consumer_group="helm-load", topic=self.topic, queue_id=queue,
+                            queue_offset=offsets[addr, queue], max_msg_nums=32, subscription="*",
+                            suspend_timeout_ms=0, commit_offset=-1), timeout=5)
+                        if pulled.status == bpb.FOUND:
+                            offsets[addr, queue] = pulled.next_begin_offset
+                except Exception as exc:  # keep loading; the tests look at the counters
+                    self.errors.append(repr(exc))
+            n += 1
+            self.stopped.wait(0.05)
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.thread.join(10)
+
+
+def dashboard() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((CHART_DIR / "dashboards" / "pocketmq-overview.json").read_text())
+    return data
+
+
+def dashboard_targets() -> list[Any]:
+    """One pytest param per query of the shipped dashboard; HA queries need replication."""
+    params = []
+    for panel in dashboard()["panels"]:
+        for target in panel.get("targets", []):
+            marks = [needs_replication] if "pocketmq_ha_" in target["expr"] else []
+            params.append(pytest.param(target["expr"], id=f"{panel['title']}/{target['refId']}", marks=marks))
+    return params
+
+
+def panel_query(title: str, ref: str = "A") -> str:
+    panel = next(p for p in dashboard()["panels"] if p["title"] == title)
+    return str(next(t["expr"] for t in panel["targets"] if t["refId"] == ref))
+
+
+def grafana_to_promql(expr: str) -> str:
+    """What Grafana sends with "All" selected in every variable and a 1 s scrape interval."""
+    expr = expr.replace("$__rate_interval", "10s")
+    return re.sub(r"\$(namespace|cluster|broker)\b", ".*", expr)
