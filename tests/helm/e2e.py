@@ -16,7 +16,7 @@ import pytest
 
 from pocketmq.broker.v1 import broker_pb2 as bpb
 from tests.helm import client
-from tests.helm.chart import CHART_DIR
+from tests.helm.chart import CHART_DIR, ROOT
 from tests.helm.localpods import LocalCluster, LocalPod
 from tests.helm.prom import PROMETHEUS
 
@@ -29,7 +29,21 @@ def missing(*modules: str) -> list[str]:
 
 
 SERVICES_MISSING = missing("services.namesrv.__main__", "services.broker.__main__")
-REPLICATION_MISSING = missing("services.broker.replication.master", "services.broker.replication.slave")
+
+
+def replication_missing() -> list[str]:
+    """What is missing before brokers replicate: the master/slave modules, and their wiring into
+    the broker process (an import of services.broker.replication by its entry point or app)."""
+    gaps = missing("services.broker.replication.master", "services.broker.replication.slave")
+    wiring = [ROOT / "services" / "broker" / name for name in ("__main__.py", "app.py")]
+    pattern = re.compile(r"^\s*(from|import) services\.broker\.replication\b", re.M)
+    if not any(path.exists() and pattern.search(path.read_text()) for path in wiring):
+        gaps.append("wiring into the broker (services/broker/__main__.py or app.py importing "
+                    "services.broker.replication)")
+    return gaps
+
+
+REPLICATION_MISSING = replication_missing()
 CLI_MISSING = missing("pocketmq.cli")
 
 needs_services = pytest.mark.skipif(bool(SERVICES_MISSING),
