@@ -12,7 +12,7 @@ export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
 .PHONY: setup apt run test test-unit proto proto-check bench bench-store bench-namesrv bench-broker \
-        bench-ha bench-spark lint lock clean
+        bench-ha bench-spark lint lock clean test-helm dashboards image
 
 setup: $(STAMP) apt
 
@@ -33,6 +33,17 @@ test: setup
 
 test-unit: setup
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+test-helm: setup
+	$(PY) -m pytest tests/helm tests/unit/k8s $(PYTEST_ARGS)
+
+# Regenerate the Grafana dashboard JSON shipped in the chart.
+dashboards: $(STAMP)
+	$(PY) deploy/tools/build_dashboards.py
+
+IMAGE ?= pocketmq/pocketmq:0.1.0
+image:
+	docker build -t $(IMAGE) .
 
 # Regenerate the checked-in protobuf/gRPC code (pocketmq/<api>/v1/*_pb2*.py[i]) from proto/.
 proto: $(STAMP)
