@@ -114,6 +114,7 @@ class BrokerRegistrar:
         period_s: float = 30.0,
         timeout_s: float = 3.0,
         on_master: MasterCallback | None = None,
+        retry_s: float = 1.0,
     ) -> None:
         if not namesrv_addrs:
             raise ValueError("at least one NameServer address is required")
@@ -124,6 +125,7 @@ class BrokerRegistrar:
         self.topic_snapshot = topic_snapshot
         self.period_s = period_s
         self.timeout_s = timeout_s
+        self.retry_s = min(retry_s, period_s)
         self.on_master = on_master
         self._master_addr = ""
         self._master_ha_addr = ""
@@ -152,12 +154,13 @@ class BrokerRegistrar:
 
     async def start(self) -> None:
         """Register with every NameServer now (waits at most ``timeout_s``), then keep
-        registering every ``period_s`` in a background task."""
+        registering every ``period_s`` in a background task (sooner while incomplete, see
+        :meth:`_next_delay`)."""
         if self._task is not None:
             raise RuntimeError("registrar already started")
         self._open_channels()
-        await self.register_now()
-        self._task = asyncio.create_task(self._periodic(), name="broker-registration")
+        first = await self.register_now()
+        self._task = asyncio.create_task(self._periodic(first), name="broker-registration")
 
     async def stop(self, unregister: bool = True) -> None:
         """Stop the periodic registration; then unregister from every NameServer (in parallel,
@@ -182,17 +185,30 @@ class BrokerRegistrar:
                 self._channels[addr] = channel
                 self._stubs[addr] = namesrv_pb2_grpc.NameServerStub(channel)
 
-    async def _periodic(self) -> None:
+    def _next_delay(self, outcomes: Sequence[RegistrationOutcome], previous: float) -> float:
+        """The regular period after a good round; after a failed registration, or while a slave
+        knows no master yet, retry sooner (``retry_s``, doubling up to the period) so a broker
+        started before its NameServers or its master is routed within seconds, not a period."""
+        incomplete = not outcomes or not all(o.ok for o in outcomes)
+        if not self.identity.is_master and not self._master_addr:
+            incomplete = True
+        if not incomplete:
+            return self.period_s
+        return min(self.period_s, self.retry_s if previous >= self.period_s else previous * 2)
+
+    async def _periodic(self, first: Sequence[RegistrationOutcome]) -> None:
         loop = asyncio.get_running_loop()
-        next_at = loop.time() + self.period_s
+        delay = self._next_delay(first, self.period_s)
+        next_at = loop.time() + delay
         while not self._stopping.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), timeout=max(0.0, next_at - loop.time()))
                 return
-            await self.register_now()
-            next_at += self.period_s
+            outcomes = await self.register_now()
+            delay = self._next_delay(outcomes, delay)
+            next_at += delay
             if next_at < loop.time():  # a round overran a whole period: do not catch up in a burst
-                next_at = loop.time() + self.period_s
+                next_at = loop.time() + delay
 
     # ------------------------------------------------------------ registration
 

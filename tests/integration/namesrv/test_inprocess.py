@@ -138,6 +138,35 @@ async def test_slave_learns_its_master_and_follows_a_new_one(start_app: StartApp
     await new_master.stop()
 
 
+async def test_slave_started_before_its_master_learns_it_without_waiting_a_period(
+    start_app: StartApp,
+) -> None:
+    app = await start_app()
+    slave = BrokerRegistrar([addr_of(app)], identity(broker_id=1, port=20911), Topics(), period_s=60,
+                            retry_s=0.1)
+    await slave.start()
+    assert slave.master_addr == ""
+    master = BrokerRegistrar([addr_of(app)], identity(port=10911), Topics("t1"), period_s=60)
+    await master.start()
+    await async_wait_until(lambda: slave.master_addr == "127.0.0.1:10911", timeout=5)
+    rounds = slave.rounds
+    await asyncio.sleep(0.5)  # master known and every NameServer answered: back to the period
+    assert slave.rounds == rounds
+    await slave.stop()
+    await master.stop()
+
+
+async def test_a_namesrv_started_late_is_registered_with_within_seconds(start_app: StartApp) -> None:
+    port = free_port()
+    registrar = BrokerRegistrar([f"127.0.0.1:{port}"], identity(), Topics("t1"), period_s=60,
+                                timeout_s=0.5, retry_s=0.1)
+    await registrar.start()
+    assert not registrar.last_outcomes[f"127.0.0.1:{port}"].ok
+    app = await start_app(port=port)
+    await async_wait_until(lambda: app.servicer.table.all_topics() == ["t1"], timeout=10)
+    await registrar.stop()
+
+
 async def test_disagreeing_namesrvs_majority_then_first_listed(start_app: StartApp) -> None:
     apps = [await start_app() for _ in range(3)]
 
