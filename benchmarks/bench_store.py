@@ -9,9 +9,9 @@ sides see the same disk, page cache and CPU contention), reporting the median pe
     the record is on disk; group commit shares one fdatasync among them), versus a loop of
     ``os.write`` + ``os.fdatasync`` per message (durable writes without group commit).
 
-Messages have a ``--body-size`` body (1 KiB) plus TAGS and UNIQ_KEY properties, like a producer
-sends. Run ``python benchmarks/bench_store.py`` (about 40 s); the last line is
-``store_async_ratio=<x> store_sync_ratio=<y>``.
+Messages have a ``--body-size`` body (1 KiB) and a TAGS property (``--uniq-key`` adds the
+UNIQ_KEY property a RocketMQ producer sets). Run ``python benchmarks/bench_store.py`` (about
+40 s); the last line is ``store_async_ratio=<x> store_sync_ratio=<y>``.
 """
 
 from __future__ import annotations
@@ -30,9 +30,11 @@ from services.broker.storage.record import Message, encode_record
 TOPIC = "BenchTopic"
 
 
-def make_message(body_size: int, i: int = 0) -> Message:
-    return Message(TOPIC, os.urandom(body_size), i % 4,
-                   properties={"TAGS": "TagA", "UNIQ_KEY": f"7F00000100002A9F0000{i:012X}"})
+def make_message(body_size: int, i: int = 0, uniq_key: bool = False) -> Message:
+    properties = {"TAGS": "TagA"}
+    if uniq_key:
+        properties["UNIQ_KEY"] = f"7F00000100002A9F0000{i:012X}"
+    return Message(TOPIC, os.urandom(body_size), i % 4, properties=properties)
 
 
 def rate(count: int, seconds: float) -> float:
@@ -104,17 +106,17 @@ def ref_write_fdatasync(path: str, record: bytes, seconds: float) -> tuple[int, 
         os.unlink(path)
 
 
-def store_sync(root: str, body_size: int, threads: int, seconds: float) -> tuple[int, float]:
+def store_sync(root: str, body_size: int, threads: int, seconds: float, uniq_key: bool) -> tuple[int, float]:
     config = StoreConfig(store_path_root_dir=root, flush_disk_type=FlushDiskType.SYNC_FLUSH)
     counts = [0] * threads
     errors: list[str] = []
     with MessageStore(config) as store:
-        assert store.put_message(make_message(body_size)).ok
+        assert store.put_message(make_message(body_size, 0, uniq_key)).ok
         barrier = threading.Barrier(threads + 1)
         stop = threading.Event()
 
         def writer(k: int) -> None:
-            msg = make_message(body_size, k)
+            msg = make_message(body_size, k, uniq_key)
             put = store.put_message
             barrier.wait()
             n = 0
@@ -159,6 +161,7 @@ def main() -> None:
     parser.add_argument("--sync-seconds", type=float, default=4.0, help="duration of each sync run")
     parser.add_argument("--sync-rounds", type=int, default=2, help="alternating ref/store rounds (sync)")
     parser.add_argument("--threads", type=int, default=16, help="writer threads for the SYNC_FLUSH run")
+    parser.add_argument("--uniq-key", action="store_true", help="add a UNIQ_KEY property to every message")
     parser.add_argument("--dir", default="data/bench",
                         help="parent directory for the temporary files (same disk as the store)")
     args = parser.parse_args()
@@ -166,7 +169,7 @@ def main() -> None:
     os.makedirs(args.dir, exist_ok=True)
     work = tempfile.mkdtemp(prefix="bench_store-", dir=args.dir)
     try:
-        msg = make_message(args.body_size)
+        msg = make_message(args.body_size, 0, args.uniq_key)
         record = encode_record(msg, queue_offset=0, physical_offset=0,
                                store_timestamp=int(time.time() * 1000), store_host=("127.0.0.1", 10911))
         size = len(record)
@@ -189,7 +192,8 @@ def main() -> None:
             ref = report(f"round {i + 1}: os.write+fdatasync", *ref_write_fdatasync(
                 os.path.join(work, "ref_sync.bin"), record, args.sync_seconds), size)
             got = report(f"round {i + 1}: MessageStore.put_message x{args.threads}", *store_sync(
-                os.path.join(work, f"sync{i}"), args.body_size, args.threads, args.sync_seconds), size)
+                os.path.join(work, f"sync{i}"), args.body_size, args.threads, args.sync_seconds,
+                args.uniq_key), size)
             sync_ratios.append(got / ref)
             print(f"  round {i + 1}: ratio {got / ref:.2f}")
 

@@ -21,6 +21,7 @@ import logging
 import struct
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple, Protocol
 
@@ -28,27 +29,41 @@ from services.broker.storage.record import (
     BLANK_MAGIC_CODE,
     END_FILE_MIN_BLANK_LENGTH,
     HEADER,
+    HEADER_SIZE,
+    HOST_V6_FLAGS,
     MAGIC_CODE,
     TRANSACTION_PREPARED_TYPE,
     CheckKind,
     Host,
+    Message,
     MessageRecord,
+    MessageTooLargeError,
     PreparedRecord,
     RecordError,
     check_record,
+    checked_body,
     decode_record,
     encode_batch,
+    encode_tail,
     host_bytes,
     read_store_timestamp,
 )
-from services.broker.storage.segment import PAGE_SIZE, Segment, SegmentSlice, SyncFn, default_sync
+from services.broker.storage.segment import (
+    PAGE_SIZE,
+    PageCacheReader,
+    Segment,
+    SegmentSlice,
+    SyncFn,
+    default_sync,
+)
 from services.broker.storage.segment_queue import SegmentQueue
 from services.broker.storage.status import PutMessageStatus, PutResult
 
 log = logging.getLogger(__name__)
 
 _BLANK_HEADER = struct.Struct(">iI")
-_PREFAULT_BUFFER = 1 << 20
+#: Largest record the format allows (TOTALSIZE is a signed 32-bit int).
+MAX_RECORD_SIZE = 2**31 - 1
 
 
 class QueueIndex(Protocol):
@@ -139,7 +154,7 @@ class CommitLog:
         self._create = dispatcher.create
         self._dispatched = 0
         self._last_store_ts = 0
-        self._prefault_buffer: bytearray | None = None
+        self._page_cache_reader: PageCacheReader | None = None
         self.closed = False
 
     # -- state ---------------------------------------------------------------------------------
@@ -203,13 +218,27 @@ class CommitLog:
         self._last_store_ts = ts
         return ts
 
-    def append(self, p: PreparedRecord) -> PutResult:
-        """Append one record; it is in the consume queue when this returns. Raises RecordError
-        if a header field is out of range (nothing is written then)."""
-        (size, topic, queue_id, body, tail, body_crc, flag, sys_flag, born_ts, born_ip, born_port,
-         reconsume_times, prepared_tx, tags_code) = p
+    def append(self, msg: Message, max_size: int = MAX_RECORD_SIZE) -> PutResult:
+        """Append one message; it is in its consume queue when this returns.
+
+        Raises :class:`~services.broker.storage.record.RecordError` for an invalid message (or
+        one whose record exceeds ``max_size``): nothing is written then. The validation and
+        encoding of :func:`~services.broker.storage.record.prepare`, inlined (hot path).
+        """
+        (topic, body, queue_id, flag, props, born_ts, born_host, sys_flag, reconsume_times,
+         prepared_tx) = msg
+        tail, tags_code = encode_tail(topic, props)
+        if type(body) is not bytes or queue_id < 0 or sys_flag & HOST_V6_FLAGS:
+            body = checked_body(body, queue_id, sys_flag)
+        size = HEADER_SIZE + len(body) + len(tail)
+        if size > max_size:
+            raise MessageTooLargeError(size, max_size)
+        body_crc = zlib.crc32(body)
+        born_ip = host_bytes(born_host[0])
         dispatchable = not sys_flag & TRANSACTION_PREPARED_TYPE  # not prepared / rolled back
-        with self.lock:
+        lock = self.lock
+        lock.acquire()  # (cheaper than ``with`` on this path)
+        try:
             if self.closed:
                 raise StoreClosedError("commit log is closed")
             seg = self._queue.active
@@ -226,20 +255,26 @@ class CommitLog:
                 queue_offset = index.max_offset
             else:
                 queue_offset = 0
-            try:
-                header = HEADER.pack(
-                    size, MAGIC_CODE, body_crc, queue_id, flag, queue_offset, physical_offset, sys_flag,
-                    born_ts or ts, born_ip, born_port, ts, self._store_ip, self._store_port,
+            mm = seg.mm
+            try:  # straight into the mapping: header, then body, then topic and properties
+                HEADER.pack_into(
+                    mm, pos, size, MAGIC_CODE, body_crc, queue_id, flag, queue_offset, physical_offset,
+                    sys_flag, born_ts or ts, born_ip, born_host[1], ts, self._store_ip, self._store_port,
                     reconsume_times, prepared_tx, len(body))
             except struct.error as exc:
+                mm[pos:pos + HEADER_SIZE] = bytes(HEADER_SIZE)
                 raise RecordError(f"a header field is out of range: {exc}") from None
+            body_end = pos + HEADER_SIZE + len(body)
             end = pos + size
-            seg.mm[pos:end] = b"".join((header, body, tail))
+            mm[pos + HEADER_SIZE:body_end] = body
+            mm[body_end:end] = tail
             seg.write_pos = end
             if dispatchable:
                 index.put(queue_offset, physical_offset, size, tags_code)
             end_offset = physical_offset + size
             self._dispatched = end_offset
+        finally:
+            lock.release()
         return _new_result(PutResult, (PutMessageStatus.PUT_OK, (queue_offset,), (physical_offset,), size,
                                        end_offset, ts, self.store_host, ""))
 
@@ -472,15 +507,16 @@ class CommitLog:
 
     def prefault(self, ahead: int) -> int:
         """Read up to ``ahead`` bytes past the write position into the page cache (see
-        ``prefaultAheadSize``). Only acts when less than half of that is already resident."""
+        ``prefaultAheadSize``). Only acts when less than 3/4 of that is already resident, so each
+        call reads a sizeable range in one GIL-free syscall."""
         seg = self._queue.last
         if seg is None or ahead <= 0 or seg.is_full:
             return 0
-        if seg.prefaulted_pos - seg.write_pos >= ahead // 2:
+        if seg.prefaulted_pos - seg.write_pos >= ahead * 3 // 4:
             return 0
-        if self._prefault_buffer is None:
-            self._prefault_buffer = bytearray(_PREFAULT_BUFFER)
-        return seg.prefault(seg.write_pos + ahead, self._prefault_buffer)
+        if self._page_cache_reader is None:
+            self._page_cache_reader = PageCacheReader()
+        return seg.prefault(seg.write_pos + ahead, self._page_cache_reader)
 
     # -- truncation and expiry -----------------------------------------------------------------
 
@@ -568,3 +604,6 @@ class CommitLog:
         with self.lock:
             self.closed = True
             self._queue.close()
+            if self._page_cache_reader is not None:
+                self._page_cache_reader.close()
+                self._page_cache_reader = None

@@ -62,10 +62,11 @@ class StoreConfig:
     max_transfer_count_on_message_in_memory: int = 32
     #: ... and at most this many bytes (at least one message is always returned).
     max_transfer_bytes_on_message_in_memory: int = 256 * 1024
-    #: Ours: the maintenance thread reads this many bytes ahead of the commit log write position
-    #: into the page cache (pread, GIL released), so the writer's mmap stores do not pay for
-    #: page-cache allocation (the role of RocketMQ's ``warmMapedFileEnable``). 0 disables.
-    prefault_ahead_size: int = 32 * 1024 * 1024
+    #: Ours: the maintenance thread keeps up to this many bytes past the commit log write
+    #: position in the page cache (``sendfile`` to /dev/null, GIL released), so the writer's
+    #: stores into the mapping do not pay for page-cache allocation (the role of RocketMQ's
+    #: ``warmMapedFileEnable``). Costs that much clean, reclaimable page cache. 0 disables.
+    prefault_ahead_size: int = 128 * 1024 * 1024
 
     def __post_init__(self) -> None:
         if isinstance(self.flush_disk_type, str):  # tolerate plain strings from Python callers

@@ -91,17 +91,32 @@ class FlushRealTimeService(ServiceThread):
 
 class GroupCommitService:
     """SYNC_FLUSH group commit. ``flush()`` syncs everything written and returns the flushed
-    offset; it runs only on this service's thread (and once more in :meth:`stop`)."""
+    offset; it runs only on this service's thread (and once more in :meth:`stop`).
 
-    def __init__(self, flush: Callable[[], int], flushed_offset: int, *, idle_interval: float = 0.5) -> None:
+    A blocking writer parks on a lock of its own that the flush thread releases, so waking N
+    writers costs N lock releases, not N threads queueing for one condition lock.
+
+    Gathering: right after a flush wakes N waiters, those writers usually come straight back
+    with their next record. Syncing as soon as the first one arrives would flush one record and
+    make the other N-1 wait a whole extra sync, so before syncing the thread waits until N
+    requests are pending again, but never longer than the last sync took (capped at
+    ``max_gather``): the same bargain as MySQL's ``binlog_group_commit_sync_delay``.
+    """
+
+    def __init__(self, flush: Callable[[], int], flushed_offset: int, *, idle_interval: float = 0.5,
+                 max_gather: float = 0.002) -> None:
         self._flush = flush
         self._idle_interval = idle_interval
+        self._max_gather = max_gather
+        self._expected = 0  # waiters woken by the last flush
+        self._gather = 0.0  # how long the last sync took (capped)
+        self._gathering = False
         self._lock = threading.Lock()
         self._work = threading.Condition(self._lock)  # the flush thread waits here
-        self._done = threading.Condition(self._lock)  # writers wait here
         self._flushed = flushed_offset
         self._requested = flushed_offset
-        # (end offset, future) of asynchronous waiters
+        # (end offset, parked lock) of blocking writers; (end offset, future) of asynchronous ones
+        self._waiters: list[tuple[int, threading.Lock]] = []
         self._futures: list[tuple[int, Future[PutMessageStatus]]] = []
         self._stopping = False
         self._thread: threading.Thread | None = None
@@ -115,15 +130,30 @@ class GroupCommitService:
             self._thread = threading.Thread(target=self._run, name="GroupCommitService", daemon=True)
             self._thread.start()
 
+    def _want(self, end_offset: int) -> None:
+        if end_offset > self._requested:
+            self._requested = end_offset
+            if not self._gathering:
+                self._work.notify()
+        if self._gathering and len(self._waiters) + len(self._futures) >= self._expected:
+            self._work.notify()  # everyone is back: sync now
+
     def wait(self, end_offset: int, timeout: float) -> bool:
         """Block until data up to ``end_offset`` is flushed; False after ``timeout`` seconds."""
+        parked = threading.Lock()
+        parked.acquire()
         with self._lock:
             if self._flushed >= end_offset:
                 return True
-            if end_offset > self._requested:
-                self._requested = end_offset
-                self._work.notify()
-            return self._done.wait_for(lambda: self._flushed >= end_offset, timeout)
+            entry = (end_offset, parked)
+            self._waiters.append(entry)
+            self._want(end_offset)
+        if parked.acquire(timeout=timeout):
+            return True
+        with self._lock:
+            with contextlib.suppress(ValueError):
+                self._waiters.remove(entry)
+            return self._flushed >= end_offset
 
     def request(self, end_offset: int) -> Future[PutMessageStatus]:
         """A future that resolves to PUT_OK once ``end_offset`` is flushed (FLUSH_DISK_TIMEOUT
@@ -135,9 +165,7 @@ class GroupCommitService:
                 future.set_result(PutMessageStatus.PUT_OK)
                 return future
             self._futures.append((end_offset, future))
-            if end_offset > self._requested:
-                self._requested = end_offset
-                self._work.notify()
+            self._want(end_offset)
         return future
 
     def reset(self, flushed_offset: int) -> None:
@@ -167,23 +195,46 @@ class GroupCommitService:
                 while not self._stopping and self._requested <= self._flushed:
                     if not self._work.wait(self._idle_interval):
                         break  # periodic flush of data nobody waits for (e.g. replicated)
+                if self._expected > 1 and self._gather > 0:
+                    self._gathering = True
+                    deadline = time.monotonic() + self._gather
+                    while (len(self._waiters) + len(self._futures) < self._expected and not self._stopping
+                           and self._work.wait(max(deadline - time.monotonic(), 0))):
+                        pass
+                    self._gathering = False
                 stopping = self._stopping
+            started = time.monotonic()
             try:
                 flushed = self._flush()
             except Exception:
                 log.exception("group commit: flush failed")
                 time.sleep(0.01)
                 flushed = self._flushed
+            took = time.monotonic() - started
             with self._lock:
                 if flushed > self._flushed:
                     self._flushed = flushed
                 if flushed > self._requested:
                     self._requested = flushed
-                self._done.notify_all()
+                woken = len(self._waiters) + len(self._futures)
+                if self._waiters:
+                    self._wake_waiters()
                 if self._futures:
                     self._complete_futures()
+                self._expected = woken - len(self._waiters) - len(self._futures)
+                self._gather = min(took, self._max_gather)
             if stopping:
                 return
+
+    def _wake_waiters(self) -> None:
+        flushed = self._flushed
+        pending = []
+        for entry in self._waiters:
+            if entry[0] <= flushed:
+                entry[1].release()
+            else:
+                pending.append(entry)
+        self._waiters = pending
 
     def _complete_futures(self) -> None:
         pending = []

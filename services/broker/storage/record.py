@@ -65,7 +65,8 @@ TRANSACTION_ROLLBACK_TYPE = 0xC
 BORNHOST_V6_FLAG = 0x10
 STOREHOSTADDRESS_V6_FLAG = 0x20
 _TRANSACTION_MASK = 0xC
-_V6_FLAGS = BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
+#: IPv6 hosts change the record layout; not supported.
+HOST_V6_FLAGS = BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
 
 # Well-known property keys (RocketMQ MessageConst).
 PROPERTY_KEYS = "KEYS"
@@ -123,6 +124,15 @@ class RecordError(ValueError):
 
 class PropertiesTooLargeError(RecordError):
     """The encoded properties exceed :data:`MAX_PROPERTIES_LENGTH`."""
+
+
+class MessageTooLargeError(RecordError):
+    """The encoded record exceeds the store's ``maxMessageSize``."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"message record is {size} bytes, more than maxMessageSize ({limit})")
+        self.size = size
+        self.limit = limit
 
 
 # --------------------------------------------------------------------------------------------
@@ -371,6 +381,42 @@ def _topic_prefix(topic: str) -> bytes:
     return prefix
 
 
+def encode_tail(topic: str, properties: Mapping[str, str]) -> tuple[bytes, int]:
+    """What follows the body (TOPICLENGTH · TOPIC · PROPERTIESLENGTH · PROPERTIES) and the tag
+    hash code. Raises :class:`RecordError` for a bad topic or properties."""
+    prefix = _topic_cache.get(topic) or _topic_prefix(topic)
+    if not properties:
+        return prefix + b"\x00\x00", 0
+    # encode_properties(), inlined (every put comes here)
+    try:
+        text = "\x02".join(map("\x01".join, properties.items())) + "\x02"
+    except TypeError:
+        raise RecordError("property keys and values must be strings") from None
+    n = len(properties)
+    if text.count("\x01") != n or text.count("\x02") != n or "" in properties:
+        encode_properties(properties)  # raises the detailed error
+    encoded = text.encode()
+    if len(encoded) > MAX_PROPERTIES_LENGTH:
+        raise PropertiesTooLargeError(
+            f"properties are {len(encoded)} bytes, more than {MAX_PROPERTIES_LENGTH}")
+    tags = properties.get(PROPERTY_TAGS)
+    return b"".join((prefix, _U16.pack(len(encoded)), encoded)), tag_hash_code(tags) if tags else 0
+
+
+def checked_body(body: object, queue_id: int, sys_flag: int) -> bytes:
+    """The slow path of field validation (callers test ``type(body) is not bytes or queue_id < 0
+    or sys_flag & HOST_V6_FLAGS`` first): the body as bytes, or RecordError."""
+    if queue_id < 0:
+        raise RecordError("queue_id must be >= 0")
+    if sys_flag & HOST_V6_FLAGS:
+        raise RecordError("IPv6 born/store hosts are not supported")
+    if isinstance(body, bytes):
+        return body
+    if not isinstance(body, (bytearray, memoryview)):
+        raise RecordError(f"body must be bytes, not {type(body).__name__}")
+    return bytes(body)
+
+
 def prepare(msg: Message) -> PreparedRecord:
     """Validate ``msg`` and compute its size, body CRC, tag code and encoded topic/properties.
 
@@ -380,25 +426,9 @@ def prepare(msg: Message) -> PreparedRecord:
     """
     (topic, body, queue_id, flag, props, born_timestamp, born_host, sys_flag, reconsume_times,
      prepared_transaction_offset) = msg
-    prefix = _topic_cache.get(topic) or _topic_prefix(topic)
-    if props:
-        encoded_props = encode_properties(props)
-        if len(encoded_props) > MAX_PROPERTIES_LENGTH:
-            raise PropertiesTooLargeError(
-                f"properties are {len(encoded_props)} bytes, more than {MAX_PROPERTIES_LENGTH}")
-        tail = prefix + _U16.pack(len(encoded_props)) + encoded_props
-        tags = props.get(PROPERTY_TAGS)
-        tags_code = tag_hash_code(tags) if tags else 0
-    else:
-        tail = prefix + b"\x00\x00"
-        tags_code = 0
-    if type(body) is not bytes:
-        if not isinstance(body, (bytes, bytearray, memoryview)):
-            raise RecordError(f"body must be bytes, not {type(body).__name__}")
-        body = bytes(body)
-    if queue_id < 0 or sys_flag & _V6_FLAGS:
-        raise RecordError("queue_id must be >= 0" if queue_id < 0
-                          else "IPv6 born/store hosts are not supported")
+    tail, tags_code = encode_tail(topic, props)
+    if type(body) is not bytes or queue_id < 0 or sys_flag & HOST_V6_FLAGS:
+        body = checked_body(body, queue_id, sys_flag)
     return _new_prepared(PreparedRecord, (
         HEADER_SIZE + len(body) + len(tail), topic, queue_id, body, tail, zlib.crc32(body), flag,
         sys_flag, born_timestamp, host_bytes(born_host[0]), born_host[1], reconsume_times,

@@ -186,26 +186,19 @@ class Segment:
                 self.flushed_pos = max(self.flushed_pos, write_pos)
             return self.flushed_pos
 
-    def prefault(self, target_pos: int, buffer: bytearray) -> int:
+    def prefault(self, target_pos: int, reader: PageCacheReader) -> int:
         """Read ``[prefaulted_pos, target_pos)`` (not below the write position) into the page
-        cache with ``preadv`` (GIL released), so later stores into the mapping find the pages
-        resident. Reads never race with writers. Returns the bytes read."""
+        cache, so later stores into the mapping find the pages resident. Reads never race with
+        writers. Returns the bytes read."""
         start = max(self.prefaulted_pos, self.write_pos) // PAGE_SIZE * PAGE_SIZE
         target = min(target_pos, self.size)
         if start >= target or not self.hold():
             return 0
-        done = 0
         try:
-            while start < target:
-                n = min(len(buffer), target - start)
-                got = os.preadv(self._fd, [memoryview(buffer)[:n]], start)
-                if got <= 0:
-                    break
-                start += got
-                done += got
+            done = reader.read(self._fd, start, target - start)
         finally:
             self.release()
-        self.prefaulted_pos = max(self.prefaulted_pos, start)
+        self.prefaulted_pos = max(self.prefaulted_pos, start + done)
         return done
 
     # -- reading -------------------------------------------------------------------------------
@@ -279,6 +272,44 @@ class Segment:
             # A caller kept a memoryview derived from a slice; the mapping goes when it does.
             log.warning("segment %s still has exported views at close", self.path)
         os.close(self._fd)
+
+
+class PageCacheReader:
+    """Pulls file ranges into the page cache without the GIL: ``sendfile`` to ``/dev/null`` (one
+    syscall, no copy to user space), or ``preadv`` into a scratch buffer where that fails."""
+
+    def __init__(self, chunk: int = _PREFAULT_CHUNK) -> None:
+        self._chunk = chunk
+        self._devnull: int | None = os.open(os.devnull, os.O_WRONLY)
+        self._buffer: bytearray | None = None
+
+    def read(self, fd: int, offset: int, count: int) -> int:
+        done = 0
+        if self._devnull is not None:
+            try:
+                while done < count:
+                    n = os.sendfile(self._devnull, fd, offset + done, count - done)
+                    if n <= 0:
+                        break
+                    done += n
+                return done
+            except OSError:
+                os.close(self._devnull)
+                self._devnull = None
+        if self._buffer is None:
+            self._buffer = bytearray(self._chunk)
+        view = memoryview(self._buffer)
+        while done < count:
+            n = os.preadv(fd, [view[:min(self._chunk, count - done)]], offset + done)
+            if n <= 0:
+                break
+            done += n
+        return done
+
+    def close(self) -> None:
+        if self._devnull is not None:
+            os.close(self._devnull)
+            self._devnull = None
 
 
 class SegmentSlice:

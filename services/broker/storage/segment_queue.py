@@ -36,6 +36,7 @@ class SegmentQueue:
         #: The last segment (the one being written), or None; kept in step with the list.
         self.active: Segment | None = None
         self._lock = threading.Lock()
+        self._flush_lock = threading.Lock()  # flushes from different threads go one at a time
         #: Offset up to which data is known to be on disk.
         self.flushed_where = 0
 
@@ -145,21 +146,22 @@ class SegmentQueue:
     def flush(self, least_pages: int = 0) -> int:
         """Flush from the flushed position onwards (crossing into later segments once earlier
         ones are complete). Returns the new flushed offset."""
-        segs = self._segments
-        if not segs:
+        with self._flush_lock:
+            segs = self._segments
+            if not segs:
+                return self.flushed_where
+            where = max(self.flushed_where, segs[0].start)
+            index = (where - segs[0].start) // self.segment_size
+            while index < len(segs):
+                seg = segs[index]
+                pos = seg.flush(self.sync, least_pages)
+                where = seg.start + pos
+                if pos < seg.size:
+                    break
+                index += 1
+            if where > self.flushed_where:
+                self.flushed_where = where
             return self.flushed_where
-        where = max(self.flushed_where, segs[0].start)
-        index = (where - segs[0].start) // self.segment_size
-        while index < len(segs):
-            seg = segs[index]
-            pos = seg.flush(self.sync, least_pages)
-            where = seg.start + pos
-            if pos < seg.size:
-                break
-            index += 1
-        if where > self.flushed_where:
-            self.flushed_where = where
-        return self.flushed_where
 
     # -- shrinking -----------------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from services.broker.storage.segment import (
+    PageCacheReader,
     Segment,
     SegmentError,
     parse_segment_name,
@@ -89,12 +90,19 @@ def test_slice_context_manager(tmp_path: Path) -> None:
     assert seg.mm.closed
 
 
-def test_prefault_reads_ahead_without_touching_data(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sendfile", [True, False])
+def test_prefault_reads_ahead_without_touching_data(tmp_path: Path, sendfile: bool) -> None:
     seg = Segment(str(tmp_path / segment_name(0)), 0, SIZE, create=True)
     seg.append(b"data")
-    assert seg.prefault(SIZE, bytearray(1024)) > 0
+    reader = PageCacheReader(chunk=1024)
+    if not sendfile:  # the fallback
+        reader.close()
+    assert seg.prefault(SIZE // 2, reader) == SIZE // 2
+    assert seg.prefaulted_pos == SIZE // 2
+    assert seg.prefault(SIZE, reader) == SIZE // 2
     assert seg.prefaulted_pos == SIZE and bytes(seg.view[:4]) == b"data"
-    assert seg.prefault(SIZE, bytearray(1024)) == 0
+    assert seg.prefault(SIZE, reader) == 0
+    reader.close()
     seg.close()
 
 
