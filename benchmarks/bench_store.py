@@ -9,6 +9,9 @@ sides see the same disk, page cache and CPU contention), reporting the median pe
     the record is on disk; group commit shares one fdatasync among them), versus a loop of
     ``os.write`` + ``os.fdatasync`` per message (durable writes without group commit).
 
+Both sides first run once uncounted (``--warmup-seconds``) so neither pays for first-touch
+memory alone. Other load on the machine moves these numbers a lot: compare within one run.
+
 Messages have a ``--body-size`` body (1 KiB) and a TAGS property (``--uniq-key`` adds the
 UNIQ_KEY property a RocketMQ producer sets). Run ``python benchmarks/bench_store.py`` (about
 40 s); the last line is ``store_async_ratio=<x> store_sync_ratio=<y>``.
@@ -158,8 +161,10 @@ def main() -> None:
     parser.add_argument("--body-size", type=int, default=1024, help="message body bytes (default 1024)")
     parser.add_argument("--async-seconds", type=float, default=3.0, help="duration of each async run")
     parser.add_argument("--async-rounds", type=int, default=3, help="alternating ref/store rounds (async)")
-    parser.add_argument("--sync-seconds", type=float, default=4.0, help="duration of each sync run")
-    parser.add_argument("--sync-rounds", type=int, default=2, help="alternating ref/store rounds (sync)")
+    parser.add_argument("--sync-seconds", type=float, default=3.0, help="duration of each sync run")
+    parser.add_argument("--sync-rounds", type=int, default=3, help="alternating ref/store rounds (sync)")
+    parser.add_argument("--warmup-seconds", type=float, default=1.0,
+                        help="uncounted async run of each side first (page cache, allocator, imports)")
     parser.add_argument("--threads", type=int, default=16, help="writer threads for the SYNC_FLUSH run")
     parser.add_argument("--uniq-key", action="store_true", help="add a UNIQ_KEY property to every message")
     parser.add_argument("--dir", default="data/bench",
@@ -176,6 +181,9 @@ def main() -> None:
         print(f"record size {size} bytes (body {args.body_size}), dir {work}, {os.cpu_count()} CPUs")
 
         print("(a) ASYNC_FLUSH, 1 thread, put_message vs os.write loop (no sync)")
+        if args.warmup_seconds > 0:
+            ref_write(os.path.join(work, "ref.bin"), record, args.warmup_seconds)
+            store_async(os.path.join(work, "warmup"), msg, args.warmup_seconds)
         async_ratios = []
         for i in range(args.async_rounds):
             ref = report(f"round {i + 1}: os.write", *ref_write(os.path.join(work, "ref.bin"), record,

@@ -1,11 +1,12 @@
 """The commit log: every message of every topic, appended to one segment queue.
 
-A master appends :class:`~services.broker.storage.record.PreparedRecord` s (:meth:`append`,
-:meth:`append_batch`): under one lock it assigns the physical offset, the queue offset (from the
-topic-queue offset table) and the store timestamp, writes the encoded bytes into the mapped
-segment and dispatches the record to the consume queues, so a reader sees a message as soon as
-``append`` returns. A record that does not fit in the current segment (with 8 bytes to spare)
-closes it with a blank record and goes to a new one.
+A master appends messages (:meth:`CommitLog.append` for one, :meth:`CommitLog.append_batch` for
+:class:`~services.broker.storage.record.PreparedRecord` s): under one lock it assigns the
+physical offset, the queue offset (the topic-queue offset table is each consume queue's max
+offset) and the store timestamp, writes the encoded bytes into the mapped segment and dispatches
+the record to its consume queue, so a reader sees a message as soon as the append returns. A
+record that does not fit in the current segment (with 8 bytes to spare for the end-of-file blank)
+closes it with a blank record and goes to a new segment.
 
 A slave appends raw bytes replicated from its master (:meth:`append_data`): chunks arrive in
 offset order, may contain blank records and may end in the middle of a record. The dispatcher
@@ -146,6 +147,8 @@ class CommitLog:
         self.lock = threading.Lock()
         self._queue = SegmentQueue(directory, segment_size, sync=sync)
         self._segment_size = segment_size
+        #: A record must fit in one segment with room for the end-of-file blank.
+        self._max_record = min(segment_size - END_FILE_MIN_BLANK_LENGTH, MAX_RECORD_SIZE)
         self.store_host = store_host
         self._store_ip = host_bytes(store_host[0])
         self._store_port = store_host[1]
@@ -231,8 +234,8 @@ class CommitLog:
         if type(body) is not bytes or queue_id < 0 or sys_flag & HOST_V6_FLAGS:
             body = checked_body(body, queue_id, sys_flag)
         size = HEADER_SIZE + len(body) + len(tail)
-        if size > max_size:
-            raise MessageTooLargeError(size, max_size)
+        if size > max_size or size > self._max_record:
+            raise MessageTooLargeError(size, min(max_size, self._max_record))
         body_crc = zlib.crc32(body)
         born_ip = host_bytes(born_host[0])
         dispatchable = not sys_flag & TRANSACTION_PREPARED_TYPE  # not prepared / rolled back
@@ -280,10 +283,14 @@ class CommitLog:
 
     def append_batch(self, prepared: Sequence[PreparedRecord]) -> PutResult:
         """Append many records under one lock acquisition, encoded into one write per segment
-        touched. All or nothing: if a new segment cannot be created, the batch is cut off."""
+        touched. All or nothing: if a header field is out of range (RecordError) or a new
+        segment cannot be created, whatever was written of the batch is truncated away."""
         n = len(prepared)
         if n == 0:
             return PutResult(PutMessageStatus.PUT_OK, [], [], 0, self.max_offset, 0, self.store_host)
+        for p in prepared:
+            if p.size > self._max_record:
+                raise MessageTooLargeError(p.size, self._max_record)
         with self.lock:
             if self.closed:
                 raise StoreClosedError("commit log is closed")

@@ -295,7 +295,7 @@ class MessageStore:
         except Exception as exc:
             return _append_failed(exc)
         if self._listeners:
-            self._notify(result.end_offset)
+            self._notify(self._log.max_offset)
         if self._sync_flush:
             return self._wait_flushed(result)
         return result
@@ -329,7 +329,7 @@ class MessageStore:
         except Exception as exc:
             return _append_failed(exc)
         if self._listeners:
-            self._notify(result.end_offset)
+            self._notify(self._log.max_offset)
         return result
 
     def append_messages(self, msgs: Sequence[Message]) -> PutResult:
@@ -352,7 +352,7 @@ class MessageStore:
         except Exception as exc:
             return _append_failed(exc)
         if self._listeners and prepared:
-            self._notify(result.end_offset)
+            self._notify(self._log.max_offset)
         return result
 
     def flush_future(self, end_offset: int) -> Future[PutMessageStatus]:

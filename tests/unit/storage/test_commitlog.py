@@ -9,8 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from services.broker.storage.commitlog import CorruptDataError, OffsetMismatchError
-from services.broker.storage.record import BLANK_MAGIC_CODE, MAGIC_CODE, Message, MessageRecord, decode_record
+from services.broker.storage.commitlog import CommitLog, CorruptDataError, OffsetMismatchError
+from services.broker.storage.consumequeue import ConsumeQueueStore
+from services.broker.storage.record import (
+    BLANK_MAGIC_CODE,
+    MAGIC_CODE,
+    Message,
+    MessageRecord,
+    MessageTooLargeError,
+    RecordError,
+    decode_record,
+    prepare,
+)
 from services.broker.storage.segment import parse_segment_name, segment_name
 from services.broker.storage.status import PutMessageStatus
 from services.broker.storage.store import MessageStore
@@ -112,6 +122,28 @@ def test_batch_spanning_segments_is_one_call(open_store: StoreFactory) -> None:
     assert len(result.msg_ids) == 60 and len(set(result.msg_ids)) == 60
     got = store.get_messages("TopicA", 0, 0, 32, max_bytes=10**9)
     assert [r.body for r in got.messages] == [m.body for m in batch[:32]]
+
+
+def test_commit_log_refuses_records_larger_than_a_segment(tmp_path: Path) -> None:
+    cq = ConsumeQueueStore(str(tmp_path / "cq"), 1000)
+    log = CommitLog(str(tmp_path / "log"), 4096, store_host=("127.0.0.1", 1), dispatcher=cq)
+    big = Message("T", bytes(4096))
+    with pytest.raises(MessageTooLargeError):
+        log.append(big)
+    with pytest.raises(MessageTooLargeError):
+        log.append_batch([prepare(Message("T", b"ok")), prepare(big)])
+    with pytest.raises(MessageTooLargeError):
+        log.append(Message("T", bytes(100)), max_size=50)
+    assert log.max_offset == 0
+    fits = log.append(Message("T", bytes(4096 - 8 - 91 - 1)))  # exactly fills the segment but the blank
+    assert fits.wrote_bytes == 4096 - 8 and log.max_offset == 4096 - 8
+    # a batch whose record overflows a field is rolled back entirely
+    with pytest.raises(RecordError):
+        log.append_batch([prepare(Message("T", b"a")), prepare(Message("T", b"b", flag=2**40))])
+    assert log.max_offset == 4096 - 8 and cq.find(("T", 0)) is not None
+    assert cq.find(("T", 0)).max_offset == 1  # type: ignore[union-attr]
+    log.close()
+    cq.close()
 
 
 def test_message_larger_than_the_limit_is_refused(open_store: StoreFactory) -> None:
