@@ -66,6 +66,15 @@ def free_port() -> int:
         return port
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def wait_port(port: int, timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -373,28 +382,40 @@ def main() -> int:
         n = args.messages
         results: dict[str, float] = {}
 
-        def run(name: str, fn: Callable[[], float]) -> None:
-            attempts = [fn() for _ in range(args.repeat)]
-            results[name] = max(attempts)
-            shown = "  ".join(f"{x:>10,.0f}" for x in attempts)
-            print(f"  {name:<22} {shown} msgs/s", flush=True)
+        server_us: dict[str, float] = {}
+
+        def run(name: str, pids: list[int], fn: Callable[[], float]) -> None:
+            attempts: list[tuple[float, float]] = []
+            for _ in range(args.repeat):
+                cpu = sum(cpu_seconds(pid) for pid in pids)
+                start = time.perf_counter()
+                rate = fn()
+                wall = time.perf_counter() - start
+                used = sum(cpu_seconds(pid) for pid in pids) - cpu
+                attempts.append((rate, used / max(rate * wall, 1) * 1e6))
+            results[name], server_us[name] = max(attempts)
+            shown = "  ".join(f"{rate:>10,.0f}" for rate, _ in attempts)
+            print(f"  {name:<22} {shown} msgs/s   (server CPU {server_us[name]:.1f} us/msg)", flush=True)
 
         print(f"bench-broker: {BODY_SIZE} B messages, {n} per phase, batch {BATCH}, "
               f"pull batch {args.pull_batch}; {os.cpu_count()} CPUs, "
               f"load average {os.getloadavg()[0]:.2f}", flush=True)
-        run("echo single", lambda: asyncio.run(produce_single(echo, args.single_seconds)))
-        run("pocketmq single", lambda: asyncio.run(produce_single(broker, args.single_seconds)))
-        run("echo batch unary", lambda: asyncio.run(produce_batch_unary(echo, n // 2)))
-        run("pocketmq batch unary", lambda: asyncio.run(produce_batch_unary(broker, n // 2)))
-        run("echo batch stream", lambda: asyncio.run(produce_batch_stream(echo, n)))
-        run("pocketmq batch stream", lambda: asyncio.run(produce_batch_stream(broker, n)))
-        run("redis xadd pipelined", lambda: redis.produce(n) if redis else 0.0)
-        run("echo consume", lambda: asyncio.run(consume_stream(echo, n, args.pull_batch)))
-        run("pocketmq consume", lambda: asyncio.run(consume_stream(broker, n, args.pull_batch)))
-        run("redis xrange", lambda: redis.consume(n, args.pull_batch) if redis else 0.0)
+        echo_pid, broker_pid = [procs[0].pid], [procs[1].pid]
+        redis_pid = [p.pid for p in redis.procs]  # primary + replica
+        run("echo single", echo_pid, lambda: asyncio.run(produce_single(echo, args.single_seconds)))
+        run("pocketmq single", broker_pid, lambda: asyncio.run(produce_single(broker, args.single_seconds)))
+        run("echo batch unary", echo_pid, lambda: asyncio.run(produce_batch_unary(echo, n // 2)))
+        run("pocketmq batch unary", broker_pid, lambda: asyncio.run(produce_batch_unary(broker, n // 2)))
+        run("echo batch stream", echo_pid, lambda: asyncio.run(produce_batch_stream(echo, n)))
+        run("pocketmq batch stream", broker_pid, lambda: asyncio.run(produce_batch_stream(broker, n)))
+        run("redis xadd pipelined", redis_pid, lambda: redis.produce(n) if redis else 0.0)
+        run("echo consume", echo_pid, lambda: asyncio.run(consume_stream(echo, n, args.pull_batch)))
+        run("pocketmq consume", broker_pid, lambda: asyncio.run(consume_stream(broker, n, args.pull_batch)))
+        run("redis xrange", redis_pid, lambda: redis.consume(n, args.pull_batch) if redis else 0.0)
 
         print()
-        print(f"{'phase':<14} {'PocketMQ':>12} {'echo (gRPC)':>12} {'of echo':>8} {'Redis':>12}")
+        print(f"{'phase':<14} {'PocketMQ':>12} {'echo (gRPC)':>12} {'of echo':>8} {'Redis':>12}   "
+              "server CPU us/msg PocketMQ / echo / Redis")
         for phase, ours, ceiling, peer in (
             ("single", "pocketmq single", "echo single", ""),
             ("batch unary", "pocketmq batch unary", "echo batch unary", ""),
@@ -402,8 +423,11 @@ def main() -> int:
             ("consume", "pocketmq consume", "echo consume", "redis xrange"),
         ):
             peer_text = f"{results[peer]:>12,.0f}" if peer else f"{'':>12}"
+            cpu_text = f"{server_us[ours]:.1f} / {server_us[ceiling]:.1f}"
+            if peer:
+                cpu_text += f" / {server_us[peer]:.1f}"
             print(f"{phase:<14} {results[ours]:>12,.0f} {results[ceiling]:>12,.0f} "
-                  f"{results[ours] / results[ceiling]:>7.0%} {peer_text}")
+                  f"{results[ours] / results[ceiling]:>7.0%} {peer_text}   {cpu_text}")
         print(f"load average after: {os.getloadavg()[0]:.2f}")
         ratio = results["pocketmq batch stream"] / results["echo batch stream"]
         batch_msgs = results["pocketmq batch stream"]
