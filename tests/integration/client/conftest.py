@@ -1,6 +1,6 @@
 """Fixtures of the client suites: ``cluster`` (a fresh cluster per test, processes in the
-``procs`` group) and ``shared_cluster`` (one NameServer and two master broker groups for a whole
-module, for tests that only need distinct topics and groups)."""
+``procs`` group) and ``shared_cluster`` (one NameServer and two master broker groups for the whole
+session, for tests that only need distinct topics and groups)."""
 
 from __future__ import annotations
 
@@ -21,9 +21,10 @@ def cluster(procs: ProcessGroup, tmp_path: Path) -> Cluster:
     return Cluster(procs, tmp_path / "cluster")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """NameServer + masters broker-a and broker-b, shared by a module's tests."""
+    """NameServer + masters broker-a and broker-b, shared by the client suites' tests (each uses
+    its own topics and groups)."""
     tmp = tmp_path_factory.mktemp("shared-cluster")
     group = ProcessGroup(tmp / "logs")
     cluster = Cluster(group, tmp)

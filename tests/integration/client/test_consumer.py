@@ -121,7 +121,7 @@ def test_every_message_is_consumed_at_least_once_across_a_member_crash(
     members = [start_member(shared, tmp_path, group, topic, n, "--delay-ms", "2") for n in ("k1", "k2", "k3")]
     wait_for(lambda: balanced(members, queues), 10, "3 members share the queues")
 
-    bodies = [f"c{i}" for i in range(1500)]
+    bodies = [f"c{i}" for i in range(900)]
     sent = threading.Event()
     half = threading.Event()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pocketmq.client.allocate import allocate_averagely, allocation_table
@@ -18,6 +18,7 @@ queues_st = st.sets(
 )
 
 
+@settings(max_examples=60)
 @given(members_st, queues_st)
 def test_every_queue_assigned_exactly_once_and_balanced(members: set[str], queues: set[MessageQueue]) -> None:
     shares = {m: allocate_averagely(m, members, queues) for m in members}
@@ -28,6 +29,7 @@ def test_every_queue_assigned_exactly_once_and_balanced(members: set[str], queue
     assert shares == allocation_table(members, queues)
 
 
+@settings(max_examples=60)
 @given(members_st, queues_st, st.randoms())
 def test_input_order_does_not_matter(
     members: set[str], queues: set[MessageQueue], rnd: random.Random
@@ -39,6 +41,7 @@ def test_input_order_does_not_matter(
     assert {m: allocate_averagely(m, ms, qs) for m in ms} == expected
 
 
+@settings(max_examples=60)
 @given(members_st, queues_st)
 def test_shares_are_contiguous_blocks_in_member_order(members: set[str], queues: set[MessageQueue]) -> None:
     ordered = [q for m in sorted(members) for q in allocate_averagely(m, members, queues)]

@@ -1,0 +1,156 @@
+"""The user-facing benchmark: ``pocketmq bench produce`` and ``pocketmq bench consume`` (the real
+CLI entry point, the real client) against a NameServer and a broker started here on loopback.
+
+Runs, each as a separate CLI process:
+
+1. produce, one message per request (``--batch 1``), 8 requests in flight;
+2. produce, batches of 32, 8 requests in flight (the throughput figure);
+3. consume the backlog of (2) with a new group (drain rate);
+4. produce and consume at the same time (end-to-end latency under load: born -> received).
+
+Prints one table row per run and a last line
+``client_produce_msgs_per_s=<n> client_consume_msgs_per_s=<m> client_e2e_p99_ms=<l>``.
+
+    python benchmarks/bench_client.py [--messages 200000] [--size 1024] [--slave]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def wait_healthy(addr: str, proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    with grpc.insecure_channel(addr) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise SystemExit(f"process for {addr} exited with {proc.returncode}")
+            try:
+                if stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status == 1:
+                    return
+            except grpc.RpcError:
+                pass
+            time.sleep(0.1)
+    raise SystemExit(f"{addr} not healthy within {timeout} s")
+
+
+def cli() -> list[str]:
+    script = shutil.which("pocketmq", path=str(Path(sys.executable).parent))
+    return [script] if script else [sys.executable, "-m", "pocketmq.cli"]
+
+
+def bench(namesrv: str, *args: str) -> dict[str, Any]:
+    proc = subprocess.run([*cli(), "bench", *args, "--namesrv", namesrv, "--output", "json"],
+                          capture_output=True, text=True, check=False, timeout=600)
+    if proc.returncode != 0:
+        raise SystemExit(f"pocketmq bench {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
+    result: dict[str, Any] = json.loads(proc.stdout)
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--messages", type=int, default=200_000, help="messages of the batched runs")
+    parser.add_argument("--size", type=int, default=1024, help="body bytes")
+    parser.add_argument("--slave", action="store_true", help="also run a slave replicating from the master")
+    args = parser.parse_args()
+
+    procs: list[subprocess.Popen[bytes]] = []
+    tmp = Path(tempfile.mkdtemp(prefix="pocketmq-bench-client-"))
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("POCKETMQ_") or k.startswith("POCKETMQ_LOG")}
+
+    def start(module: str, argv: list[str], addr: str, name: str) -> None:
+        log = open(tmp / f"{name}.log", "wb")  # noqa: SIM115 - lives as long as the process
+        proc = subprocess.Popen([sys.executable, "-m", module, *argv], cwd=ROOT, env=env, stdout=log,
+                                stderr=subprocess.STDOUT)
+        procs.append(proc)
+        wait_healthy(addr, proc)
+
+    try:
+        namesrv = f"127.0.0.1:{free_port()}"
+        start("services.namesrv", ["--listen", namesrv, "--metrics-port", "0"], namesrv, "namesrv")
+        brokers = [(0, "ASYNC_MASTER")] + ([(1, "SLAVE")] if args.slave else [])
+        for broker_id, role in brokers:
+            port = free_port()
+            addr = f"127.0.0.1:{port}"
+            start("services.broker", [
+                "--broker-name", "broker-a", "--broker-id", str(broker_id), "--broker-role", role,
+                "--namesrv-addr", namesrv, "--broker-ip1", "127.0.0.1", "--listen-host", "127.0.0.1",
+                "--listen-port", str(port), "--ha-listen-port", str(free_port()), "--metrics-port", "0",
+                "--store-path-root-dir", str(tmp / f"store-{broker_id}"),
+            ], addr, f"broker-{broker_id}")
+        time.sleep(1.0)  # first registration
+        size = str(args.size)
+        runs = [
+            ("produce batch=1", bench(namesrv, "produce", "--topic", "bench-single", "--messages",
+                                      str(max(1000, args.messages // 10)), "--size", size, "--batch", "1",
+                                      "--concurrency", "8")),
+            ("produce batch=32", bench(namesrv, "produce", "--topic", "bench-batch", "--messages",
+                                       str(args.messages), "--size", size, "--batch", "32",
+                                       "--concurrency", "8")),
+            ("consume backlog", bench(namesrv, "consume", "--topic", "bench-batch", "--messages",
+                                      str(args.messages), "--idle", "10")),
+        ]
+        # Produce and consume together: the consumer joins first, reads only new messages.
+        consumer = subprocess.Popen(
+            [*cli(), "bench", "consume", "--topic", "bench-live", "--from", "last", "--messages",
+             str(args.messages // 2), "--idle", "15", "--namesrv", namesrv, "--output", "json"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        bench(namesrv, "produce", "--topic", "bench-live", "--messages", "1", "--size", size)  # create it
+        time.sleep(3.0)  # the consumer owns the queues
+        live_produce = bench(namesrv, "produce", "--topic", "bench-live", "--messages",
+                             str(args.messages // 2), "--size", size, "--batch", "32", "--concurrency", "4")
+        out, err = consumer.communicate(timeout=600)
+        if consumer.returncode != 0:
+            raise SystemExit(f"live consume failed:\n{err}")
+        runs += [("produce while consuming", live_produce), ("consume live (e2e)", json.loads(out))]
+    finally:
+        for proc in reversed(procs):
+            proc.terminate()
+        for proc in reversed(procs):
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    print(f"{'run':<26}{'messages':>10}{'msgs/s':>11}{'MB/s':>8}{'latency':>9}{'p50 ms':>9}{'p99 ms':>9}"
+          f"{'errors':>8}")
+    for name, r in runs:
+        print(f"{name:<26}{r['messages']:>10}{r['msgs_per_s']:>11,.0f}{r['mb_per_s']:>8.1f}{r['latency']:>9}"
+              f"{r['p50_ms']:>9.2f}{r['p99_ms']:>9.2f}{r['errors']:>8}")
+    produce = runs[1][1]
+    drain = runs[2][1]
+    live = runs[4][1]
+    print(f"client_produce_msgs_per_s={produce['msgs_per_s']:.0f} "
+          f"client_consume_msgs_per_s={drain['msgs_per_s']:.0f} client_e2e_p99_ms={live['p99_ms']:.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
