@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 from services.broker.app import run_broker
 from services.broker.config import BrokerConfig
+from services.broker.replication.service import create_replication_service
 from services.broker.storage.config import StoreConfig
 from services.common.config import ConfigError, add_arguments, from_arguments, to_properties
 from services.common.lifecycle import run_service
@@ -47,7 +48,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.print_config:
         sys.stdout.write(to_properties([broker_config, store_config]))
         return 0
-    return run_service(lambda stop: run_broker(broker_config, store_config, stop))
+    return run_service(lambda stop: run_broker(broker_config, store_config, stop,
+                                               ha_factory=create_replication_service))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,543 @@
+"""Master side of commit-log replication: the HA port, one connection per slave.
+
+:class:`HAMaster` listens on the HA port (``haListenPort``, default ``listenPort + 1``) and
+runs one :class:`SlaveConnection` per accepted socket.  Each connection has two tasks on the
+broker's event loop:
+
+* the **reader** decodes the slave's 8-byte offset reports with
+  :class:`~services.broker.replication.protocol.MasterConnectionProtocol`.  The first one is the
+  request offset; every later one is an ack that goes to the shared
+  :class:`~services.broker.replication.waiter.SlaveAckTracker` (per-slave acks and
+  ``push2SlaveMaxOffset``), which releases SYNC_MASTER sends waiting in the
+  :class:`~services.broker.replication.waiter.ReplicationWaiter`.
+* the **writer** streams the commit log from the first transfer offset.  It sleeps on an
+  :class:`asyncio.Event` set by the store's append listener (no polling), then plans as many
+  frames as are available (each at most ``haTransferBatchSize`` bytes and never crossing a
+  segment, so each body is one zero-copy ``memoryview`` of the mmap'd segment) and hands up to
+  :data:`ROUND_MAX_BYTES` of them to the kernel in one ``sendmsg`` (scatter/gather: header,
+  body, header, body, ...).  No byte of commit-log data is copied in user space, and the segment
+  slices are held (so the segment cannot be unmapped) until the kernel took every byte.  After
+  ``haSendHeartbeatInterval`` without sending anything it sends a heartbeat (a size-0 frame with
+  the next transfer offset); after ``haHousekeepingInterval`` without reading anything it
+  closes the connection.
+
+Catch-up therefore uses the configured frame size unchanged (the wire contract "body <=
+haTransferBatchSize" holds); throughput comes from writing many frames per system call.
+
+Errors close only the connection they happened on (logged with the slave's address):
+
+* an ack beyond the master's max offset (or beyond what this connection sent, or going
+  backwards), a negative offset: the protocol rejects it before any bookkeeping, so
+  ``push2SlaveMaxOffset`` never moves on a bogus ack;
+* a request offset beyond the master's max offset (the slave's log is ahead of ours: it
+  diverged): before closing, the master sends one heartbeat carrying its own max offset, which
+  the slave reads as "my log is ahead of the master's" and can repair (see ``slave.py``);
+* a request offset below the earliest retained offset: a heartbeat with the master's min offset,
+  then close (the slave logs that it must be rebuilt).
+
+Security: the HA port has no authentication (neither has RocketMQ's).  Everything received is
+validated, at most :data:`MAX_CONNECTIONS` connections are served at once, a connection that
+never sends a request offset is closed by housekeeping, and anything malformed closes the
+connection.  Anyone who can reach the port can still read the whole commit log: expose it only
+to the broker group (the Helm chart's NetworkPolicy does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import contextlib
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+from services.broker.replication.protocol import (
+    MasterConnectionProtocol,
+    ProtocolError,
+    RequestBeyondMaxOffsetError,
+    RequestOffsetUnavailableError,
+    encode_heartbeat,
+    encode_transfer_header,
+)
+from services.broker.replication.waiter import ReplicationWaiter, SlaveAckTracker, WaiterClosedError
+from services.broker.storage.segment import SegmentSlice
+from services.broker.storage.status import PutMessageStatus
+from services.broker.storage.store import MessageStore
+
+__all__ = ["MAX_CONNECTIONS", "ROUND_MAX_BYTES", "HAMaster", "MasterSettings", "SlaveConnection", "SlaveInfo"]
+
+log = logging.getLogger(__name__)
+
+#: Bytes of commit log one writer round hands to ``sendmsg`` at most (then it waits until the
+#: kernel took them all before planning more).
+ROUND_MAX_BYTES: Final = 4 * 1024 * 1024
+#: Frames per round at most (two iovecs each; Linux allows 1024 per call).
+ROUND_MAX_FRAMES: Final = 256
+#: Simultaneous HA connections served; more are refused (closed at once).
+MAX_CONNECTIONS: Final = 64
+_RECV_SIZE: Final = 64 * 1024
+#: Progress history used for the lag in seconds: one point per millisecond at most.
+_HISTORY_RESOLUTION_S: Final = 0.001
+_HISTORY_MAX: Final = 65_536
+
+
+@dataclass(frozen=True)
+class MasterSettings:
+    host: str = "0.0.0.0"
+    port: int = 10912
+    batch_size: int = 32 * 1024
+    segment_size: int = 1024 * 1024 * 1024
+    sync_from_earliest: bool = False
+    heartbeat_interval_s: float = 5.0
+    housekeeping_interval_s: float = 20.0
+    fall_behind_max: int = 256 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class SlaveInfo:
+    """A snapshot of one connection, for status replies and metrics."""
+
+    slave: str
+    request_offset: int
+    ack_offset: int
+    connected_since_ms: int
+    transferred_bytes: int
+    last_ack_ms: int
+
+
+class _ProgressHistory:
+    """When the master's log reached which offset (for the lag in seconds): points (offset,
+    wall-clock seconds), at most one per :data:`_HISTORY_RESOLUTION_S`, bounded."""
+
+    def __init__(self) -> None:
+        self._offsets: list[int] = []
+        self._times: list[float] = []
+
+    def note(self, offset: int, now: float) -> None:
+        offsets = self._offsets
+        if offsets and offset <= offsets[-1]:
+            return
+        if offsets and now - self._times[-1] < _HISTORY_RESOLUTION_S:
+            offsets[-1] = offset  # the same millisecond: the bytes look at most 1 ms older
+            return
+        offsets.append(offset)
+        self._times.append(now)
+        if len(offsets) > 2 * _HISTORY_MAX:
+            del offsets[:_HISTORY_MAX]
+            del self._times[:_HISTORY_MAX]
+
+    def arrival_time(self, offset: int) -> float | None:
+        """The time by which the byte at ``offset`` had been written (None if unknown)."""
+        i = bisect.bisect_right(self._offsets, offset)
+        if i >= len(self._offsets):
+            return None
+        return self._times[i]
+
+    @property
+    def floor(self) -> int:
+        """The lowest offset the history knows (0 when empty)."""
+        return self._offsets[0] if self._offsets else 0
+
+
+class SlaveConnection:
+    """One slave on the HA port (see the module doc)."""
+
+    def __init__(self, master: HAMaster, sock: socket.socket, peer: str) -> None:
+        self.master = master
+        self.sock = sock
+        self.peer = peer
+        self.proto = MasterConnectionProtocol(
+            batch_size=master.settings.batch_size, segment_size=master.settings.segment_size,
+            sync_from_earliest=master.settings.sync_from_earliest)
+        loop = master.loop
+        self.connected_since_ms = int(time.time() * 1000)
+        self.transferred_bytes = 0
+        self.last_ack_ms = 0
+        self.last_read = loop.time()
+        self.last_write = loop.time()
+        self.wake = asyncio.Event()
+        self.close_reason = ""
+        self._loop = loop
+        self._announced = False
+
+    def info(self) -> SlaveInfo:
+        request = self.proto.request_offset
+        ack = self.proto.ack_offset
+        return SlaveInfo(self.peer, request if request is not None else -1, ack if ack is not None else -1,
+                         self.connected_since_ms, self.transferred_bytes, self.last_ack_ms)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        reader = asyncio.create_task(self._read_loop(), name=f"ha-read-{self.peer}")
+        writer = asyncio.create_task(self._write_loop(), name=f"ha-write-{self.peer}")
+        try:
+            done, _ = await asyncio.wait({reader, writer}, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                exc = task.exception()
+                if exc is not None:
+                    self._note_error(exc)
+        finally:
+            for task in (reader, writer):
+                task.cancel()
+            for task in (reader, writer):
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+            self.sock.close()
+
+    def _note_error(self, exc: BaseException) -> None:
+        if isinstance(exc, ProtocolError):
+            self.close_reason = f"protocol error: {exc}"
+            if not isinstance(exc, (RequestBeyondMaxOffsetError, RequestOffsetUnavailableError)):
+                log.warning("replication connection closed: protocol error", extra={
+                    "slave": self.peer, "error": str(exc), "kind": type(exc).__name__})
+        elif isinstance(exc, OSError):
+            self.close_reason = f"socket error: {exc}"
+        else:
+            self.close_reason = f"internal error: {exc!r}"
+            log.error("replication connection failed", extra={"slave": self.peer, "error": repr(exc)},
+                      exc_info=exc)
+
+    # -- reading acks ---------------------------------------------------------------------------
+
+    async def _read_loop(self) -> None:
+        loop = self._loop
+        master = self.master
+        store = master.store
+        buf = bytearray(_RECV_SIZE)
+        view = memoryview(buf)
+        while True:
+            n = await loop.sock_recv_into(self.sock, buf)
+            if n == 0:
+                self.close_reason = self.close_reason or "closed by the slave"
+                return
+            self.last_read = loop.time()
+            max_offset = store.max_offset
+            try:
+                events = self.proto.receive_data(view[:n], max_offset)
+            except RequestBeyondMaxOffsetError as exc:
+                log.warning("slave's commit log is ahead of the master's (diverged); telling it the "
+                            "master's max offset and closing", extra={
+                                "slave": self.peer, "request_offset": exc.ack_offset,
+                                "master_max_offset": exc.master_max_offset})
+                self._send_final_heartbeat(exc.master_max_offset)
+                raise
+            if not events:
+                continue
+            offset = events[-1].offset
+            if not self._announced:
+                self._announced = True
+                log.info("slave connected", extra={"slave": self.peer, "request_offset": events[0].offset,
+                                                  "master_max_offset": max_offset})
+                self.wake.set()
+            self.last_ack_ms = int(time.time() * 1000)
+            master.on_ack(self.peer, offset, max_offset)
+
+    def _send_final_heartbeat(self, offset: int) -> None:
+        """Best effort: one heartbeat telling the slave where the master's log is, then the
+        connection closes (nothing else was written on it yet)."""
+        with contextlib.suppress(OSError):
+            self.sock.send(encode_heartbeat(offset))
+
+    # -- writing the commit log -----------------------------------------------------------------
+
+    async def _write_loop(self) -> None:
+        master = self.master
+        settings = master.settings
+        loop = self._loop
+        store = master.store
+        proto = self.proto
+        heartbeat_s = settings.heartbeat_interval_s
+        housekeeping_s = settings.housekeeping_interval_s
+        while True:
+            now = loop.time()
+            if now - self.last_read > housekeeping_s:
+                self.close_reason = f"nothing read for {housekeeping_s:g}s (haHousekeepingInterval)"
+                log.warning("replication connection expired", extra={
+                    "slave": self.peer, "silent_s": round(now - self.last_read, 3)})
+                return
+            sent = 0
+            if proto.request_offset is not None:
+                try:
+                    sent = await self._send_round(store)
+                except RequestOffsetUnavailableError as exc:
+                    log.warning("slave asked for data the master no longer retains; the slave must be "
+                                "rebuilt", extra={"slave": self.peer, "request_offset": exc.request_offset,
+                                                  "master_min_offset": exc.min_offset})
+                    self._send_final_heartbeat(exc.min_offset)
+                    raise
+            if sent:
+                continue
+            now = loop.time()
+            if proto.request_offset is not None and now - self.last_write >= heartbeat_s:
+                frame = proto.heartbeat_frame()
+                if frame is not None:
+                    await self._send_vectors([frame])
+                    self.last_write = loop.time()
+                    continue
+            deadline = min(self.last_write + heartbeat_s, self.last_read + housekeeping_s)
+            # Register as idle before the last look at the log: an append from another thread
+            # either is visible here or finds us in ``idle`` and wakes us.
+            master.idle.add(self)
+            self.wake.clear()
+            next_offset = proto.next_transfer_offset
+            if next_offset is not None and store.max_offset > next_offset:
+                master.idle.discard(self)
+                continue  # appended while we were sending
+            try:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(max(0.0, deadline - loop.time()) + 0.001):
+                        await self.wake.wait()
+            finally:
+                master.idle.discard(self)
+
+    async def _send_round(self, store: MessageStore) -> int:
+        """Plan and send every frame available now (up to the round limits); returns the body
+        bytes sent."""
+        proto = self.proto
+        max_offset = store.max_offset
+        min_offset = store.min_offset
+        vectors: list[bytes | memoryview] = []
+        slices: list[SegmentSlice] = []
+        total = 0
+        try:
+            while len(slices) < ROUND_MAX_FRAMES and total < ROUND_MAX_BYTES:
+                plan = proto.next_transfer(max_offset, min_offset)
+                if plan is None:
+                    break
+                data = store.get_data(plan.offset, plan.size)
+                if data is None:
+                    raise RequestOffsetUnavailableError(plan.offset, store.min_offset)
+                slices.append(data)
+                size = data.size
+                proto.advance(size)  # before the write: an ack may come back at once
+                vectors.append(encode_transfer_header(plan.offset, size))
+                vectors.append(data.data)
+                total += size
+            if not vectors:
+                return 0
+            await self._send_vectors(vectors)
+        finally:
+            vectors.clear()  # drop every view of the segments before releasing them
+            for data in slices:
+                data.release()
+        self.transferred_bytes += total
+        self.last_write = self._loop.time()
+        self.master.note_progress(max_offset)
+        return total
+
+    async def _send_vectors(self, vectors: list[bytes | memoryview]) -> None:
+        """Hand every buffer to the kernel (``sendmsg``), waiting for writability as needed."""
+        sock = self.sock
+        loop = self._loop
+        start = 0
+        count = len(vectors)
+        while True:
+            try:
+                sent = sock.sendmsg(vectors[start:start + 2 * ROUND_MAX_FRAMES + 2])
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            while sent:
+                head = vectors[start]
+                size = len(head)
+                if sent >= size:
+                    sent -= size
+                    start += 1
+                else:
+                    vectors[start] = memoryview(head)[sent:]
+                    sent = 0
+            if start >= count:
+                return
+            await _writable(loop, sock)
+
+
+async def _writable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
+    fut: asyncio.Future[None] = loop.create_future()
+    fd = sock.fileno()
+
+    def ready() -> None:
+        if not fut.done():
+            fut.set_result(None)
+
+    loop.add_writer(fd, ready)
+    try:
+        await fut
+    finally:
+        loop.remove_writer(fd)
+
+
+class HAMaster:
+    """The HA port of a master (see the module doc)."""
+
+    def __init__(self, store: MessageStore, settings: MasterSettings, *,
+                 on_connections_changed: Callable[[], None] | None = None) -> None:
+        self.store = store
+        self.settings = settings
+        self.tracker = SlaveAckTracker()
+        self.waiter: ReplicationWaiter
+        self.loop: asyncio.AbstractEventLoop
+        self.idle: set[SlaveConnection] = set()
+        self.connections: dict[str, SlaveConnection] = {}
+        self.history = _ProgressHistory()
+        self._on_connections_changed = on_connections_changed
+        self._listener: socket.socket | None = None
+        self._accept_task: asyncio.Task[None] | None = None
+        self._conn_tasks: set[asyncio.Task[None]] = set()
+        self._loop_thread = 0
+        self._stopping = False
+        self.port = 0
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.waiter = ReplicationWaiter(loop=self.loop)
+        self._loop_thread = threading.get_ident()
+        family = socket.AF_INET6 if ":" in self.settings.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((self.settings.host, self.settings.port))
+            sock.listen(64)
+            sock.setblocking(False)
+        except OSError:
+            sock.close()
+            raise
+        self._listener = sock
+        self.port = sock.getsockname()[1]
+        self.store.add_append_listener(self._on_append)
+        self._accept_task = asyncio.create_task(self._accept_loop(), name="ha-accept")
+        log.info("HA port listening", extra={"host": self.settings.host, "port": self.port})
+
+    async def stop(self) -> None:
+        self._stopping = True
+        self.store.remove_append_listener(self._on_append)
+        if self._accept_task is not None:
+            self._accept_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._accept_task
+        if self._listener is not None:
+            self._listener.close()
+        for task in list(self._conn_tasks):
+            task.cancel()
+        if self._conn_tasks:
+            await asyncio.gather(*self._conn_tasks, return_exceptions=True)
+        if hasattr(self, "waiter"):
+            self.waiter.close("the broker is stopping")
+
+    async def _accept_loop(self) -> None:
+        assert self._listener is not None
+        while True:
+            try:
+                sock, addr = await self.loop.sock_accept(self._listener)
+            except OSError as exc:
+                log.warning("HA accept failed", extra={"error": str(exc)})
+                await asyncio.sleep(0.1)
+                continue
+            peer = _format_addr(addr)
+            if len(self.connections) >= MAX_CONNECTIONS or self._stopping:
+                log.warning("HA connection refused: too many connections", extra={
+                    "slave": peer, "limit": MAX_CONNECTIONS})
+                sock.close()
+                continue
+            sock.setblocking(False)
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            conn = SlaveConnection(self, sock, peer)
+            task = asyncio.create_task(self._serve(conn), name=f"ha-conn-{peer}")
+            self._conn_tasks.add(task)
+            task.add_done_callback(self._conn_tasks.discard)
+
+    async def _serve(self, conn: SlaveConnection) -> None:
+        self.connections[conn.peer] = conn
+        log.info("HA connection accepted", extra={"slave": conn.peer})
+        self._changed()
+        try:
+            await conn.run()
+        finally:
+            self.connections.pop(conn.peer, None)
+            self.tracker.remove(conn.peer)
+            self.idle.discard(conn)
+            self._changed()
+            log.info("slave disconnected", extra={
+                "slave": conn.peer, "reason": conn.close_reason or "master stopping",
+                "ack_offset": conn.proto.ack_offset if conn.proto.ack_offset is not None else -1,
+                "transferred_bytes": conn.transferred_bytes})
+
+    def _changed(self) -> None:
+        if self._on_connections_changed is not None:
+            self._on_connections_changed()
+
+    # -- events ---------------------------------------------------------------------------------
+
+    def _on_append(self, _max_offset: int) -> None:
+        """Store append listener (hot path): wake the writers that sleep, from any thread."""
+        if self.idle:
+            if threading.get_ident() == self._loop_thread:
+                self._wake_idle()
+            else:
+                self.loop.call_soon_threadsafe(self._wake_idle)
+
+    def _wake_idle(self) -> None:
+        for conn in self.idle:
+            conn.wake.set()
+
+    def on_ack(self, slave: str, offset: int, master_max_offset: int) -> None:
+        if self.tracker.update(slave, offset, master_max_offset):
+            self.waiter.on_ack(self.tracker.push2slave_max_offset)
+
+    def note_progress(self, max_offset: int) -> None:
+        self.history.note(max_offset, time.time())
+
+    # -- SYNC_MASTER ----------------------------------------------------------------------------
+
+    def slave_available(self, end_offset: int) -> bool:
+        return self.tracker.slave_available(end_offset, self.settings.fall_behind_max)
+
+    async def wait_replicated(self, end_offset: int, timeout_s: float) -> PutMessageStatus:
+        """PUT_OK once a slave acknowledged ``end_offset``; SLAVE_NOT_AVAILABLE if no connected
+        slave is within ``haSlaveFallbehindMax`` of it; FLUSH_SLAVE_TIMEOUT after ``timeout_s``."""
+        if end_offset <= self.tracker.push2slave_max_offset:
+            return PutMessageStatus.PUT_OK
+        if not self.slave_available(end_offset):
+            return PutMessageStatus.SLAVE_NOT_AVAILABLE
+        try:
+            ok = await self.waiter.wait(end_offset, timeout_s)
+        except WaiterClosedError:
+            return PutMessageStatus.FLUSH_SLAVE_TIMEOUT
+        return PutMessageStatus.PUT_OK if ok else PutMessageStatus.FLUSH_SLAVE_TIMEOUT
+
+    # -- status ---------------------------------------------------------------------------------
+
+    def slaves(self) -> list[SlaveInfo]:
+        return [conn.info() for conn in self.connections.values()]
+
+    def lag_seconds(self, ack_offset: int, max_offset: int, now: float | None = None) -> float:
+        """Age of the oldest byte the slave has not acknowledged (0 when caught up).
+
+        From the progress history the writers keep (when the log reached which offset, 1 ms
+        resolution); for an ack older than the history, the store timestamp of the record at the
+        ack offset when it is a record boundary (else the oldest history point, a lower bound)."""
+        if ack_offset >= max_offset:
+            return 0.0
+        now = time.time() if now is None else now
+        self.history.note(max_offset, now)
+        arrived = self.history.arrival_time(ack_offset)
+        if arrived is None:
+            return 0.0
+        if ack_offset < self.history.floor:
+            record = self.store.read_message(ack_offset)
+            if record is not None and record.store_timestamp > 0:
+                arrived = min(arrived, record.store_timestamp / 1000)
+        return max(0.0, now - arrived)
+
+
+def _format_addr(addr: object) -> str:
+    if isinstance(addr, tuple) and len(addr) >= 2:
+        host = str(addr[0])
+        return f"[{host}]:{addr[1]}" if ":" in host else f"{host}:{addr[1]}"
+    return str(addr)

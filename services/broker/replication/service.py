@@ -1,0 +1,136 @@
+"""The broker's :class:`~services.broker.app.ReplicationService`: an :class:`HAMaster` on masters
+(ASYNC_MASTER, SYNC_MASTER), an :class:`HASlave` on slaves, plus metrics and the admin status.
+
+Wired in by the entry point: ``run_broker(..., ha_factory=create_replication_service)``.
+
+SYNC_MASTER (:meth:`BrokerReplication.wait_replicated`, after the local write and, under
+SYNC_FLUSH, the local flush): if no slave is connected, or the best connected slave is
+``haSlaveFallbehindMax`` or more behind the message's end offset, the answer is
+SLAVE_NOT_AVAILABLE at once (the send path's error text says the message is stored on the
+master); otherwise the send waits, with a real deadline of ``slaveTimeout``, for an ack reaching
+the end offset: PUT_OK, or FLUSH_SLAVE_TIMEOUT.  Waiting is a future in a heap keyed by offset
+that an ack resolves (:class:`~services.broker.replication.waiter.ReplicationWaiter`): one ack
+wakes every send it covers, nothing polls.  ASYNC_MASTER never calls it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import TYPE_CHECKING
+
+from pocketmq.broker.v1 import broker_pb2
+from services.broker.replication.master import HAMaster, MasterSettings
+from services.broker.replication.metrics import HAMetrics, MasterSample, SlaveSample, SlaveSeries
+from services.broker.replication.protocol import DEFAULT_MAX_BODY_SIZE
+from services.broker.replication.slave import HASlave, SlaveSettings
+from services.broker.storage.status import PutMessageStatus
+
+if TYPE_CHECKING:
+    from services.broker.app import BrokerApp, ReplicationService
+
+__all__ = ["BrokerReplication", "create_replication_service"]
+
+
+class BrokerReplication:
+    def __init__(self, app: BrokerApp) -> None:
+        cfg = app.broker_config
+        self.role = cfg.broker_role.name
+        self.is_master = cfg.is_master
+        self.store = app.store
+        segment_size = app.store_config.mapped_file_size_commit_log
+        self.master: HAMaster | None = None
+        self.slave: HASlave | None = None
+        if self.is_master:
+            self.master = HAMaster(app.store, MasterSettings(
+                host=cfg.listen_host, port=cfg.effective_ha_port, batch_size=cfg.ha_transfer_batch_size,
+                segment_size=segment_size, sync_from_earliest=cfg.ha_sync_from_earliest,
+                heartbeat_interval_s=cfg.ha_send_heartbeat_interval / 1000,
+                housekeeping_interval_s=cfg.ha_housekeeping_interval / 1000,
+                fall_behind_max=cfg.ha_slave_fallbehind_max))
+        else:
+            self.slave = HASlave(app.store, SlaveSettings(
+                master_address_override=cfg.ha_master_address,
+                heartbeat_interval_s=cfg.ha_send_heartbeat_interval / 1000,
+                housekeeping_interval_s=cfg.ha_housekeeping_interval / 1000,
+                segment_size=segment_size,
+                max_body_size=max(DEFAULT_MAX_BODY_SIZE, cfg.ha_transfer_batch_size),
+                max_truncate=cfg.ha_slave_fallbehind_max,
+                diverged_dir=os.path.join(app.store_config.store_path_root_dir, "ha-diverged")))
+        self.metrics = HAMetrics(app.metrics.registry, cfg.broker_cluster_name, cfg.broker_name,
+                                 cfg.broker_id)
+
+    async def start(self) -> None:
+        if self.master is not None:
+            await self.master.start()
+        if self.slave is not None:
+            await self.slave.start()
+        self.metrics.add_source(self._sample)
+
+    async def stop(self) -> None:
+        self.metrics.remove_source()
+        if self.master is not None:
+            await self.master.stop()
+        if self.slave is not None:
+            await self.slave.stop()
+
+    def set_master(self, master_addr: str, master_ha_addr: str) -> None:
+        if self.slave is not None:
+            self.slave.set_master(master_ha_addr)
+
+    async def wait_replicated(self, end_offset: int, timeout_s: float) -> PutMessageStatus:
+        master = self.master
+        if master is None:
+            return PutMessageStatus.SLAVE_NOT_AVAILABLE
+        started = time.perf_counter()
+        status = await master.wait_replicated(end_offset, timeout_s)
+        if status is PutMessageStatus.SLAVE_NOT_AVAILABLE:
+            self.metrics.slave_not_available.inc()
+            return status
+        self.metrics.sync_wait.observe(time.perf_counter() - started)
+        if status is PutMessageStatus.FLUSH_SLAVE_TIMEOUT:
+            self.metrics.flush_slave_timeout.inc()
+        return status
+
+    # -- status and metrics ---------------------------------------------------------------------
+
+    def status(self) -> broker_pb2.HAStatus:
+        max_offset = self.store.max_offset
+        reply = broker_pb2.HAStatus(broker_role=self.role, commit_log_max_offset=max_offset)
+        if self.master is not None:
+            reply.push2slave_max_offset = self.master.tracker.push2slave_max_offset
+            for s in self.master.slaves():
+                reply.slaves.append(broker_pb2.HASlaveStatus(
+                    slave_addr=s.slave, request_offset=s.request_offset, ack_offset=s.ack_offset,
+                    lag_bytes=max(0, max_offset - s.ack_offset) if s.ack_offset >= 0 else max_offset,
+                    connected_since_ms=s.connected_since_ms, transferred_bytes=s.transferred_bytes,
+                    last_ack_timestamp_ms=s.last_ack_ms))
+        if self.slave is not None:
+            reply.master_ha_addr = self.slave.master_addr
+            reply.client_max_offset = max_offset
+            reply.last_data_timestamp_ms = self.slave.last_data_ms
+            reply.reconnects = self.slave.reconnects
+            reply.connected = self.slave.connected
+        return reply
+
+    def _sample(self) -> MasterSample | SlaveSample:
+        max_offset = self.store.max_offset
+        if self.master is not None:
+            master = self.master
+            now = time.time()
+            series = []
+            for s in master.slaves():
+                ack = max(s.ack_offset, 0)
+                series.append(SlaveSeries(s.slave, ack, max(0, max_offset - ack),
+                                          master.lag_seconds(ack, max_offset, now), s.transferred_bytes))
+            return MasterSample(max_offset, master.tracker.push2slave_max_offset, series)
+        slave = self.slave
+        assert slave is not None
+        age = time.time() - slave.last_data_ms / 1000 if slave.last_data_ms else -1.0
+        return SlaveSample(max_offset, age, slave.connected, slave.reconnects, slave.received_bytes,
+                           slave.repairs)
+
+
+def create_replication_service(app: BrokerApp) -> ReplicationService:
+    """The ``ha_factory`` of :class:`~services.broker.app.BrokerApp`."""
+    return BrokerReplication(app)

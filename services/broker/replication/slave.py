@@ -1,0 +1,419 @@
+"""Slave side of commit-log replication (RocketMQ's HAClient).
+
+:class:`HASlave` keeps one connection to the master's HA port and runs on the broker's event
+loop:
+
+* **Where**: the master's HA address comes from the NameServer's reply to the slave's
+  registration (:meth:`HASlave.set_master`, called whenever the routes name another master), or
+  from ``haMasterAddress``, which then wins over the NameServer.  A new address closes the
+  current connection and connects to the new one at once.
+* **Session**: connect (3 s timeout), report the store's max offset (the request offset), then
+  read frames with :class:`~services.broker.replication.protocol.SlaveConnectionProtocol`.
+  Every data frame is appended whole with :meth:`MessageStore.append_data
+  <services.broker.storage.store.MessageStore.append_data>` (which also dispatches the completed
+  records into the consume queues, so consumers can pull from the slave); after the frames of
+  one read are appended, one ack with the new max offset goes back (acks of one read are
+  coalesced).  Without any append the slave still reports every ``haSendHeartbeatInterval``, and
+  it closes the connection after ``haHousekeepingInterval`` without reading anything.
+* **Continuity**: a frame (or a heartbeat, once the slave has data) that does not start at the
+  slave's max offset closes the connection; the slave reconnects and asks again from its own
+  max offset, so nothing is skipped or applied twice.
+* **Reconnects**: exponential backoff from :data:`BACKOFF_MIN_S` to :data:`BACKOFF_MAX_S`,
+  reset by a session that received data.
+
+Divergence repair (RocketMQ's slave would retry forever): when the slave's log is *ahead* of the
+master's, the master answers the request with one heartbeat carrying its own max offset and
+closes.  The slave then cuts its log back to that offset with
+:meth:`~services.broker.storage.store.MessageStore.truncate_dirty`, after saving the bytes it drops
+to ``<storePathRootDir>/ha-diverged/<from>-<to>.bin``, and reconnects.  It does so only when the
+offset is a record boundary in its own log, inside its retained range, not 0 (an empty master is
+more likely a wiped disk than a newer history) and when at most ``haSlaveFallbehindMax`` bytes are
+dropped; otherwise it logs an error and keeps retrying without touching the data (an operator
+decides).  A log that diverged *below* the master's max offset cannot be detected with the
+8-byte protocol (no checksums are exchanged); that case is not repaired.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from services.broker.replication.protocol import (
+    DEFAULT_MAX_BODY_SIZE,
+    ContinuityError,
+    DataReceived,
+    ProtocolError,
+    SlaveConnectionProtocol,
+    encode_ack,
+)
+from services.broker.storage.commitlog import CommitLogError
+from services.broker.storage.record import CheckKind, check_record
+from services.broker.storage.store import MessageStore
+from services.common.config import ConfigError, parse_address
+
+__all__ = ["BACKOFF_MAX_S", "BACKOFF_MIN_S", "HASlave", "SlaveSettings", "is_record_boundary"]
+
+log = logging.getLogger(__name__)
+
+BACKOFF_MIN_S: Final = 0.1
+BACKOFF_MAX_S: Final = 5.0
+CONNECT_TIMEOUT_S: Final = 3.0
+_RECV_SIZE: Final = 256 * 1024
+
+
+@dataclass(frozen=True)
+class SlaveSettings:
+    master_address_override: str = ""
+    heartbeat_interval_s: float = 5.0
+    housekeeping_interval_s: float = 20.0
+    segment_size: int = 1024 * 1024 * 1024
+    #: Largest frame body accepted (the master's haTransferBatchSize must not exceed it).
+    max_body_size: int = DEFAULT_MAX_BODY_SIZE
+    #: Divergence repair drops at most this many bytes (haSlaveFallbehindMax).
+    max_truncate: int = 256 * 1024 * 1024
+    #: Where divergence repair saves the bytes it drops ("" = do not save).
+    diverged_dir: str = ""
+    backoff_min_s: float = BACKOFF_MIN_S
+    backoff_max_s: float = BACKOFF_MAX_S
+
+
+class _SessionEndError(Exception):
+    """Why a session ended (logged by the run loop)."""
+
+
+class _MasterAheadError(_SessionEndError):
+    """The master's first word was a heartbeat below our max offset: our log is ahead."""
+
+    def __init__(self, master_offset: int, slave_offset: int) -> None:
+        super().__init__(f"the master's commit log ends at {master_offset}, before this slave's "
+                         f"({slave_offset}): the slave's log diverged")
+        self.master_offset = master_offset
+        self.slave_offset = slave_offset
+
+
+class HASlave:
+    """Follows the master's commit log (see the module doc)."""
+
+    def __init__(self, store: MessageStore, settings: SlaveSettings) -> None:
+        self.store = store
+        self.settings = settings
+        self.master_addr = settings.master_address_override
+        #: Connection attempts after the first (each reconnect after a failure or a close).
+        self.reconnects = 0
+        self.connected = False
+        #: Wall-clock ms of the last data frame received (0 = never).
+        self.last_data_ms = 0
+        self.received_bytes = 0
+        self.repairs = 0
+        self._addr_changed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._session: asyncio.Task[bool] | None = None
+        self._session_addr = ""
+        self._stopping = False
+        self._ack_lock = asyncio.Lock()
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="ha-client")
+        if self.settings.master_address_override:
+            log.info("replicating from the configured master", extra={
+                "master_ha_addr": self.settings.master_address_override})
+
+    async def stop(self) -> None:
+        self._stopping = True
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    def set_master(self, master_ha_addr: str) -> None:
+        """The NameServer names (another) master; ignored when haMasterAddress is set."""
+        if self.settings.master_address_override:
+            if master_ha_addr and master_ha_addr != self.settings.master_address_override:
+                log.info("NameServer names another master HA address; haMasterAddress wins", extra={
+                    "namesrv_master_ha_addr": master_ha_addr,
+                    "master_ha_addr": self.settings.master_address_override})
+            return
+        if not master_ha_addr or master_ha_addr == self.master_addr:
+            return
+        log.info("master HA address changed", extra={"master_ha_addr": master_ha_addr,
+                                                     "previous": self.master_addr or "-"})
+        self.master_addr = master_ha_addr
+        self._addr_changed.set()
+        if self._session is not None and self._session_addr != master_ha_addr:
+            self._session.cancel()
+
+    @property
+    def max_offset(self) -> int:
+        return self.store.max_offset
+
+    # -- run loop -------------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        backoff = self.settings.backoff_min_s
+        attempts = 0
+        while not self._stopping:
+            addr = self.master_addr
+            if not addr:
+                self._addr_changed.clear()
+                await self._addr_changed.wait()
+                continue
+            if attempts:
+                self.reconnects += 1
+            attempts += 1
+            self._addr_changed.clear()
+            healthy = False
+            self._session_addr = addr
+            self._session = asyncio.create_task(self._connect_and_follow(addr), name="ha-client-session")
+            try:
+                healthy = await self._session
+            except asyncio.CancelledError:
+                if self._stopping or (self._task is not None and self._task.cancelling()):
+                    raise
+                log.info("replication session closed: master address changed", extra={"master_ha_addr": addr})
+                backoff = self.settings.backoff_min_s
+                continue
+            except _MasterAheadError as exc:
+                if await self._repair(exc):
+                    backoff = self.settings.backoff_min_s
+                    continue
+            except (_SessionEndError, OSError, ProtocolError, CommitLogError) as exc:
+                log.warning("replication session ended", extra={
+                    "master_ha_addr": addr, "reason": str(exc) or type(exc).__name__,
+                    "kind": type(exc).__name__, "max_offset": self.store.max_offset})
+            except Exception as exc:
+                log.error("replication session failed", extra={"master_ha_addr": addr, "error": repr(exc)},
+                          exc_info=exc)
+            finally:
+                self._session = None
+                self.connected = False
+            backoff = (self.settings.backoff_min_s if healthy
+                       else min(backoff * 2, self.settings.backoff_max_s))
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(backoff):
+                    await self._addr_changed.wait()  # a new master address skips the wait
+
+    async def _connect_and_follow(self, addr: str) -> bool:
+        """One session; returns True if data was received (the backoff resets), raises why it
+        ended otherwise."""
+        try:
+            host, port = parse_address(addr, "master HA address", default_host="127.0.0.1")
+        except ConfigError as exc:
+            raise _SessionEndError(str(exc)) from None
+        loop = asyncio.get_running_loop()
+        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        family, _, _, _, sockaddr = infos[0]
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        try:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            try:
+                async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                    await loop.sock_connect(sock, sockaddr)
+            except TimeoutError:
+                raise _SessionEndError(f"connect to {addr} timed out after {CONNECT_TIMEOUT_S:g}s") from None
+            return await self._follow(sock, addr)
+        finally:
+            sock.close()
+
+    async def _follow(self, sock: socket.socket, addr: str) -> bool:
+        loop = asyncio.get_running_loop()
+        store = self.store
+        start_offset = store.max_offset
+        proto = SlaveConnectionProtocol(start_offset, max_body_size=self.settings.max_body_size)
+        state = _SessionState(loop.time())
+        self.connected = True
+        log.info("connected to master", extra={"master_ha_addr": addr, "request_offset": start_offset})
+        await self._send_ack(sock, start_offset, state, loop)
+        receiver = asyncio.create_task(self._receive(sock, proto, state, loop))
+        keeper = asyncio.create_task(self._keep_alive(sock, state, loop))
+        try:
+            done, _ = await asyncio.wait({receiver, keeper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (receiver, keeper):
+                task.cancel()
+            for task in (receiver, keeper):
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        for task in done:
+            exc = task.exception()
+            if exc is not None:
+                if state.received and not isinstance(exc, _MasterAheadError):
+                    log.warning("replication session ended", extra={
+                        "master_ha_addr": addr, "reason": str(exc) or type(exc).__name__,
+                        "kind": type(exc).__name__, "max_offset": store.max_offset,
+                        "received_bytes": state.received})
+                    return True
+                raise exc
+        return state.received > 0
+
+    async def _send_ack(self, sock: socket.socket, offset: int, state: _SessionState,
+                        loop: asyncio.AbstractEventLoop) -> None:
+        async with self._ack_lock:  # heartbeats and acks never interleave on the wire
+            await loop.sock_sendall(sock, encode_ack(offset))
+        state.last_ack = loop.time()
+
+    async def _receive(self, sock: socket.socket, proto: SlaveConnectionProtocol, state: _SessionState,
+                       loop: asyncio.AbstractEventLoop) -> None:
+        store = self.store
+        while True:
+            data = await loop.sock_recv(sock, _RECV_SIZE)
+            if not data:
+                raise _SessionEndError("the master closed the connection")
+            state.last_read = loop.time()
+            try:
+                events = proto.receive_data(data)
+            except ContinuityError as exc:
+                self._apply(exc.events, state)
+                if exc.heartbeat and exc.received < exc.expected and not state.received:
+                    raise _MasterAheadError(exc.received, exc.expected) from None
+                log.warning("continuity error: the master's stream does not continue this slave's log",
+                            extra={"expected": exc.expected, "received": exc.received,
+                                   "heartbeat": exc.heartbeat})
+                if exc.heartbeat and exc.received > exc.expected and not state.received:
+                    log.error("the master no longer retains this slave's next offset; the slave must be "
+                              "rebuilt (empty its store and restart it)", extra={
+                                  "slave_max_offset": exc.expected, "master_min_offset": exc.received})
+                raise
+            except ProtocolError as exc:
+                self._apply(exc.events, state)
+                raise
+            if self._apply(events, state):
+                await self._send_ack(sock, store.max_offset, state, loop)
+
+    def _apply(self, events: Sequence[object], state: _SessionState) -> bool:
+        """Append the data frames in order; True if anything was appended."""
+        appended = False
+        store = self.store
+        for event in events:
+            if type(event) is DataReceived:
+                store.append_data(event.offset, event.body)
+                size = len(event.body)
+                state.received += size
+                self.received_bytes += size
+                appended = True
+        if appended:
+            self.last_data_ms = int(time.time() * 1000)
+        return appended
+
+    async def _keep_alive(self, sock: socket.socket, state: _SessionState,
+                          loop: asyncio.AbstractEventLoop) -> None:
+        heartbeat_s = self.settings.heartbeat_interval_s
+        housekeeping_s = self.settings.housekeeping_interval_s
+        while True:
+            now = loop.time()
+            if now - state.last_read > housekeeping_s:
+                raise _SessionEndError(f"nothing read from the master for {housekeeping_s:g}s "
+                                  "(haHousekeepingInterval)")
+            if now - state.last_ack >= heartbeat_s:
+                await self._send_ack(sock, self.store.max_offset, state, loop)
+                continue
+            due = min(state.last_ack + heartbeat_s, state.last_read + housekeeping_s)
+            await asyncio.sleep(max(0.001, due - now))
+
+    # -- divergence repair ----------------------------------------------------------------------
+
+    async def _repair(self, exc: _MasterAheadError) -> bool:
+        """Cut the log back to the master's max offset if that is safe (see the module doc)."""
+        store = self.store
+        target = exc.master_offset
+        current = store.max_offset
+        drop = current - target
+        extra = {"master_max_offset": target, "slave_max_offset": current, "drop_bytes": drop}
+        if target <= 0:
+            log.error("the master's commit log is empty but this slave's is not; NOT truncating "
+                      "automatically (a wiped master?): fix the master or empty this slave", extra=extra)
+            return False
+        if drop > self.settings.max_truncate:
+            log.error("this slave's commit log is ahead of the master's by more than "
+                      "haSlaveFallbehindMax; NOT truncating automatically", extra=extra)
+            return False
+        if target < store.min_offset:
+            log.error("the master's max offset is below this slave's retained range; NOT truncating",
+                      extra=extra)
+            return False
+        ok = await asyncio.to_thread(self._truncate, target)
+        if ok:
+            self.repairs += 1
+            log.error("DIVERGED: this slave's commit log was ahead of the master's; truncated it to the "
+                      "master's max offset and resuming (dropped bytes saved)", extra={
+                          **extra, "saved_to": self._saved_path(target, current) or "-"})
+        return ok
+
+    def _saved_path(self, start: int, end: int) -> str:
+        if not self.settings.diverged_dir:
+            return ""
+        return os.path.join(self.settings.diverged_dir, f"{start:020d}-{end:020d}.bin")
+
+    def _truncate(self, target: int) -> bool:
+        store = self.store
+        current = store.max_offset
+        if not is_record_boundary(store, target, self.settings.segment_size):
+            log.error("the master's max offset is not a record boundary in this slave's commit log: the "
+                      "logs differ before it; NOT truncating automatically", extra={
+                          "master_max_offset": target, "slave_max_offset": current})
+            return False
+        path = self._saved_path(target, current)
+        if path:
+            try:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path, "wb") as out:
+                    offset = target
+                    while offset < current:
+                        data = store.get_data(offset, current - offset)
+                        if data is None:
+                            break
+                        with data:
+                            out.write(data.data)
+                            offset += data.size
+                    out.flush()
+                    os.fsync(out.fileno())
+            except OSError as err:
+                log.error("cannot save the diverged bytes; NOT truncating", extra={"path": path,
+                                                                                  "error": str(err)})
+                return False
+        store.truncate_dirty(target)
+        return True
+
+
+@dataclass
+class _SessionState:
+    last_read: float
+    last_ack: float = 0.0
+    received: int = 0
+
+
+def is_record_boundary(store: MessageStore, offset: int, segment_size: int) -> bool:
+    """Whether a record starts (or the log ends) at ``offset`` in ``store``'s commit log: walks
+    the records of the segment holding it from the segment start (no CRC checks)."""
+    if offset == store.max_offset:
+        return True
+    if not store.min_offset <= offset < store.max_offset:
+        return False
+    segment_start = offset - offset % segment_size
+    if offset == segment_start:
+        return True
+    data = store.get_data(segment_start, offset - segment_start)
+    if data is None:
+        return False
+    with data:
+        view = data.data
+        end = len(view)
+        if end != offset - segment_start:
+            return False
+        pos = 0
+        while pos < end:
+            check = check_record(view, pos, end - pos, expected_offset=segment_start + pos, check_crc=False)
+            if check.kind is not CheckKind.RECORD:
+                return False
+            pos += check.size
+        return pos == end

@@ -1,0 +1,481 @@
+"""The replication I/O layers (master.py / slave.py) in one process: real MessageStores with
+small segments, real loopback sockets, short intervals.  Fake peers (raw sockets) play bogus
+slaves and masters."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import struct
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from services.broker.replication.master import HAMaster, MasterSettings
+from services.broker.replication.protocol import (
+    TRANSFER_HEADER_SIZE,
+    SlaveConnectionProtocol,
+    encode_ack,
+    encode_heartbeat,
+    encode_transfer_header,
+)
+from services.broker.replication.slave import HASlave, SlaveSettings, is_record_boundary
+from services.broker.storage.config import StoreConfig
+from services.broker.storage.record import Message
+from services.broker.storage.status import PutMessageStatus
+from services.broker.storage.store import MessageStore
+
+pytestmark = pytest.mark.asyncio
+
+SEGMENT = 64 * 1024
+BODY = 1000  # records of 1,088 bytes with the topic "t" and no properties
+
+
+def make_store(path: Path) -> MessageStore:
+    store = MessageStore(StoreConfig(store_path_root_dir=str(path), mapped_file_size_commit_log=SEGMENT,
+                                     max_message_size=4096, prefault_ahead_size=0))
+    store.start()
+    return store
+
+
+def fill(store: MessageStore, count: int, body: bytes = b"") -> None:
+    for i in range(count):
+        payload = body or i.to_bytes(4, "big") * (BODY // 4)
+        assert store.append_message(Message("t", payload, i % 2)).stored
+
+
+def master_settings(**kw: object) -> MasterSettings:
+    base: dict[str, object] = dict(host="127.0.0.1", port=0, batch_size=4096, segment_size=SEGMENT,
+                                   heartbeat_interval_s=0.2, housekeeping_interval_s=1.0,
+                                   fall_behind_max=256 * 1024 * 1024)
+    base.update(kw)
+    return MasterSettings(**base)  # type: ignore[arg-type]
+
+
+def slave_settings(addr: str, tmp: Path | None = None, **kw: object) -> SlaveSettings:
+    base: dict[str, object] = dict(master_address_override=addr, heartbeat_interval_s=0.2,
+                                   housekeeping_interval_s=1.0, segment_size=SEGMENT,
+                                   backoff_min_s=0.02, backoff_max_s=0.2,
+                                   diverged_dir=str(tmp / "diverged") if tmp else "")
+    base.update(kw)
+    return SlaveSettings(**base)  # type: ignore[arg-type]
+
+
+async def until(predicate: Callable[[], object], limit: float = 5.0, what: str = "") -> None:
+    deadline = time.monotonic() + limit
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not true within {limit}s: {what or predicate}")
+        await asyncio.sleep(0.01)
+
+
+def logs_identical(a: MessageStore, b: MessageStore, start: int = 0) -> bool:
+    """The commit log bytes of a and b are equal from ``start`` to a's max offset."""
+    if a.max_offset != b.max_offset:
+        return False
+    offset = start
+    while offset < a.max_offset:
+        x = a.get_data(offset, a.max_offset - offset)
+        y = b.get_data(offset, a.max_offset - offset)
+        assert x is not None and y is not None
+        with x, y:
+            n = min(x.size, y.size)
+            if bytes(x.data[:n]) != bytes(y.data[:n]):
+                return False
+            offset += n
+    return True
+
+
+@contextlib.asynccontextmanager
+async def running_master(store: MessageStore, **kw: object) -> AsyncIterator[HAMaster]:
+    master = HAMaster(store, master_settings(**kw))
+    await master.start()
+    try:
+        yield master
+    finally:
+        await master.stop()
+
+
+@contextlib.asynccontextmanager
+async def running_slave(store: MessageStore, settings: SlaveSettings) -> AsyncIterator[HASlave]:
+    slave = HASlave(store, settings)
+    await slave.start()
+    try:
+        yield slave
+    finally:
+        await slave.stop()
+
+
+@pytest.fixture
+def stores(tmp_path: Path) -> AsyncIterator[tuple[MessageStore, MessageStore]]:
+    m = make_store(tmp_path / "master")
+    s = make_store(tmp_path / "slave")
+    yield m, s
+    for store in (m, s):
+        store.shutdown()
+
+
+class FakeSlave:
+    """A raw client of the HA port."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.proto = SlaveConnectionProtocol(0, check_heartbeats=False)
+
+    @classmethod
+    async def connect(cls, port: int) -> FakeSlave:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        return cls(reader, writer)
+
+    async def send(self, data: bytes) -> None:
+        self.writer.write(data)
+        await self.writer.drain()
+
+    async def closed_by_peer(self, limit: float = 3.0) -> bool:
+        """Read until EOF; True if the peer closed within ``limit`` seconds."""
+        try:
+            async with asyncio.timeout(limit):
+                while await self.reader.read(65536):
+                    pass
+            return True
+        except (TimeoutError, ConnectionError):
+            return False
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+# ------------------------------------------------------------------------------------ catch-up
+
+
+async def test_empty_slave_catches_up_from_the_earliest_offset_byte_for_byte(
+        stores: tuple[MessageStore, MessageStore]) -> None:
+    master_store, slave_store = stores
+    fill(master_store, 250)  # ~270 KB: five segments
+    assert master_store.max_offset > 4 * SEGMENT
+    async with running_master(master_store, sync_from_earliest=True) as master, \
+            running_slave(slave_store, slave_settings(f"127.0.0.1:{master.port}")) as slave:
+        await until(lambda: slave_store.max_offset == master_store.max_offset, what="caught up")
+        await until(lambda: master.tracker.push2slave_max_offset == master_store.max_offset,
+                    what="acknowledged")
+        assert slave.connected and slave.reconnects == 0
+    assert logs_identical(master_store, slave_store)
+    # Replicated records are dispatched: consumers can read them from the slave.
+    got = slave_store.get_messages("t", 1, 0, 32)
+    assert [m.body for m in got.messages][:2] == [(2 * i + 1).to_bytes(4, "big") * 250 for i in range(2)]
+    assert slave_store.max_queue_offset("t", 0) == master_store.max_queue_offset("t", 0) == 125
+
+
+async def test_empty_slave_starts_at_the_masters_last_segment_by_default(
+        stores: tuple[MessageStore, MessageStore]) -> None:
+    master_store, slave_store = stores
+    fill(master_store, 250)
+    last_segment = master_store.max_offset - master_store.max_offset % SEGMENT
+    async with running_master(master_store) as master, \
+            running_slave(slave_store, slave_settings(f"127.0.0.1:{master.port}")):
+        await until(lambda: slave_store.max_offset == master_store.max_offset)
+    assert slave_store.min_offset == last_segment
+    assert logs_identical(master_store, slave_store, start=last_segment)
+
+
+async def test_live_appends_stream_and_a_restarted_slave_resumes_without_gap(
+        stores: tuple[MessageStore, MessageStore]) -> None:
+    master_store, slave_store = stores
+    async with running_master(master_store, sync_from_earliest=True) as master:
+        settings = slave_settings(f"127.0.0.1:{master.port}")
+        async with running_slave(slave_store, settings):
+            for _ in range(5):
+                fill(master_store, 20)
+                await asyncio.sleep(0.01)
+            await until(lambda: slave_store.max_offset == master_store.max_offset)
+        stopped_at = slave_store.max_offset
+        fill(master_store, 100)  # written while no slave is connected
+        async with running_slave(slave_store, settings):
+            await until(lambda: slave_store.max_offset == master_store.max_offset)
+            fill(master_store, 30)
+            await until(lambda: slave_store.max_offset == master_store.max_offset)
+        conn_requests = stopped_at
+    assert conn_requests > 0
+    assert logs_identical(master_store, slave_store)
+    assert slave_store.max_queue_offset("t", 0) == master_store.max_queue_offset("t", 0)
+
+
+# ------------------------------------------------------------------------------------ SYNC_MASTER
+
+
+async def test_wait_replicated_statuses(stores: tuple[MessageStore, MessageStore]) -> None:
+    master_store, slave_store = stores
+    async with running_master(master_store) as master:
+        fill(master_store, 1)
+        started = time.monotonic()
+        status = await master.wait_replicated(master_store.max_offset, 2.0)
+        assert status is PutMessageStatus.SLAVE_NOT_AVAILABLE
+        assert time.monotonic() - started < 0.1  # no slave: at once
+        async with running_slave(slave_store, slave_settings(f"127.0.0.1:{master.port}")):
+            await until(lambda: len(master.tracker) == 1)
+            fill(master_store, 3)
+            # Many concurrent sends, one ack releases them all.
+            ends = [master_store.max_offset - 1000, master_store.max_offset]
+            results = await asyncio.gather(*(master.wait_replicated(e, 2.0) for e in ends * 20))
+            assert set(results) == {PutMessageStatus.PUT_OK}
+            assert master.waiter.pending == 0
+
+
+async def test_flush_slave_timeout_when_the_slave_stops_acking(
+        stores: tuple[MessageStore, MessageStore]) -> None:
+    master_store, _ = stores
+    async with running_master(master_store, housekeeping_interval_s=10.0) as master:
+        fake = await FakeSlave.connect(master.port)
+        await fake.send(encode_ack(0))  # request offset 0, then silence
+        await until(lambda: len(master.tracker) == 1)
+        fill(master_store, 2)
+        started = time.monotonic()
+        status = await master.wait_replicated(master_store.max_offset, 0.3)
+        elapsed = time.monotonic() - started
+        assert status is PutMessageStatus.FLUSH_SLAVE_TIMEOUT
+        assert 0.29 <= elapsed < 0.5  # a real deadline
+        fake.close()
+
+
+async def test_a_slave_too_far_behind_is_not_available(stores: tuple[MessageStore, MessageStore]) -> None:
+    master_store, _ = stores
+    fill(master_store, 10)
+    async with running_master(master_store, fall_behind_max=5000) as master:
+        fake = await FakeSlave.connect(master.port)
+        await fake.send(encode_ack(0))
+        await until(lambda: len(master.tracker) == 1)
+        end = master_store.max_offset
+        assert await master.wait_replicated(end, 1.0) is PutMessageStatus.SLAVE_NOT_AVAILABLE
+        await fake.send(encode_ack(end - 3000))  # within reach now (and it has been sent)
+        await until(lambda: master.tracker.ack_offset(next(iter(master.connections))) == end - 3000)
+        fill(master_store, 1)
+        status = await master.wait_replicated(master_store.max_offset, 0.1)
+        assert status is PutMessageStatus.FLUSH_SLAVE_TIMEOUT
+        fake.close()
+
+
+# ------------------------------------------------------------------------------------ bogus peers
+
+
+async def test_an_ack_beyond_the_max_offset_closes_the_connection_and_changes_nothing(
+        stores: tuple[MessageStore, MessageStore], caplog: pytest.LogCaptureFixture) -> None:
+    master_store, slave_store = stores
+    fill(master_store, 5)
+    async with running_master(master_store, sync_from_earliest=True) as master, \
+            running_slave(slave_store, slave_settings(f"127.0.0.1:{master.port}")):
+        await until(lambda: master.tracker.push2slave_max_offset == master_store.max_offset)
+        before = master.tracker.push2slave_max_offset
+        fake = await FakeSlave.connect(master.port)
+        await fake.send(encode_ack(0))
+        await fake.send(encode_ack(master_store.max_offset + 10_000))
+        with caplog.at_level(logging.WARNING):
+            assert await fake.closed_by_peer()
+        assert master.tracker.push2slave_max_offset == before
+        assert "beyond the master's max offset" in caplog.text
+        # The real slave is still served.
+        fill(master_store, 2)
+        await until(lambda: slave_store.max_offset == master_store.max_offset)
+        assert await master.wait_replicated(master_store.max_offset, 1.0) is PutMessageStatus.PUT_OK
+
+
+@pytest.mark.parametrize("garbage", [
+    b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+    b"\xff" * 64,
+    struct.pack(">q", -5),
+])
+async def test_garbage_closes_only_that_connection(
+        stores: tuple[MessageStore, MessageStore], garbage: bytes) -> None:
+    master_store, slave_store = stores
+    fill(master_store, 3)
+    async with running_master(master_store, sync_from_earliest=True) as master, \
+            running_slave(slave_store, slave_settings(f"127.0.0.1:{master.port}")) as slave:
+        await until(lambda: slave_store.max_offset == master_store.max_offset)
+        push2 = master.tracker.push2slave_max_offset
+        fake = await FakeSlave.connect(master.port)
+        await fake.send(garbage)
+        assert await fake.closed_by_peer()
+        assert master.tracker.push2slave_max_offset == push2
+        assert len(master.connections) == 1 and slave.reconnects == 0
+        fill(master_store, 2)
+        await until(lambda: slave_store.max_offset == master_store.max_offset)
+
+
+async def test_master_heartbeats_when_idle_and_expires_a_silent_slave(
+        stores: tuple[MessageStore, MessageStore]) -> None:
+    master_store, _ = stores
+    fill(master_store, 2)
+    end = master_store.max_offset
+    async with running_master(master_store, heartbeat_interval_s=0.1, housekeeping_interval_s=0.5) as master:
+        fake = await FakeSlave.connect(master.port)
+        await fake.send(encode_ack(end))  # up to date: nothing to send, so heartbeats
+        header = await asyncio.wait_for(fake.reader.readexactly(TRANSFER_HEADER_SIZE), 1.0)
+        assert header == encode_heartbeat(end)
+        started = time.monotonic()
+        assert await fake.closed_by_peer(2.0)  # never acked again: housekeeping closes it
+        assert time.monotonic() - started < 1.0
+        await until(lambda: not master.connections)
+
+
+async def test_a_connection_that_never_sends_its_offset_is_closed(
+        stores: tuple[MessageStore, MessageStore]) -> None:
+    master_store, _ = stores
+    async with running_master(master_store, housekeeping_interval_s=0.3) as master:
+        fake = await FakeSlave.connect(master.port)
+        assert await fake.closed_by_peer(2.0)
+        assert not master.connections
+
+
+# ------------------------------------------------------------------------------------ slave side
+
+
+class FakeMaster:
+    """A listening socket whose connections are handled by ``handler``."""
+
+    def __init__(self, handler: Callable[[asyncio.StreamReader, asyncio.StreamWriter], object]) -> None:
+        self.handler = handler
+        self.connections = 0
+        self.server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> FakeMaster:
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            self.connections += 1
+            try:
+                await self.handler(reader, writer)  # type: ignore[misc]
+            finally:
+                writer.close()
+
+        self.server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.server is not None
+        self.server.close()
+
+    @property
+    def addr(self) -> str:
+        assert self.server is not None
+        return f"127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+
+
+async def test_slave_heartbeats_and_reconnects_when_the_master_is_silent(
+        stores: tuple[MessageStore, MessageStore]) -> None:
+    _, slave_store = stores
+    acks: list[int] = []
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            while True:
+                acks.append(struct.unpack(">q", await reader.readexactly(8))[0])
+
+    async with FakeMaster(silent) as fake:
+        settings = slave_settings(fake.addr, heartbeat_interval_s=0.05, housekeeping_interval_s=0.3)
+        async with running_slave(slave_store, settings) as slave:
+            await until(lambda: fake.connections >= 2, 3.0, "reconnect after housekeeping")
+            assert slave.reconnects >= 1
+            assert len(acks) >= 4 and set(acks) == {0}  # request + heartbeats
+
+
+async def test_slave_closes_on_a_continuity_error_and_keeps_its_log(
+        stores: tuple[MessageStore, MessageStore], caplog: pytest.LogCaptureFixture) -> None:
+    master_store, slave_store = stores
+    fill(master_store, 3)
+    data = master_store.get_data(0, master_store.max_offset)
+    assert data is not None
+    with data:
+        payload = bytes(data.data)
+    fill(slave_store, 1)
+    slave_max = slave_store.max_offset
+
+    async def skipping(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readexactly(8)
+        writer.write(encode_transfer_header(slave_max + 100, 100) + payload[:100])  # a gap
+        await writer.drain()
+        with contextlib.suppress(Exception):
+            await reader.read()
+
+    async with FakeMaster(skipping) as fake:
+        with caplog.at_level(logging.WARNING):
+            async with running_slave(slave_store, slave_settings(fake.addr)) as slave:
+                await until(lambda: slave.reconnects >= 2, 3.0)
+        assert slave_store.max_offset == slave_max
+        assert "continuity error" in caplog.text
+
+
+async def test_slave_ahead_of_the_master_is_truncated_back_and_resumes(
+        stores: tuple[MessageStore, MessageStore], tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    master_store, slave_store = stores
+    fill(master_store, 40)
+    fill(slave_store, 40)  # same sizes and payloads, written by another broker: same record layout
+    fill(slave_store, 10, body=b"diverged" * 125)
+    master_end, slave_end = master_store.max_offset, slave_store.max_offset
+    assert is_record_boundary(slave_store, master_end, SEGMENT)
+    assert not is_record_boundary(slave_store, master_end + 7, SEGMENT)
+    async with running_master(master_store) as master:
+        with caplog.at_level(logging.WARNING):
+            settings = slave_settings(f"127.0.0.1:{master.port}", tmp_path)
+            async with running_slave(slave_store, settings) as slave:
+                await until(lambda: slave.repairs == 1, 5.0, "repair")
+                await until(lambda: len(master.tracker) == 1)
+                fill(master_store, 5)
+                await until(lambda: slave_store.max_offset == master_store.max_offset)
+    assert "DIVERGED" in caplog.text
+    saved = tmp_path / "diverged" / f"{master_end:020d}-{slave_end:020d}.bin"
+    assert saved.stat().st_size == slave_end - master_end
+    assert slave_store.max_queue_offset("t", 0) == master_store.max_queue_offset("t", 0)
+    # Equal from the master's end on (the slave's own first 40 records differ in timestamps).
+    assert logs_identical(master_store, slave_store, start=master_end)
+
+
+async def test_slave_ahead_of_an_empty_master_is_not_truncated(
+        stores: tuple[MessageStore, MessageStore], caplog: pytest.LogCaptureFixture) -> None:
+    master_store, slave_store = stores
+    fill(slave_store, 5)
+    before = slave_store.max_offset
+    async with running_master(master_store) as master:
+        with caplog.at_level(logging.ERROR):
+            async with running_slave(slave_store, slave_settings(f"127.0.0.1:{master.port}")) as slave:
+                await until(lambda: slave.reconnects >= 2, 3.0)
+    assert slave_store.max_offset == before and slave.repairs == 0
+    assert "NOT truncating" in caplog.text
+
+
+async def test_slave_follows_a_new_master_address(stores: tuple[MessageStore, MessageStore]) -> None:
+    master_store, slave_store = stores
+    fill(master_store, 3)
+    async with running_master(master_store, sync_from_earliest=True) as master:
+        slave = HASlave(slave_store, slave_settings(""))
+        await slave.start()
+        try:
+            await asyncio.sleep(0.05)
+            assert not slave.connected
+            slave.set_master(f"127.0.0.1:{master.port}")
+            await until(lambda: slave_store.max_offset == master_store.max_offset)
+            other = socket.socket()
+            other.bind(("127.0.0.1", 0))
+            other.listen(1)
+            try:
+                slave.set_master(f"127.0.0.1:{other.getsockname()[1]}")  # routes changed
+                await until(lambda: not master.connections, 3.0, "old master connection closed")
+            finally:
+                other.close()
+        finally:
+            await slave.stop()
+
+
+async def test_is_record_boundary(tmp_path: Path) -> None:
+    store = make_store(tmp_path / "s")
+    try:
+        fill(store, 3)
+        size = store.max_offset // 3
+        assert is_record_boundary(store, 0, SEGMENT)
+        assert is_record_boundary(store, size, SEGMENT)
+        assert is_record_boundary(store, store.max_offset, SEGMENT)
+        assert not is_record_boundary(store, size + 1, SEGMENT)
+        assert not is_record_boundary(store, store.max_offset + 1, SEGMENT)
+    finally:
+        store.shutdown()
