@@ -56,9 +56,9 @@ class BrokerConfig:
     #: NameServer addresses, ``host:port;host:port``.
     namesrv_addr: str = "127.0.0.1:9876"
     #: Address advertised to the NameServer and clients; empty = detect.
-    broker_ip1: str = ""
+    broker_ip1: str = dataclasses.field(default="", metadata={"key": "brokerIP1"})
     #: Address advertised for the HA port; empty = brokerIP1.
-    broker_ip2: str = ""
+    broker_ip2: str = dataclasses.field(default="", metadata={"key": "brokerIP2"})
     #: Interface the servers bind.
     listen_host: str = "0.0.0.0"
     listen_port: int = 10911

@@ -115,12 +115,20 @@ def convert(key: str, raw: str, tp: Any) -> Any:
     raise ConfigError(key, f"unsupported type {tp!r}")
 
 
+def config_key(field: dataclasses.Field[Any]) -> str:
+    """The config key of a field: ``metadata["key"]`` when RocketMQ's spelling is not the plain
+    camelCase of the field name (``brokerIP1``), else the camelCase name."""
+    key: str = field.metadata.get("key") or snake_to_camel(field.name)
+    return key
+
+
 def known_keys(sections: Sequence[type]) -> dict[str, tuple[type, str]]:
-    """camelCase key -> (section, field name) for every field of every section."""
+    """Config key -> (section, field name) for every field of every section."""
     keys: dict[str, tuple[type, str]] = {}
     for section in sections:
-        for name in _field_types(section):
-            keys[snake_to_camel(name)] = (section, name)
+        for f in dataclasses.fields(section):
+            if f.init:
+                keys[config_key(f)] = (section, f.name)
     return keys
 
 
@@ -192,7 +200,7 @@ def to_properties(objs: Iterable[Any]) -> str:
             text = value.name if isinstance(value, enum.Enum) else ("" if value is None else value)
             if isinstance(value, bool):
                 text = str(value).lower()
-            lines.append(f"{snake_to_camel(f.name)}={text}")
+            lines.append(f"{config_key(f)}={text}")
     return "\n".join(lines) + "\n"
 
 

@@ -32,8 +32,7 @@ def test_broker_conf_env_and_flags_are_merged(procs: ProcessGroup, tmp_path: Pat
         f"haListenPort={free_port()}\n"
         "metricsPort=0\n"
         "listenHost=127.0.0.1\n"
-        "brokerIp1=127.0.0.1\n"  # RocketMQ spells it brokerIP1: not accepted yet
-
+        "brokerIP1=127.0.0.1\n"
         f"storePathRootDir={tmp_path / 'store'}\n"
     )
     addr = f"127.0.0.1:{port}"

@@ -128,3 +128,31 @@ def test_parse_address(text: str, expected: tuple[str, int]) -> None:
 def test_parse_address_rejects(text: str) -> None:
     with pytest.raises(ConfigError, match="namesrvAddr"):
         parse_address(text, key="namesrvAddr")
+
+
+@dataclasses.dataclass(frozen=True)
+class Network:
+    broker_ip1: str = dataclasses.field(default="", metadata={"key": "brokerIP1"})
+
+
+def test_a_field_can_declare_rocketmqs_spelling_of_its_key() -> None:
+    (net,) = build_sections([Network], {"brokerIP1": "10.0.0.5"})
+    assert net.broker_ip1 == "10.0.0.5"
+    with pytest.raises(ConfigError, match="did you mean 'brokerIP1'"):
+        build_sections([Network], {"brokerIp1": "10.0.0.5"})
+    assert to_properties([net]) == "brokerIP1=10.0.0.5\n"
+
+
+def test_real_broker_conf_keys_are_accepted() -> None:
+    from services.broker.config import BrokerConfig, BrokerRole
+    from services.broker.storage.config import FlushDiskType, StoreConfig
+
+    conf = parse_properties(
+        "brokerClusterName=DefaultCluster\nbrokerName=broker-a\nbrokerId=0\nbrokerRole=SYNC_MASTER\n"
+        "flushDiskType=SYNC_FLUSH\nnamesrvAddr=10.0.0.1:9876;10.0.0.2:9876\nbrokerIP1=10.0.0.5\n"
+        "listenPort=10911\nstorePathRootDir=/data/store\nfileReservedTime=48\n"
+    )
+    broker, store = build_sections([BrokerConfig, StoreConfig], conf)
+    assert (broker.broker_role, broker.broker_addr) == (BrokerRole.SYNC_MASTER, "10.0.0.5:10911")
+    assert broker.namesrv_addrs == ["10.0.0.1:9876", "10.0.0.2:9876"]
+    assert (store.flush_disk_type, store.file_reserved_time) == (FlushDiskType.SYNC_FLUSH, 48)
