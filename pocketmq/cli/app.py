@@ -36,7 +36,7 @@ from pocketmq.cli.output import (
     stdout_console,
     table,
 )
-from pocketmq.errors import InvalidArgumentError, PocketMQError
+from pocketmq.errors import InvalidArgumentError, NotFoundError, PocketMQError
 
 T = TypeVar("T")
 
@@ -432,7 +432,9 @@ def group_list(
 @consumer_app.command("progress")
 def consumer_progress(
     group: Annotated[str, typer.Argument(help="Consumer group.")],
-    topic: Annotated[str, typer.Option("--topic", "-t", help="Topic the group consumes.")],
+    topic: Annotated[str | None, typer.Option(
+        "--topic", "-t",
+        help="Topic the group consumes (default: every topic it committed offsets for).")] = None,
     broker: BrokerOpt = None,
     access: AccessOpt = Access.auto,
     namesrv: NamesrvOpt = DEFAULT_NAMESRV,
@@ -444,16 +446,19 @@ def consumer_progress(
 
     async def go() -> None:
         async with _admin(namesrv, broker, access, timeout) as admin:
-            rows = await admin.consumer_progress(group, topic)
+            topics = [topic] if topic else await admin.consumer_topics(group)
+            if not topics:
+                raise NotFoundError(f"consumer group {group!r} has no committed offset on any master")
+            rows = [row for t in topics for row in await admin.consumer_progress(group, t)]
         total = sum(r.lag for r in rows)
         if output is Output.json:
-            print_json({"group": group, "topic": topic, "total_lag": total,
+            print_json({"group": group, "topics": topics, "total_lag": total,
                         "queues": [r.to_dict() for r in rows]})
             return
         stdout_console().print(table(
-            f"Consumer progress of {group} on {topic} (total lag {total})",
-            ["broker", "queue", "broker offset", "consumer offset", "lag", "client"],
-            ([r.queue.broker_name, r.queue.queue_id, r.broker_offset,
+            f"Consumer progress of {group} on {', '.join(topics)} (total lag {total})",
+            ["topic", "broker", "queue", "broker offset", "consumer offset", "lag", "client"],
+            ([r.queue.topic, r.queue.broker_name, r.queue.queue_id, r.broker_offset,
               "-" if r.consumer_offset is None else r.consumer_offset, r.lag, r.client or "-"] for r in rows),
             right=["queue", "broker offset", "consumer offset", "lag"]))
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import math
 import os
 import time
 from collections.abc import Iterator
@@ -24,7 +25,7 @@ def percentile(sorted_values: list[float], q: float) -> float:
     """Nearest-rank percentile of an ascending list (0 for an empty one)."""
     if not sorted_values:
         return 0.0
-    rank = max(1, min(len(sorted_values), round(q / 100 * len(sorted_values) + 0.5)))
+    rank = max(1, min(len(sorted_values), math.ceil(q / 100 * len(sorted_values))))
     return sorted_values[rank - 1]
 
 

@@ -298,6 +298,19 @@ class AsyncAdmin:
                 return sorted(reply.client_ids)
         return []
 
+    async def consumer_topics(self, group: str, cluster: str | None = None) -> list[str]:
+        """Topics ``group`` has committed offsets for on the masters (sorted; retry and
+        dead-letter topics included)."""
+        results = await self._each(await self._masters(cluster), lambda t: self.call(
+            t.addr, "BrokerMetadata/GetAllConsumerOffsets", broker_pb2.GetAllConsumerOffsetsRequest()))
+        topics: set[str] = set()
+        for r in results:
+            if r.error is not None:
+                raise r.error
+            assert r.value is not None
+            topics.update(e.topic for e in r.value.offsets if e.consumer_group == group)
+        return sorted(topics)
+
     async def consumer_progress(self, group: str, topic: str) -> list[QueueProgress]:
         """Per queue of ``topic``: the broker's max offset, the group's committed offset, the lag
         and the member that owns the queue (by the allocation every member computes)."""

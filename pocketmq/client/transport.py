@@ -23,6 +23,7 @@ from pocketmq.broker.v1 import broker_pb2, broker_pb2_grpc
 from pocketmq.errors import (
     ClientClosedError,
     ConnectionFailedError,
+    FailedPreconditionError,
     InternalError,
     InvalidArgumentError,
     PocketMQError,
@@ -52,10 +53,14 @@ CHANNEL_OPTIONS: list[tuple[str, Any]] = [
 ]
 
 BROKER_SERVICE = broker_pb2.DESCRIPTOR.services_by_name["Broker"]
-#: Unary methods of pocketmq.broker.v1.Broker (the ones a NameServer can relay).
-BROKER_UNARY_METHODS = frozenset(
-    m.name for m in BROKER_SERVICE.methods if not m.client_streaming and not m.server_streaming
-)
+#: Unary methods of the broker API, ``"Method"`` (service Broker) or ``"Service/Method"``
+#: (e.g. ``"BrokerMetadata/GetAllConsumerOffsets"``) -> method descriptor.
+BROKER_UNARY_METHODS: dict[str, Any] = {
+    (m.name if service.name == "Broker" else f"{service.name}/{m.name}"): m
+    for service in broker_pb2.DESCRIPTOR.services_by_name.values()
+    for m in service.methods
+    if not m.client_streaming and not m.server_streaming
+}
 
 RelayMode = Literal["direct", "relay", "auto"]
 
@@ -80,7 +85,7 @@ class ChannelPool:
 
     def __init__(self) -> None:
         self._channels: dict[str, grpc.aio.Channel] = {}
-        self._stubs: dict[str, broker_pb2_grpc.BrokerStub] = {}
+        self._stubs: dict[tuple[str, str], Any] = {}
         self._closed = False
 
     def channel(self, address: str) -> grpc.aio.Channel:
@@ -91,10 +96,12 @@ class ChannelPool:
             channel = self._channels[address] = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
         return channel
 
-    def broker_stub(self, address: str) -> broker_pb2_grpc.BrokerStub:
-        stub = self._stubs.get(address)
+    def broker_stub(self, address: str, service: str = "Broker") -> Any:
+        """The generated stub of a pocketmq.broker.v1 service (Broker, BrokerMetadata) at ``address``."""
+        key = (address, service)
+        stub = self._stubs.get(key)
         if stub is None:
-            stub = self._stubs[address] = broker_pb2_grpc.BrokerStub(self.channel(address))
+            stub = self._stubs[key] = getattr(broker_pb2_grpc, f"{service}Stub")(self.channel(address))
         return stub
 
     async def close(self) -> None:
@@ -181,11 +188,13 @@ class NamesrvClient:
         return list(reply.topics)
 
     async def relay(self, broker_addr: str, method: str, request: bytes, timeout: float) -> bytes:  # noqa: ASYNC109
-        """Have a NameServer forward the unary call ``Broker.<method>`` to ``broker_addr`` (a broker
-        registered there) and return the serialized reply."""
+        """Have a NameServer forward one unary broker call (``method`` as in
+        :data:`BROKER_UNARY_METHODS`) to ``broker_addr`` (a broker registered there) and return the
+        serialized reply."""
+        desc = BROKER_UNARY_METHODS[method]
         req = namesrv_pb2.RelayBrokerCallRequest(
-            broker_addr=broker_addr, method=f"/{BROKER_SERVICE.full_name}/{method}", request=request,
-            timeout_ms=max(1, int(timeout * 1000)))
+            broker_addr=broker_addr, method=f"/{desc.containing_service.full_name}/{desc.name}",
+            request=request, timeout_ms=max(1, int(timeout * 1000)))
         reply = await self.call("RelayBrokerCall", req, timeout=timeout + 1.0)
         return bytes(reply.response)
 
@@ -208,38 +217,38 @@ class BrokerCaller:
         return self.mode != "direct"
 
     async def call(self, address: str, method: str, request: ProtoMessage, timeout: float) -> Any:  # noqa: ASYNC109
-        """``Broker.<method>(request)`` at ``address``; returns the reply message."""
+        """``method(request)`` at ``address`` (``"GetBrokerStatus"`` = Broker.GetBrokerStatus,
+        ``"BrokerMetadata/GetAllConsumerOffsets"`` for the other service); returns the reply."""
+        desc = BROKER_UNARY_METHODS.get(method)
+        if desc is None:
+            raise InvalidArgumentError(f"{method!r} is not a unary method of the broker API")
         if self.mode == "direct":
-            return await unary(getattr(self.pool.broker_stub(address), method), request, timeout,
-                               address, method)
-        if method not in BROKER_UNARY_METHODS:
-            raise InvalidArgumentError(f"Broker.{method} cannot be relayed (not a unary Broker method)")
+            stub = self.pool.broker_stub(address, desc.containing_service.name)
+            return await unary(getattr(stub, desc.name), request, timeout, address, method)
         assert self.namesrv is not None
         try:
             data = await self.namesrv.relay(address, method, request.SerializeToString(), timeout)
-        except UnimplementedError:
+        except (UnimplementedError, FailedPreconditionError) as exc:
+            no_relay = isinstance(exc, UnimplementedError) or "relayEnable" in exc.message
+            if not no_relay:
+                raise
             if self.mode != "auto":
-                raise UnimplementedError(
-                    f"{method}: the NameServer does not relay broker calls (an older version); "
-                    "reach the broker directly with --broker host:port") from None
-            log.info("namesrv has no broker relay; calling brokers directly")
+                raise type(exc)(
+                    f"{method}: the NameServer does not relay broker calls ({exc.message}); "
+                    "reach brokers directly (--access direct, or --broker host:port)",
+                    address=exc.address) from None
+            log.info("namesrv does not relay broker calls; calling brokers directly")
             self.mode = "direct"
             return await self.call(address, method, request, timeout)
         except RpcError as exc:
             if not exc.address or exc.address in self.namesrv.addresses:
                 exc.address = f"{address} via NameServer {exc.address}".strip()
             raise
-        response_cls = _response_class(method)
+        response_cls: type[ProtoMessage] = getattr(broker_pb2, desc.output_type.name)
         try:
             return response_cls.FromString(data)
         except DecodeError as exc:
             raise InternalError(f"{method}: undecodable relayed reply: {exc}", address=address) from None
-
-
-def _response_class(method: str) -> type[ProtoMessage]:
-    desc = BROKER_SERVICE.methods_by_name[method].output_type
-    cls: type[ProtoMessage] = getattr(broker_pb2, desc.name)
-    return cls
 
 
 async def gather_settled(*aws: Any) -> list[Any]:

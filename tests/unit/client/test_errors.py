@@ -6,7 +6,7 @@ import pytest
 from pocketmq import errors as e
 
 
-class FakeRpcError(grpc.RpcError):
+class FakeRpcError(grpc.RpcError):  # type: ignore[misc]
     def __init__(self, code: grpc.StatusCode, details: str) -> None:
         self._code, self._details = code, details
 

@@ -14,7 +14,7 @@ def test_match_all(expr: str | None) -> None:
 
 def test_or_expression() -> None:
     f = parse_subscription("a || b||c")
-    assert f.tags == {"a", "b", "c"}
+    assert f.tags == frozenset({"a", "b", "c"})
     assert f.matches("a") and f.matches("c") and not f.matches("d") and not f.matches("")
 
 

@@ -1,0 +1,56 @@
+"""CLI helpers: protobuf -> JSON, percentiles, permission parsing; the command tree."""
+
+from __future__ import annotations
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from pocketmq.broker.v1 import broker_pb2
+from pocketmq.cli import app, main
+from pocketmq.cli.app import _perm
+from pocketmq.cli.bench import Summary, percentile
+from pocketmq.cli.output import human_bytes, ms_to_iso, proto_dict
+from pocketmq.namesrv.v1 import namesrv_pb2
+
+
+def test_proto_dict_keeps_every_field_with_native_types() -> None:
+    ha = broker_pb2.HAStatus(broker_role="ASYNC_MASTER", commit_log_max_offset=2**40,
+                             slaves=[broker_pb2.HASlaveStatus(slave_addr="s:1", ack_offset=5)])
+    d = proto_dict(ha)
+    assert d["commit_log_max_offset"] == 2**40 and d["connected"] is False
+    assert d["slaves"][0]["ack_offset"] == 5 and d["slaves"][0]["lag_bytes"] == 0
+    pull = proto_dict(broker_pb2.PullMessageResponse(status=broker_pb2.FOUND, records=b"\x01\x02"))
+    assert pull["status"] == "FOUND" and pull["records"] == "0102"
+    group = proto_dict(namesrv_pb2.BrokerData(broker_name="b", broker_addrs={1: "x:2", 0: "x:1"}))
+    assert group["broker_addrs"] == {"0": "x:1", "1": "x:2"}
+
+
+def test_small_helpers() -> None:
+    assert percentile([], 50) == 0.0
+    values = [float(i) for i in range(1, 101)]
+    assert (percentile(values, 50), percentile(values, 99), percentile(values, 100)) == (50, 99, 100)
+    s = Summary("produce", messages=1000, bytes=2_000_000, seconds=2.0, latencies_ms=[1.0, 2.0, 3.0])
+    d = s.to_dict()
+    assert (d["msgs_per_s"], d["mb_per_s"], d["p50_ms"], d["max_ms"]) == (500.0, 1.0, 2.0, 3.0)
+    assert ms_to_iso(0) == "-" and ms_to_iso(1_700_000_000_123) == "2023-11-14T22:13:20.123Z"
+    assert human_bytes(512) == "512 B" and human_bytes(3 * 1024 * 1024) == "3.0 MiB"
+    assert (_perm("RW"), _perm("r"), _perm("6"), _perm("RWX")) == (6, 4, 6, 7)
+    with pytest.raises(typer.BadParameter):
+        _perm("Q")
+
+
+def test_command_tree_and_common_options() -> None:
+    runner = CliRunner()
+    commands = {
+        ("cluster", "list"), ("topic", "create"), ("topic", "update"), ("topic", "delete"), ("topic", "list"),
+        ("topic", "route"), ("group", "create"), ("group", "list"), ("send",), ("consume",),
+        ("consumer", "progress"), ("broker", "status"), ("broker", "ha-status"), ("bench", "produce"),
+        ("bench", "consume"),
+    }
+    for path in commands:
+        result = runner.invoke(app, [*path, "--help"])
+        assert result.exit_code == 0, (path, result.output)
+        assert "--namesrv" in result.output and "--output" in result.output, path
+    assert main(["--help"]) == 0
+    assert main(["topic", "create"]) == 2  # missing argument
