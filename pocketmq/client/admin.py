@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import inspect
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Any, Generic, NamedTuple, TypeVar
@@ -369,7 +370,7 @@ class Admin:
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
         attr = getattr(self._async, name)
-        if not callable(attr) or not asyncio.iscoroutinefunction(attr):
+        if not inspect.iscoroutinefunction(attr):
             raise AttributeError(name)
 
         def call(*args: Any, **kwargs: Any) -> Any:
