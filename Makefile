@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: setup apt run test test-unit proto proto-check bench bench-store bench-namesrv bench-broker \
+.PHONY: setup apt run test test-unit proto proto-check bench bench-store bench-namesrv bench-broker bench-client \
         bench-ha bench-spark lint lock clean test-helm dashboards image
 
 setup: $(STAMP) apt
@@ -52,7 +52,7 @@ proto: $(STAMP)
 proto-check: $(STAMP)
 	$(PY) -m scripts.genproto --check
 
-bench: bench-store bench-namesrv bench-broker bench-ha bench-spark
+bench: bench-store bench-namesrv bench-broker bench-ha bench-client bench-spark
 
 bench-store: setup
 	$(PY) benchmarks/bench_store.py
@@ -62,6 +62,9 @@ bench-namesrv: setup
 
 bench-broker: setup
 	$(PY) benchmarks/bench_broker.py
+
+bench-client: setup
+	$(PY) benchmarks/bench_client.py
 
 bench-ha: setup
 	$(PY) benchmarks/bench_ha.py
