@@ -51,7 +51,6 @@ from services.broker.storage.record import (
 )
 from services.broker.storage.segment import (
     PAGE_SIZE,
-    PageCacheReader,
     Segment,
     SegmentSlice,
     SyncFn,
@@ -141,7 +140,7 @@ def now_ms() -> int:
 
 class CommitLog:
     def __init__(self, directory: str, segment_size: int, *, store_host: Host, dispatcher: Dispatcher,
-                 sync: SyncFn = default_sync) -> None:
+                 sync: SyncFn = default_sync, populate_size: int = 0) -> None:
         #: Held while appending, dispatching, truncating; take it to change the log and the
         #: consume queues consistently.
         self.lock = threading.Lock()
@@ -157,7 +156,8 @@ class CommitLog:
         self._create = dispatcher.create
         self._dispatched = 0
         self._last_store_ts = 0
-        self._page_cache_reader: PageCacheReader | None = None
+        #: Map this many bytes ahead of the writer at a time (0: let it page-fault).
+        self._populate_size = populate_size
         self.closed = False
 
     # -- state ---------------------------------------------------------------------------------
@@ -248,6 +248,8 @@ class CommitLog:
             if seg is None or seg.write_pos + size + END_FILE_MIN_BLANK_LENGTH > seg.size:
                 seg = self._roll()
             pos = seg.write_pos
+            if pos + size > seg.populated_pos and self._populate_size:
+                self._populate(seg, pos + size)
             physical_offset = seg.start + pos
             ts = time.time_ns() // 1_000_000
             if ts < self._last_store_ts:  # keep store timestamps monotonic for lookup by time
@@ -326,6 +328,8 @@ class CommitLog:
                         physical_offsets.append(first + total)
                         total += prepared[j].size
                         j += 1
+                    if seg.write_pos + total > seg.populated_pos and self._populate_size:
+                        self._populate(seg, seg.write_pos + total)
                     seg.append(encode_batch(prepared[i:j], queue_offsets[i:j], first, ts,
                                             self._store_ip, self._store_port))
                     i = j
@@ -379,12 +383,19 @@ class CommitLog:
                 raise OffsetMismatchError(start_offset, self.max_offset, (
                     f"{n} bytes at {start_offset} cross the end of the segment at {seg.end}: "
                     "do master and slave use the same mappedFileSizeCommitLog?"))
+            if seg.write_pos + n > seg.populated_pos and self._populate_size:
+                self._populate(seg, seg.write_pos + n)
             seg.append(data)
             _, stop_reason, bad_offset = self._dispatch_pending_locked()
             if stop_reason:
                 self._queue.truncate(bad_offset)
                 raise CorruptDataError(bad_offset, stop_reason)
             return self.max_offset
+
+    def _populate(self, seg: Segment, end: int) -> None:
+        if not seg.populate(end, self._populate_size):
+            log.info("madvise(MADV_POPULATE_READ) is not supported here; pages fault in one by one")
+            self._populate_size = 0
 
     def _new_segment(self, start: int) -> Segment:
         try:
@@ -512,19 +523,6 @@ class CommitLog:
         """Sync written data; returns the flushed offset."""
         return self._queue.flush(least_pages)
 
-    def prefault(self, ahead: int) -> int:
-        """Read up to ``ahead`` bytes past the write position into the page cache (see
-        ``prefaultAheadSize``). Only acts when less than 3/4 of that is already resident, so each
-        call reads a sizeable range in one GIL-free syscall."""
-        seg = self._queue.last
-        if seg is None or ahead <= 0 or seg.is_full:
-            return 0
-        if seg.prefaulted_pos - seg.write_pos >= ahead * 3 // 4:
-            return 0
-        if self._page_cache_reader is None:
-            self._page_cache_reader = PageCacheReader()
-        return seg.prefault(seg.write_pos + ahead, self._page_cache_reader)
-
     # -- truncation and expiry -----------------------------------------------------------------
 
     def truncate_locked(self, offset: int) -> None:
@@ -561,7 +559,7 @@ class CommitLog:
         probe = last.mm[pos:min(pos + PAGE_SIZE, last.size)]
         if probe.count(0) != len(probe):
             return False
-        last.write_pos = last.flushed_pos = last.prefaulted_pos = pos
+        last.write_pos = last.flushed_pos = last.populated_pos = pos
         self._queue.flushed_where = offset
         self._last_store_ts = last_store_timestamp
         return True
@@ -601,8 +599,7 @@ class CommitLog:
         self._queue.truncate(offset, sparse=True)
         last = self._queue.last
         if last is not None:
-            last.flushed_pos = last.write_pos
-            last.prefaulted_pos = last.write_pos
+            last.flushed_pos = last.populated_pos = last.write_pos
         self._queue.flushed_where = self.max_offset
         log.info("commit log scanned from %d: %d records, valid end %d (%s)", start, records, offset, reason)
         return ScanResult(start, offset, records, offset - start, reason)
@@ -611,6 +608,4 @@ class CommitLog:
         with self.lock:
             self.closed = True
             self._queue.close()
-            if self._page_cache_reader is not None:
-                self._page_cache_reader.close()
-                self._page_cache_reader = None
+

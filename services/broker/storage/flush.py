@@ -9,7 +9,7 @@
   :meth:`GroupCommitService.wait`; asyncio callers take a ``concurrent.futures.Future`` from
   :meth:`GroupCommitService.request`.
 * :class:`ServiceThread`: a named daemon thread that runs a function periodically (the store's
-  maintenance loop: consume queue flush + checkpoint, expired file deletion, prefault).
+  maintenance loop: consume queue flush + checkpoint, expired file deletion).
 
 The sync itself (``fdatasync``) releases the GIL, so writers keep going while it runs.
 """

@@ -32,7 +32,8 @@ log = logging.getLogger(__name__)
 PAGE_SIZE = mmap.PAGESIZE
 NAME_DIGITS = 20
 _ZERO_CHUNK = 1 << 20
-_PREFAULT_CHUNK = 1 << 20
+#: madvise advice (Linux 5.14+); the mmap module only names it from Python 3.13 on.
+MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22)
 
 SyncFn = Callable[[int], None]
 #: Data sync of a file descriptor (``os.fdatasync`` where it exists).
@@ -67,7 +68,7 @@ class Segment:
     """A mapped file covering log offsets ``[start, start + size)``."""
 
     __slots__ = ("_available", "_fd", "_flush_lock", "_ref_lock", "_refs", "flushed_pos", "mm", "path",
-                 "prefaulted_pos", "size", "start", "view", "write_pos")
+                 "populated_pos", "size", "start", "view", "write_pos")
 
     def __init__(self, path: str, start: int, size: int, *, create: bool = False) -> None:
         flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
@@ -100,8 +101,8 @@ class Segment:
         self.write_pos = 0
         #: Bytes known to be on disk.
         self.flushed_pos = 0
-        #: Bytes read ahead into the page cache (see :meth:`prefault`).
-        self.prefaulted_pos = 0
+        #: Pages mapped ahead of the writer (see :meth:`populate`).
+        self.populated_pos = 0
         self._refs = 1  # the owner's reference
         self._available = True
         self._ref_lock = threading.Lock()
@@ -153,7 +154,7 @@ class Segment:
         for recovery: touching the tail of the mapping between the two calls raises SIGBUS."""
         os.ftruncate(self._fd, pos)
         os.ftruncate(self._fd, self.size)
-        self.prefaulted_pos = min(self.prefaulted_pos, pos)
+        self.populated_pos = min(self.populated_pos, pos)
 
     def truncate_to(self, pos: int, *, sparse: bool = False) -> None:
         """Cut the written data back to ``pos`` and zero what follows."""
@@ -186,20 +187,23 @@ class Segment:
                 self.flushed_pos = max(self.flushed_pos, write_pos)
             return self.flushed_pos
 
-    def prefault(self, target_pos: int, reader: PageCacheReader) -> int:
-        """Read ``[prefaulted_pos, target_pos)`` (not below the write position) into the page
-        cache, so later stores into the mapping find the pages resident. Reads never race with
-        writers. Returns the bytes read."""
-        start = max(self.prefaulted_pos, self.write_pos) // PAGE_SIZE * PAGE_SIZE
-        target = min(target_pos, self.size)
-        if start >= target or not self.hold():
-            return 0
+    def populate(self, end: int, chunk: int) -> bool:
+        """Map the pages up to at least ``end`` (and ``chunk`` bytes past the current mapped
+        position) in one ``madvise(MADV_POPULATE_READ)``: page-cache pages are allocated and
+        mapped read-only in a single call instead of one page fault per page as the writer
+        touches them (several times cheaper per byte). Reads only: nothing is dirtied.
+        Returns False if the kernel does not support it (Linux < 5.14)."""
+        start = self.populated_pos
+        stop = min(self.size, max(end, start + chunk))
+        if stop <= start:
+            return True
+        aligned = start // PAGE_SIZE * PAGE_SIZE
         try:
-            done = reader.read(self._fd, start, target - start)
-        finally:
-            self.release()
-        self.prefaulted_pos = max(self.prefaulted_pos, start + done)
-        return done
+            self.mm.madvise(MADV_POPULATE_READ, aligned, stop - aligned)
+        except (OSError, ValueError, AttributeError):
+            return False
+        self.populated_pos = stop
+        return True
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -272,44 +276,6 @@ class Segment:
             # A caller kept a memoryview derived from a slice; the mapping goes when it does.
             log.warning("segment %s still has exported views at close", self.path)
         os.close(self._fd)
-
-
-class PageCacheReader:
-    """Pulls file ranges into the page cache without the GIL: ``sendfile`` to ``/dev/null`` (one
-    syscall, no copy to user space), or ``preadv`` into a scratch buffer where that fails."""
-
-    def __init__(self, chunk: int = _PREFAULT_CHUNK) -> None:
-        self._chunk = chunk
-        self._devnull: int | None = os.open(os.devnull, os.O_WRONLY)
-        self._buffer: bytearray | None = None
-
-    def read(self, fd: int, offset: int, count: int) -> int:
-        done = 0
-        if self._devnull is not None:
-            try:
-                while done < count:
-                    n = os.sendfile(self._devnull, fd, offset + done, count - done)
-                    if n <= 0:
-                        break
-                    done += n
-                return done
-            except OSError:
-                os.close(self._devnull)
-                self._devnull = None
-        if self._buffer is None:
-            self._buffer = bytearray(self._chunk)
-        view = memoryview(self._buffer)
-        while done < count:
-            n = os.preadv(fd, [view[:min(self._chunk, count - done)]], offset + done)
-            if n <= 0:
-                break
-            done += n
-        return done
-
-    def close(self) -> None:
-        if self._devnull is not None:
-            os.close(self._devnull)
-            self._devnull = None
 
 
 class SegmentSlice:

@@ -65,7 +65,7 @@ class SegmentQueue:
                     raise SegmentError(f"segments of {self.directory} are not contiguous: "
                                        f"{segment_name(segments[-1].start)} then {segment_name(start)}")
                 seg = Segment(os.path.join(self.directory, segment_name(start)), start, self.segment_size)
-                seg.write_pos = seg.flushed_pos = seg.prefaulted_pos = self.segment_size
+                seg.write_pos = seg.flushed_pos = seg.populated_pos = self.segment_size
                 segments.append(seg)
         except BaseException:
             for seg in segments:

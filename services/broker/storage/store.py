@@ -18,7 +18,7 @@ Usage::
 All methods are thread-safe. Writes serialise on the commit log lock (one lock acquisition per
 put, also for a batch); reads do not take it. Threads: one flush thread (``FlushRealTimeService``
 or ``GroupCommitService``) and one maintenance thread (consume queue flush + checkpoint, expired
-file deletion, prefault).
+file deletion).
 
 Writing
     :meth:`MessageStore.put_message` / :meth:`MessageStore.put_messages` append and, under
@@ -91,8 +91,6 @@ log = logging.getLogger(__name__)
 
 #: Entries a filtered pull may scan (RocketMQ's maxFilterMessageCount).
 MAX_FILTER_SCAN = 16_000
-#: Maintenance tick while prefaulting (each tick takes the GIL: keep it rare).
-_PREFAULT_TICK = 0.25
 
 AppendListener = Callable[[int], None]
 
@@ -117,7 +115,8 @@ class MessageStore:
         self._cq = ConsumeQueueStore(config.consume_queue_dir, config.mapped_file_size_consume_queue,
                                      sync=self._sync)
         self._log = CommitLog(config.commit_log_dir, config.mapped_file_size_commit_log,
-                              store_host=store_host, dispatcher=self._cq, sync=self._sync)
+                              store_host=store_host, dispatcher=self._cq, sync=self._sync,
+                              populate_size=config.populate_ahead_size)
         self._checkpoint = CheckpointFile(config.checkpoint_path)
         self._sync_flush = config.flush_disk_type is FlushDiskType.SYNC_FLUSH
         self._sync_timeout = config.sync_flush_timeout / 1000
@@ -173,8 +172,6 @@ class MessageStore:
         self._next_cq_flush = now + cfg.flush_interval_consume_queue / 1000
         self._next_clean = now + cfg.clean_resource_interval / 1000
         tick = min(cfg.flush_interval_consume_queue, cfg.clean_resource_interval, 1000) / 1000
-        if cfg.prefault_ahead_size:
-            tick = min(tick, _PREFAULT_TICK)
         self._maintenance = ServiceThread("StoreMaintenance", tick, self._maintain)
         self._maintenance.start()
         self._running = True
@@ -562,8 +559,6 @@ class MessageStore:
 
     def _maintain(self) -> None:
         cfg = self.config
-        if cfg.prefault_ahead_size:
-            self._log.prefault(cfg.prefault_ahead_size)
         now = time.monotonic()
         if now >= self._next_cq_flush:
             self._next_cq_flush = now + cfg.flush_interval_consume_queue / 1000

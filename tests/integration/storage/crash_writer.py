@@ -24,7 +24,7 @@ WRITERS = 4
 def config(root: str) -> StoreConfig:
     return StoreConfig(store_path_root_dir=root, flush_disk_type=FlushDiskType.SYNC_FLUSH,
                        mapped_file_size_commit_log=256 * 1024, mapped_file_size_consume_queue=100 * 20,
-                       max_message_size=64 * 1024, flush_interval_consume_queue=50, prefault_ahead_size=0)
+                       max_message_size=64 * 1024, flush_interval_consume_queue=50)
 
 
 def message(index: int) -> Message:

@@ -47,9 +47,12 @@ def run_and_kill(root: Path, first_index: int, run_for: float) -> dict[int, tupl
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
     try:
-        if not ready.wait(30):
-            proc.kill()
-            pytest.fail(f"writer did not start: {proc.stderr.read() if proc.stderr else ''}")
+        deadline = time.monotonic() + 30
+        while not ready.wait(0.05):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                proc.wait(10)
+                pytest.fail(f"writer did not start: {proc.stderr.read() if proc.stderr else ''}")
         time.sleep(run_for)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)

@@ -25,7 +25,7 @@ def small_config(root: Path | str, **overrides: Any) -> StoreConfig:
         "mapped_file_size_commit_log": SEGMENT,
         "mapped_file_size_consume_queue": CQ_FILE,
         "max_message_size": 4096,
-        "prefault_ahead_size": 0,
+        "populate_ahead_size": 8192,
         "flush_interval_commit_log": 50,
         "flush_interval_consume_queue": 100,
     }

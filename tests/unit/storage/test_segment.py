@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from services.broker.storage.segment import (
-    PageCacheReader,
     Segment,
     SegmentError,
     parse_segment_name,
@@ -90,20 +89,16 @@ def test_slice_context_manager(tmp_path: Path) -> None:
     assert seg.mm.closed
 
 
-@pytest.mark.parametrize("sendfile", [True, False])
-def test_prefault_reads_ahead_without_touching_data(tmp_path: Path, sendfile: bool) -> None:
+def test_populate_maps_ahead_without_touching_data(tmp_path: Path) -> None:
     seg = Segment(str(tmp_path / segment_name(0)), 0, SIZE, create=True)
     seg.append(b"data")
-    reader = PageCacheReader(chunk=1024)
-    if not sendfile:  # the fallback
-        reader.close()
-    assert seg.prefault(SIZE // 2, reader) == SIZE // 2
-    assert seg.prefaulted_pos == SIZE // 2
-    assert seg.prefault(SIZE, reader) == SIZE // 2
-    assert seg.prefaulted_pos == SIZE and bytes(seg.view[:4]) == b"data"
-    assert seg.prefault(SIZE, reader) == 0
-    reader.close()
+    assert seg.populate(10, 4096) and seg.populated_pos == 4096
+    assert seg.populate(5000, 100) and seg.populated_pos == 5000  # at least up to the end asked for
+    assert seg.populate(SIZE + 100, 4096) and seg.populated_pos == SIZE  # never past the file
+    assert bytes(seg.view[:4]) == b"data" and not any(seg.view[4:])
+    seg.flush(lambda fd: None)
     seg.close()
+    assert (tmp_path / segment_name(0)).read_bytes()[:4] == b"data"
 
 
 # -- segment queue -------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from services.broker.storage import segment as segment_module
 from services.broker.storage.config import FlushDiskType, StoreConfig
 from services.broker.storage.record import Message
 from services.broker.storage.segment import default_sync
@@ -50,7 +51,7 @@ def test_config_loads_from_broker_conf_keys() -> None:
     ({"file_reserved_time": True}, "fileReservedTime"),
     ({"flush_disk_type": "SOMETIMES"}, "flushDiskType"),
     ({"store_path_root_dir": " "}, "storePathRootDir"),
-    ({"prefault_ahead_size": -1}, "prefaultAheadSize"),
+    ({"populate_ahead_size": -1}, "populateAheadSize"),
 ])
 def test_config_validation_names_the_key(overrides: dict[str, object], key: str) -> None:
     with pytest.raises(ConfigError) as info:
@@ -213,14 +214,25 @@ def test_async_flush_runs_in_the_background(open_store: StoreFactory) -> None:
     assert store.flushed_offset >= end
 
 
-def test_prefault_keeps_ahead_of_the_writer(open_store: StoreFactory) -> None:
-    store = open_store(prefault_ahead_size=8192)
+def test_pages_are_mapped_ahead_of_the_writer(open_store: StoreFactory) -> None:
+    store = open_store(populate_ahead_size=8192)
     store.put_message(msg(0))
-    deadline = time.monotonic() + 5
-    while store._log.segments[-1].prefaulted_pos < 8192 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert store._log.segments[-1].prefaulted_pos >= 8192
-    assert store.get_messages("TopicA", 0, 0, 1).messages[0].body == msg(0).body
+    segment = store._log.segments[-1]
+    assert segment.populated_pos == 8192
+    for i in range(1, 60):
+        store.put_message(msg(i))
+    assert segment.write_pos <= segment.populated_pos < segment.write_pos + 8192 + 4096
+    assert [m.body for m in store.get_messages("TopicA", 0, 0, 60, max_bytes=10**9).messages[:3]] == \
+        [msg(i).body for i in range(3)]
+
+
+def test_without_madvise_support_pages_just_fault_in(open_store: StoreFactory,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(segment_module, "MADV_POPULATE_READ", 12345)  # EINVAL, like a pre-5.14 kernel
+    store = open_store(populate_ahead_size=8192)
+    assert store.put_message(msg(0)).ok and store.put_messages([msg(1), msg(2)]).ok
+    assert store._log.segments[-1].populated_pos == 0
+    assert len(store.get_messages("TopicA", 0, 0, 10).messages) == 3
 
 
 # -- expiry --------------------------------------------------------------------------------------
