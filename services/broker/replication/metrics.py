@@ -131,18 +131,20 @@ def _counter(name: str, doc: str, ident: list[str], value: float) -> CounterMetr
 class HAMetrics:
     """Counters and the wait histogram (updated by the service) plus the scrape-time series."""
 
-    def __init__(self, registry: CollectorRegistry, cluster: str, broker: str, broker_id: int) -> None:
+    def __init__(self, registry: CollectorRegistry, cluster: str, broker: str, broker_id: int, *,
+                 master: bool = True) -> None:
         self.registry = registry
         self._ident = [cluster, broker, str(broker_id)]
+        sends = registry if master else None  # SYNC_MASTER series exist on masters only
         self.slave_not_available = Counter(
             "pocketmq_ha_slave_not_available", "SYNC_MASTER sends answered SLAVE_NOT_AVAILABLE.",
-            _IDENT, registry=registry).labels(*self._ident)
+            _IDENT, registry=sends).labels(*self._ident)
         self.flush_slave_timeout = Counter(
             "pocketmq_ha_flush_slave_timeout", "SYNC_MASTER sends answered FLUSH_SLAVE_TIMEOUT.",
-            _IDENT, registry=registry).labels(*self._ident)
+            _IDENT, registry=sends).labels(*self._ident)
         self.sync_wait = Histogram(
             "pocketmq_ha_sync_wait_seconds", "SYNC_MASTER wait for a slave's acknowledgement.",
-            _IDENT, buckets=_WAIT_BUCKETS, registry=registry).labels(*self._ident)
+            _IDENT, buckets=_WAIT_BUCKETS, registry=sends).labels(*self._ident)
         self._collector: _HACollector | None = None
 
     def add_source(self, sample: Callable[[], Sample]) -> None:

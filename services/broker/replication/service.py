@@ -58,7 +58,7 @@ class BrokerReplication:
                 max_truncate=cfg.ha_slave_fallbehind_max,
                 diverged_dir=os.path.join(app.store_config.store_path_root_dir, "ha-diverged")))
         self.metrics = HAMetrics(app.metrics.registry, cfg.broker_cluster_name, cfg.broker_name,
-                                 cfg.broker_id)
+                                 cfg.broker_id, master=self.is_master)
 
     async def start(self) -> None:
         if self.master is not None:

@@ -37,7 +37,7 @@ BODY = 1000  # records of 1,088 bytes with the topic "t" and no properties
 
 def make_store(path: Path) -> MessageStore:
     store = MessageStore(StoreConfig(store_path_root_dir=str(path), mapped_file_size_commit_log=SEGMENT,
-                                     max_message_size=4096, prefault_ahead_size=0))
+                                     max_message_size=4096))
     store.start()
     return store
 
@@ -442,6 +442,23 @@ async def test_slave_ahead_of_an_empty_master_is_not_truncated(
                 await until(lambda: slave.reconnects >= 2, 3.0)
     assert slave_store.max_offset == before and slave.repairs == 0
     assert "NOT truncating" in caplog.text
+
+
+async def test_a_slave_older_than_the_masters_retained_log_is_told_and_left_alone(
+        stores: tuple[MessageStore, MessageStore], caplog: pytest.LogCaptureFixture) -> None:
+    master_store, slave_store = stores
+    fill(master_store, 250)
+    master_store.flush()
+    assert master_store.delete_expired(now=2**62) >= 1  # the oldest segments are gone
+    assert master_store.min_offset > 0
+    fill(slave_store, 1)
+    before = slave_store.max_offset
+    async with running_master(master_store) as master:
+        with caplog.at_level(logging.WARNING):
+            async with running_slave(slave_store, slave_settings(f"127.0.0.1:{master.port}")) as slave:
+                await until(lambda: slave.reconnects >= 2, 3.0)
+    assert slave_store.max_offset == before
+    assert "must be rebuilt" in caplog.text  # both sides say so
 
 
 async def test_slave_follows_a_new_master_address(stores: tuple[MessageStore, MessageStore]) -> None:
