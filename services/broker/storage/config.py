@@ -66,7 +66,7 @@ class StoreConfig:
     #: this many more bytes with one ``madvise(MADV_POPULATE_READ)`` rather than taking a page
     #: fault per 4 KiB page (several times cheaper per byte; the role of RocketMQ's
     #: ``warmMapedFileEnable``). 0 disables; ignored where the kernel lacks it (< 5.14).
-    populate_ahead_size: int = 1024 * 1024
+    populate_ahead_size: int = 4 * 1024 * 1024
 
     def __post_init__(self) -> None:
         if isinstance(self.flush_disk_type, str):  # tolerate plain strings from Python callers
