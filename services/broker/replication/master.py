@@ -173,14 +173,29 @@ class SlaveConnection:
     # -- lifecycle ------------------------------------------------------------------------------
 
     async def run(self) -> None:
+        """Serve the connection until either task ends or nothing was read for
+        ``haHousekeepingInterval`` (checked here, so a writer blocked on a peer that stopped
+        reading cannot keep the connection, and its segment slices, forever)."""
         reader = asyncio.create_task(self._read_loop(), name=f"ha-read-{self.peer}")
         writer = asyncio.create_task(self._write_loop(), name=f"ha-write-{self.peer}")
+        housekeeping_s = self.master.settings.housekeeping_interval_s
+        loop = self._loop
         try:
-            done, _ = await asyncio.wait({reader, writer}, return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                exc = task.exception()
-                if exc is not None:
-                    self._note_error(exc)
+            while True:
+                remaining = self.last_read + housekeeping_s - loop.time()
+                if remaining < 0:
+                    self.close_reason = f"nothing read for {housekeeping_s:g}s (haHousekeepingInterval)"
+                    log.warning("replication connection expired", extra={
+                        "slave": self.peer, "silent_s": round(loop.time() - self.last_read, 3)})
+                    break
+                done, _ = await asyncio.wait({reader, writer}, timeout=remaining + 0.001,
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if done:
+                    for task in done:
+                        exc = task.exception()
+                        if exc is not None:
+                            self._note_error(exc)
+                    break
         finally:
             for task in (reader, writer):
                 task.cancel()
@@ -252,14 +267,7 @@ class SlaveConnection:
         store = master.store
         proto = self.proto
         heartbeat_s = settings.heartbeat_interval_s
-        housekeeping_s = settings.housekeeping_interval_s
         while True:
-            now = loop.time()
-            if now - self.last_read > housekeeping_s:
-                self.close_reason = f"nothing read for {housekeeping_s:g}s (haHousekeepingInterval)"
-                log.warning("replication connection expired", extra={
-                    "slave": self.peer, "silent_s": round(now - self.last_read, 3)})
-                return
             sent = 0
             if proto.request_offset is not None:
                 try:
@@ -279,7 +287,7 @@ class SlaveConnection:
                     await self._send_vectors([frame])
                     self.last_write = loop.time()
                     continue
-            deadline = min(self.last_write + heartbeat_s, self.last_read + housekeeping_s)
+            deadline = self.last_write + heartbeat_s
             # Register as idle before the last look at the log: an append from another thread
             # either is visible here or finds us in ``idle`` and wakes us.
             master.idle.add(self)

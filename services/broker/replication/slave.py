@@ -314,11 +314,12 @@ class HASlave:
             if now - state.last_read > housekeeping_s:
                 raise _SessionEndError(f"nothing read from the master for {housekeeping_s:g}s "
                                   "(haHousekeepingInterval)")
-            if now - state.last_ack >= heartbeat_s:
+            if now - state.last_ack >= heartbeat_s and not self._ack_lock.locked():
+                # (an ack stuck on a master that stopped reading must not stop this loop)
                 await self._send_ack(sock, self.store.max_offset, state, loop)
                 continue
             due = min(state.last_ack + heartbeat_s, state.last_read + housekeeping_s)
-            await asyncio.sleep(max(0.001, due - now))
+            await asyncio.sleep(max(0.01, due - now))
 
     # -- divergence repair ----------------------------------------------------------------------
 

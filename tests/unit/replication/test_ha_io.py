@@ -321,6 +321,21 @@ async def test_master_heartbeats_when_idle_and_expires_a_silent_slave(
         await until(lambda: not master.connections)
 
 
+async def test_a_slave_that_stops_reading_is_expired_even_while_the_master_is_blocked_writing(
+        stores: tuple[MessageStore, MessageStore]) -> None:
+    master_store, _ = stores
+    fill(master_store, 12_000)  # ~13 MB: more than the socket buffers hold
+    async with running_master(master_store, sync_from_earliest=True, housekeeping_interval_s=0.5) as master:
+        fake = await FakeSlave.connect(master.port)
+        await fake.send(encode_ack(0))  # then neither reads nor acks
+        await until(lambda: master.connections, 2.0)
+        conn = next(iter(master.connections.values()))
+        await until(lambda: not master.connections, 3.0, "expired by housekeeping")
+        assert 0 < conn.transferred_bytes < master_store.max_offset  # the writer was blocked
+        assert "haHousekeepingInterval" in conn.close_reason
+        fake.close()
+
+
 async def test_a_connection_that_never_sends_its_offset_is_closed(
         stores: tuple[MessageStore, MessageStore]) -> None:
     master_store, _ = stores
