@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry
 
 from pocketmq.broker.v1 import broker_pb2, broker_pb2_grpc
 from pocketmq.common.v1 import common_pb2
+from services.broker import k8s_labels
 from services.broker import validation as v
 from services.broker.api import BrokerMetadataServicer, BrokerServicer
 from services.broker.config import BrokerConfig
@@ -214,11 +215,17 @@ class BrokerApp:
                 timeout_s=cfg.register_broker_timeout_mills / 1000, on_master=self._on_master)
             await self._registrar.start()
         self.topics.add_listener(self._topics_changed)
+        # In Kubernetes, show the role on the pod (`kubectl get pods -L pocketmq.io/role`); outside
+        # a cluster this logs one line and does nothing. Never raises.
+        self._tasks.append(asyncio.create_task(self._label_pod(), name="k8s-self-label"))
         log.info("broker started", extra={
             "cluster": cfg.broker_cluster_name, "broker": cfg.broker_name, "broker_id": cfg.broker_id,
             "role": cfg.broker_role.name, "flush": self.store_config.flush_disk_type.name,
             "addr": self.identity.broker_addr, "store": self.store_config.store_path_root_dir,
             "max_offset": self.store.max_offset, "topics": len(self.topics)})
+
+    async def _label_pod(self) -> None:
+        await k8s_labels.label_own_pod(self.broker_config.broker_role, self.broker_config.broker_id)
 
     def _ensure_system_topics(self) -> None:
         levels = len(self.broker_config.delay_levels_ms)
