@@ -21,8 +21,8 @@ import pytest
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
-from tests.integration.client.cluster import Cluster  # noqa: E402
-from tests.integration.procs import ProcessGroup  # noqa: E402
+from tests.integration.client.cluster import Cluster
+from tests.integration.procs import ProcessGroup
 
 _GROUPS_KEY = pytest.StashKey[list[ProcessGroup]]()
 

@@ -64,8 +64,8 @@ def produce(namesrv: str, topic: str, counts: Mapping[tuple[str, int], int], *, 
                 result = producer.send_batch(msgs, queue=MessageQueue(topic, broker, queue_id))
                 assert result.status is SendStatus.SEND_OK, result
                 for j, m in enumerate(msgs):
-                    out.append(Sent(topic, broker, queue_id, result.queue_offset + j, result.msg_ids[j], m.body,
-                                    m.tags or None, m.keys or None, dict(m.properties)))
+                    out.append(Sent(topic, broker, queue_id, result.queue_offset + j, result.msg_ids[j],
+                                    m.body, m.tags or None, m.keys or None, dict(m.properties)))
                 i += n
                 left -= n
     return out
@@ -80,7 +80,8 @@ def reader(spark: Any, namesrv: str, topic: str, **options: object) -> Any:
 
 def rows(df: Any) -> list[dict[str, Any]]:
     """Collected rows (timestamps as epoch milliseconds)."""
-    out = df.selectExpr("*", "unix_millis(born_timestamp) AS born_ms", "unix_millis(store_timestamp) AS store_ms")
+    out = df.selectExpr("*", "unix_millis(born_timestamp) AS born_ms",
+                        "unix_millis(store_timestamp) AS store_ms")
     return [r.asDict(recursive=True) for r in out.collect()]
 
 

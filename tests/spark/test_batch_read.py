@@ -45,7 +45,8 @@ def test_batch_read_returns_exactly_the_produced_messages(spark: Any, shared: Cl
         assert before - 1000 <= r["born_ms"] <= r["store_ms"] <= after + 1000
     # Offsets are consecutive from 0 in every queue.
     for (broker, queue), count in COUNTS.items():
-        offsets = sorted(r["queue_offset"] for r in got if (r["broker_name"], r["queue_id"]) == (broker, queue))
+        offsets = sorted(r["queue_offset"] for r in got
+                         if (r["broker_name"], r["queue_id"]) == (broker, queue))
         assert offsets == list(range(count))
 
 
@@ -54,13 +55,16 @@ def test_starting_and_ending_offsets_select_ranges(spark: Any, shared: Cluster,
     topic, sent, _, _ = produced
     starting = {topic: {"broker-a": {"0": 100, "2": -1}, "broker-b": {"1": 150}}}
     ending = {topic: {"broker-a": {"0": 120}, "broker-b": {"1": -1, "0": 3}}}
-    df = reader(spark, shared.namesrv, topic, startingOffsets=json.dumps(starting), endingOffsets=json.dumps(ending))
+    df = reader(spark, shared.namesrv, topic, startingOffsets=json.dumps(starting),
+                endingOffsets=json.dumps(ending))
     got = sorted(where(r.asDict()) for r in df.select("broker_name", "queue_id", "queue_offset").collect())
 
+    lows = {("broker-a", 0): 100, ("broker-a", 2): 41, ("broker-b", 1): 150}
+    highs = {("broker-a", 0): 120, ("broker-b", 0): 3}
+
     def wanted(s: Any) -> bool:
-        lo = {("broker-a", 0): 100, ("broker-a", 2): 41, ("broker-b", 1): 150}.get((s.broker_name, s.queue_id), 0)
-        hi = {("broker-a", 0): 120, ("broker-b", 0): 3}.get((s.broker_name, s.queue_id), 1 << 40)
-        return lo <= s.queue_offset < hi
+        queue = (s.broker_name, s.queue_id)
+        return bool(lows.get(queue, 0) <= s.queue_offset < highs.get(queue, 1 << 40))
 
     assert got == keys_of(s for s in sent if wanted(s))
 
@@ -72,10 +76,12 @@ def test_tags_filter_and_small_partitions(spark: Any, shared: Cluster,
     got = sorted(where(r.asDict()) for r in df.select("broker_name", "queue_id", "queue_offset").collect())
     assert got == keys_of(s for s in sent if s.tags in ("t1", "t2"))
     assert got  # the filter matched something
-    assert reader(spark, shared.namesrv, topic, maxMessagesPerPartition=50).rdd.getNumPartitions() == 3 + 1 + 1 + 4 + 1
+    split = reader(spark, shared.namesrv, topic, maxMessagesPerPartition=50)
+    assert split.rdd.getNumPartitions() == 3 + 1 + 1 + 4 + 1
 
 
-def test_several_topics_and_sql(spark: Any, shared: Cluster, produced: tuple[str, list[Any], int, int]) -> None:
+def test_several_topics_and_sql(spark: Any, shared: Cluster,
+                                produced: tuple[str, list[Any], int, int]) -> None:
     topic, sent, _, _ = produced
     other = unique("batch-other")
     shared.create_topic(other, queues=1)
@@ -90,7 +96,7 @@ def test_several_topics_and_sql(spark: Any, shared: Cluster, produced: tuple[str
 def test_problems_are_reported_with_their_cause(spark: Any, shared: Cluster,
                                                produced: tuple[str, list[Any], int, int]) -> None:
     topic, _, _, _ = produced
-    with pytest.raises(Exception, match="unknown pocketmq read option.*startingoffset"):
+    with pytest.raises(Exception, match=r"unknown pocketmq read option.*startingoffset"):
         reader(spark, shared.namesrv, topic, startingOffset="earliest").count()
     with pytest.raises(Exception, match="is unknown to the NameServer"):
         reader(spark, shared.namesrv, unique("no-such-topic")).count()

@@ -78,7 +78,8 @@ def test_a_status_other_than_put_ok_fails_the_task_with_the_status(spark: Any, s
     shared.create_topic(topic, queues=1)
     df = spark.createDataFrame([(b"ok",), (b"",)], "body binary")  # the broker refuses an empty body
     with pytest.raises(Exception, match="MESSAGE_ILLEGAL"):
-        df.write.format("pocketmq").option("namesrv", shared.namesrv).option("topic", topic).mode("append").save()
+        df.write.format("pocketmq").option("namesrv", shared.namesrv).option("topic", topic) \
+            .mode("append").save()
 
 
 def test_not_durable_is_a_failure_too(spark: Any, own_cluster: Cluster) -> None:
@@ -95,8 +96,9 @@ def test_not_durable_is_a_failure_too(spark: Any, own_cluster: Cluster) -> None:
 
 def test_write_schema_problems_are_reported_before_sending(spark: Any, shared: Cluster) -> None:
     df = spark.createDataFrame([("x", 1)], "bdy string, n int")
-    with pytest.raises(Exception, match="'body' column .* is required.*unknown column.*bdy, n"):
-        df.write.format("pocketmq").option("namesrv", shared.namesrv).option("topic", "t").mode("append").save()
+    with pytest.raises(Exception, match=r"'body' column .* is required.*unknown column.*bdy, n"):
+        df.write.format("pocketmq").option("namesrv", shared.namesrv).option("topic", "t") \
+            .mode("append").save()
     with pytest.raises(Exception, match="cannot be overwritten"):
         spark.createDataFrame([("x",)], "body string").write.format("pocketmq") \
             .option("namesrv", shared.namesrv).option("topic", "t").mode("overwrite").save()
