@@ -1,0 +1,588 @@
+"""Commit-log replication (HA) benchmark: catch-up, steady-state lag, SYNC_MASTER vs ASYNC_MASTER,
+next to the transport's ceiling and a real peer, all measured in the same run.
+
+Every server is its own process on loopback (``python -m services.broker``, fresh stores under a
+temporary directory, ASYNC_FLUSH, no NameServer: slaves get ``--ha-master-address``):
+
+* catch-up: a master store is pre-filled in this process with ``--catchup-mib`` of 1 KiB messages
+  (1 GiB segments; the master runs with ``haSyncFromEarliest=true`` so an empty slave takes all
+  of it), then an empty slave starts.  Throughput = bytes / (slave caught up - the master's
+  connect time for it).  Next to it, in the same run and on the same page-cached segment file:
+  - ``sendfile``: plain Python ``os.sendfile`` of the file over loopback TCP to a process that
+    ``recv_into``s and discards: the ceiling (best of 3);
+  - ``HA stream -> sink``: the real master streaming to a process that speaks the slave's side of
+    the protocol but discards the data (what the replication channel itself moves, without the
+    slave's store; best of 3).
+  The slave's own cost is the store's ``append_data``: it copies every byte into the mmap'd
+  segment and validates and dispatches every record (CRC32 of the body, consume queue entry);
+  that, not the channel, bounds end-to-end catch-up, so both figures are printed.
+* steady-state lag: a master and a caught-up slave under a fixed produce load (``--lag-rate``
+  msgs/s of 1 KiB, batches of 32); a thread samples the master's GetHAStatus every ~2 ms.  Lag in
+  bytes = max offset - the slave's ack; lag in ms = sample time - the first sample time at which
+  the master's max offset exceeded that ack (an upper bound, +- the sampling interval).
+* SYNC_MASTER vs ASYNC_MASTER: a master + slave pair per role; ``--messages`` 1 KiB messages
+  through SendMessageStream in batches of 32 with 16 batches in flight; throughput and p50/p99
+  batch latency (write -> reply).
+* Redis: Debian's ``redis-server`` primary + replica (``appendonly yes``, ``appendfsync
+  everysec``), 16 clients (threads of redis-py's synchronous client, its fastest here) each doing
+  XADD x32 pipelined followed by ``WAIT 1`` (acknowledged by the replica): the same payloads and
+  concurrency as the SYNC_MASTER batched sends.
+
+The last line is ``ha_catchup_ratio=<x> ha_catchup_mbps=<n> sync_master_msgs=<s>
+sync_master_p99_ms=<m> vs_redis_sync=<r>``: ratio = slave catch-up MB/s / plain sendfile MB/s,
+vs_redis_sync = SYNC_MASTER msgs/s / Redis XADD+WAIT msgs/s.  Other work on the machine skews
+every figure (the load average is printed).
+
+    python benchmarks/bench_ha.py [--catchup-mib 1024] [--messages 200000] [--lag-rate 20000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import bisect
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+
+from pocketmq.broker.v1 import broker_pb2 as pb
+from pocketmq.broker.v1 import broker_pb2_grpc
+from pocketmq.common.v1 import common_pb2
+from services.broker.storage.config import StoreConfig
+from services.broker.storage.record import Message
+from services.broker.storage.store import MessageStore
+
+ROOT = Path(__file__).resolve().parents[1]
+
+BODY_SIZE = 1024
+BATCH = 32
+WINDOW = 16
+TOPIC = "bench"
+SERVICE = "/pocketmq.broker.v1.Broker/"
+MB = 1_000_000
+GIB = 1024 * 1024 * 1024
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def wait_port(port: int, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on port {port} after {timeout}s")
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+# ----------------------------------------------------------------------------- processes
+
+
+class Broker:
+    def __init__(self, workdir: Path, name: str, role: str, *extra: str, store: Path | None = None) -> None:
+        self.port = free_port()
+        self.ha_port = free_port()
+        self.addr = f"127.0.0.1:{self.port}"
+        self.store = store or workdir / name
+        broker_id = "1" if role == "SLAVE" else "0"
+        args = [
+            sys.executable, "-m", "services.broker", "--broker-name", "bench", "--broker-id", broker_id,
+            "--broker-role", role, "--namesrv-addr", "", "--broker-ip1", "127.0.0.1",
+            "--listen-host", "127.0.0.1", "--listen-port", str(self.port), "--ha-listen-port",
+            str(self.ha_port), "--metrics-port", "0", "--store-path-root-dir", str(self.store),
+            "--shutdown-grace-period", "1000", *extra,
+        ]
+        self.log = open(workdir / f"{name}.log", "ab")  # noqa: SIM115 - closed in stop()
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "POCKETMQ_LOG_LEVEL": "WARNING"}
+        self.proc = subprocess.Popen(args, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT, env=env,
+                                     start_new_session=True)
+        wait_port(self.port)
+        self.channel = grpc.insecure_channel(self.addr)
+        self.stub = broker_pb2_grpc.BrokerStub(self.channel)
+
+    def ha(self) -> pb.HAStatus:
+        return self.stub.GetHAStatus(pb.GetHAStatusRequest(), timeout=5)
+
+    def stop(self) -> None:
+        self.channel.close()
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+@contextlib.contextmanager
+def pair(workdir: Path, role: str, tag: str, *master_extra: str,
+         master_store: Path | None = None) -> Iterator[tuple[Broker, Broker]]:
+    master = Broker(workdir, f"{tag}-master", role, *master_extra, store=master_store)
+    slave: Broker | None = None
+    try:
+        slave = Broker(workdir, f"{tag}-slave", "SLAVE", "--ha-master-address", f"127.0.0.1:{master.ha_port}")
+        yield master, slave
+    finally:
+        if slave is not None:
+            slave.stop()
+        master.stop()
+
+
+def fill_store(path: Path, size: int) -> int:
+    """Write ``size`` bytes of 1 KiB messages (4 queues) straight into a store; returns its max
+    offset."""
+    store = MessageStore(StoreConfig(store_path_root_dir=str(path)))
+    store.start()
+    try:
+        body = os.urandom(BODY_SIZE)
+        batch = [Message(TOPIC, body, q % 4) for q in range(BATCH)]
+        while store.max_offset < size:
+            result = store.append_messages(batch)
+            if not result.stored:
+                raise RuntimeError(f"fill failed: {result}")
+        return store.max_offset
+    finally:
+        store.shutdown()
+
+
+# ----------------------------------------------------------------------------- catch-up
+
+_RECEIVER = """
+import socket, sys
+srv = socket.socket(); srv.bind(("127.0.0.1", 0)); srv.listen(1)
+print(srv.getsockname()[1], flush=True)
+conn, _ = srv.accept()
+buf = bytearray(1 << 20); total = 0
+while True:
+    n = conn.recv_into(buf)
+    if not n:
+        break
+    total += n
+print(total, flush=True)
+"""
+
+_SINK = """
+import socket, sys, time
+from services.broker.replication.protocol import SlaveConnectionProtocol, encode_ack
+port, want = int(sys.argv[1]), int(sys.argv[2])
+sock = socket.create_connection(("127.0.0.1", port))
+sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+proto = SlaveConnectionProtocol(0)
+sock.sendall(encode_ack(0))
+got = 0; t0 = None
+while got < want:
+    data = sock.recv(1 << 20)
+    if not data:
+        break
+    if t0 is None:
+        t0 = time.perf_counter()
+    for ev in proto.receive_data(data):
+        got += len(getattr(ev, "body", b""))
+dt = time.perf_counter() - t0
+print(got, dt, flush=True)
+"""
+
+
+def sendfile_mbps(paths: list[Path], total: int) -> float:
+    recv = subprocess.Popen([sys.executable, "-c", _RECEIVER], stdout=subprocess.PIPE, text=True)
+    assert recv.stdout is not None
+    port = int(recv.stdout.readline())
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        start = time.perf_counter()
+        left = total
+        for path in paths:
+            with open(path, "rb") as f:
+                size = min(os.fstat(f.fileno()).st_size, left)
+                offset = 0
+                while offset < size:
+                    sent = os.sendfile(sock.fileno(), f.fileno(), offset, size - offset)
+                    if sent <= 0:
+                        break
+                    offset += sent
+                left -= size
+        sock.shutdown(socket.SHUT_WR)
+        received = int(recv.stdout.readline())
+        elapsed = time.perf_counter() - start
+    recv.wait(10)
+    if received != total:
+        raise RuntimeError(f"sendfile receiver got {received} of {total} bytes")
+    return total / elapsed / MB
+
+
+def sink_mbps(ha_port: int, total: int) -> float:
+    out = subprocess.run([sys.executable, "-c", _SINK, str(ha_port), str(total)], cwd=ROOT, env={
+        **os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=600, check=True)
+    got, elapsed = out.stdout.split()
+    if int(got) < total:
+        raise RuntimeError(f"sink got {got} of {total} bytes")
+    return int(got) / float(elapsed) / MB
+
+
+def catch_up(workdir: Path, size: int) -> dict[str, float]:
+    master_dir = workdir / "catchup-master"
+    t = time.perf_counter()
+    total = fill_store(master_dir, size)
+    print(f"  master store filled: {total / GIB:.2f} GiB in {time.perf_counter() - t:.1f}s", flush=True)
+    segments = sorted((master_dir / "commitlog").iterdir())
+    results: dict[str, float] = {}
+    with pair(workdir, "ASYNC_MASTER", "catchup", "--ha-sync-from-earliest", "true",
+              master_store=master_dir) as (master, slave):
+        deadline = time.monotonic() + 600
+        while True:
+            status = master.ha()
+            done = [s for s in status.slaves if s.ack_offset >= total]
+            if done:
+                end_ms = time.time() * 1000
+                elapsed = (end_ms - done[0].connected_since_ms) / 1000
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError("slave did not catch up within 600 s")
+            time.sleep(0.01)
+        results["catchup"] = total / elapsed / MB
+        results["catchup_s"] = elapsed
+        slave_total = slave.ha().client_max_offset
+        if slave_total != total:
+            raise RuntimeError(f"slave holds {slave_total} bytes, master {total}")
+        slave.stop()
+        same = all(_same_file(a, slave.store / "commitlog" / a.name) for a in segments)
+        results["identical"] = 1.0 if same else 0.0
+        results["sink"] = max(sink_mbps(master.ha_port, total) for _ in range(3))
+    results["sendfile"] = max(sendfile_mbps(segments, total) for _ in range(3))
+    shutil.rmtree(master_dir, ignore_errors=True)
+    shutil.rmtree(workdir / "catchup-slave", ignore_errors=True)
+    return results
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    if not b.exists():
+        return False
+    with open(a, "rb") as fa, open(b, "rb") as fb:
+        while True:
+            x = fa.read(1 << 24)
+            y = fb.read(1 << 24)
+            if x != y:
+                return False
+            if not x:
+                return True
+
+
+# ----------------------------------------------------------------------------- produce
+
+
+def batch_request(request_id: int = 0) -> bytes:
+    body = os.urandom(BODY_SIZE)
+    messages = [pb.Message(body=body) for _ in range(BATCH)]
+    return pb.SendMessageBatchRequest(topic=TOPIC, queue_id=0, request_id=request_id,
+                                      messages=messages).SerializeToString()
+
+
+def _identity(data: bytes) -> bytes:
+    return data
+
+
+async def create_topic(addr: str) -> None:
+    async with grpc.aio.insecure_channel(addr) as channel:
+        stub = broker_pb2_grpc.BrokerStub(channel)
+        await stub.CreateTopic(pb.CreateTopicRequest(topic_config=common_pb2.TopicConfig(
+            topic_name=TOPIC, read_queue_nums=1, write_queue_nums=1, perm=6)), timeout=10)
+
+
+async def produce_stream(addr: str, messages: int, window: int = WINDOW) -> tuple[float, list[float]]:
+    """Batches of 32 through SendMessageStream, ``window`` in flight; (msgs/s, batch latencies s)."""
+    request = batch_request()
+    async with grpc.aio.insecure_channel(addr) as channel:
+        call = channel.stream_stream(SERVICE + "SendMessageStream", request_serializer=_identity,
+                                     response_deserializer=pb.SendMessageBatchResponse.FromString)()
+        calls = messages // BATCH
+        slots = asyncio.Semaphore(window)
+        sent_at: list[float] = []
+        latencies: list[float] = []
+        statuses: dict[int, int] = {}
+
+        async def reader() -> None:
+            async for reply in call:
+                latencies.append(time.perf_counter() - sent_at[len(latencies)])
+                statuses[reply.status] = statuses.get(reply.status, 0) + 1
+                slots.release()
+
+        start = time.perf_counter()
+        reading = asyncio.create_task(reader())
+        for _ in range(calls):
+            await slots.acquire()
+            sent_at.append(time.perf_counter())
+            await call.write(request)
+        await call.done_writing()
+        await reading
+        elapsed = time.perf_counter() - start
+        if statuses.get(pb.PUT_OK, 0) != calls:
+            names = {pb.PutStatus.Name(k): v for k, v in statuses.items()}
+            raise RuntimeError(f"not every batch was PUT_OK: {names}")
+        return calls * BATCH / elapsed, latencies
+
+
+def produce_phase(workdir: Path, role: str, messages: int) -> tuple[float, list[float]]:
+    with pair(workdir, role, role.lower()) as (master, _slave):
+        asyncio.run(create_topic(master.addr))
+        deadline = time.monotonic() + 20
+        while not master.ha().slaves:
+            if time.monotonic() > deadline:
+                raise RuntimeError("slave did not connect")
+            time.sleep(0.05)
+        asyncio.run(produce_stream(master.addr, min(messages, 20_000)))  # warm-up
+        return asyncio.run(produce_stream(master.addr, messages))
+
+
+# ----------------------------------------------------------------------------- steady-state lag
+
+
+_SAMPLER = """
+import sys, time, grpc
+from pocketmq.broker.v1 import broker_pb2 as pb, broker_pb2_grpc
+addr, seconds, interval = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+stub = broker_pb2_grpc.BrokerStub(grpc.insecure_channel(addr))
+print("ready", flush=True)
+sys.stdin.readline()
+end = time.monotonic() + seconds
+out = []
+while time.monotonic() < end:
+    t = time.monotonic()
+    status = stub.GetHAStatus(pb.GetHAStatusRequest(), timeout=5)
+    if status.slaves:
+        out.append(f"{t} {status.commit_log_max_offset} {status.slaves[0].ack_offset}")
+    time.sleep(max(0.0, interval - (time.monotonic() - t)))
+print("\\n".join(out), flush=True)
+"""
+
+
+def lag_phase(workdir: Path, rate: int, seconds: float) -> dict[str, float]:
+    """A fixed produce load on an ASYNC_MASTER with one slave; a separate process samples the
+    master's GetHAStatus every ~2 ms (own process: no GIL shared with the load generator)."""
+    with pair(workdir, "ASYNC_MASTER", "lag") as (master, _slave):
+        asyncio.run(create_topic(master.addr))
+        deadline = time.monotonic() + 20
+        while not master.ha().slaves:
+            if time.monotonic() > deadline:
+                raise RuntimeError("slave did not connect")
+            time.sleep(0.05)
+        sampler = subprocess.Popen([sys.executable, "-c", _SAMPLER, master.addr, str(seconds), "0.002"],
+                                   cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert sampler.stdin is not None and sampler.stdout is not None
+        sampler.stdout.readline()
+
+        async def load() -> int:
+            request = batch_request()
+            interval = BATCH / rate
+            async with grpc.aio.insecure_channel(master.addr) as channel:
+                call = channel.unary_unary(SERVICE + "SendMessageBatch", request_serializer=_identity,
+                                           response_deserializer=pb.SendMessageBatchResponse.FromString)
+                await call(request)
+                sampler.stdin.write("go\n")  # type: ignore[union-attr]
+                sampler.stdin.flush()  # type: ignore[union-attr]
+                start = time.perf_counter()
+                n = 0
+                pending: set[asyncio.Future[object]] = set()
+                while time.perf_counter() - start < seconds:
+                    task: asyncio.Future[object] = asyncio.ensure_future(call(request))
+                    pending.add(task)
+                    task.add_done_callback(pending.discard)
+                    n += 1
+                    await asyncio.sleep(max(0.0, start + n * interval - time.perf_counter()))
+                await asyncio.gather(*pending)
+                return n * BATCH
+
+        sent = asyncio.run(load())
+        output, _ = sampler.communicate(timeout=60)
+    rows = (line.split() for line in output.split("\n") if line)
+    samples = [(float(t), int(m), int(a)) for t, m, a in rows]
+    # drop the first second (connection and page-cache warm-up)
+    t_first = samples[0][0] + 1.0 if samples else 0.0
+    lag_bytes: list[float] = []
+    lag_ms: list[float] = []
+    times = [s[0] for s in samples]
+    maxes = [s[1] for s in samples]
+    for t, max_offset, ack in samples:
+        if t < t_first:
+            continue
+        lag_bytes.append(max(0, max_offset - ack))
+        if ack >= max_offset:
+            lag_ms.append(0.0)
+            continue
+        # the last sample at which the master's log did not yet hold data beyond ack
+        i = bisect.bisect_right(maxes, ack)
+        appeared = times[i - 1] if i > 0 else times[0]
+        lag_ms.append(max(0.0, (t - appeared) * 1000))
+    return {"rate": sent / seconds, "samples": len(lag_bytes),
+            "bytes_p50": percentile(lag_bytes, 0.5), "bytes_p99": percentile(lag_bytes, 0.99),
+            "ms_p50": percentile(lag_ms, 0.5), "ms_p99": percentile(lag_ms, 0.99)}
+
+
+# ----------------------------------------------------------------------------- Redis
+
+
+class Redis:
+    """Primary + replica, started here on loopback ports."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.port = free_port()
+        self.replica_port = free_port()
+        replica_of = ["--replicaof", "127.0.0.1", str(self.port)]
+        for name, port, extra in (("primary", self.port, []), ("replica", self.replica_port, replica_of)):
+            d = workdir / f"redis-{name}"
+            d.mkdir()
+            self.procs.append(subprocess.Popen(
+                ["/usr/bin/redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", str(d),
+                 "--save", "", "--appendonly", "yes", "--appendfsync", "everysec", *extra],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            wait_port(port)
+        import redis
+
+        replica = redis.Redis(port=self.replica_port)
+        deadline = time.monotonic() + 20
+        while replica.info("replication").get("master_link_status") != "up":
+            if time.monotonic() > deadline:
+                raise RuntimeError("redis replica did not connect")
+            time.sleep(0.05)
+        replica.close()
+
+    def produce(self, messages: int, clients: int = WINDOW) -> tuple[float, list[float]]:
+        """``clients`` threads, each with its own connection, doing XADD x32 pipelined + WAIT 1
+        (redis-py's synchronous client: faster here than its asyncio client)."""
+        import redis
+
+        body = os.urandom(BODY_SIZE)
+        calls = messages // BATCH
+        latencies: list[float] = []
+        lock = threading.Lock()
+        issued = [0]
+
+        def worker(conn: redis.Redis) -> None:
+            while True:
+                with lock:
+                    if issued[0] >= calls:
+                        return
+                    issued[0] += 1
+                t = time.perf_counter()
+                pipe = conn.pipeline(transaction=False)
+                for _ in range(BATCH):
+                    pipe.xadd(TOPIC, {"b": body})
+                pipe.execute_command("WAIT", 1, 3000)
+                replies = pipe.execute()
+                if replies[-1] < 1:
+                    raise RuntimeError("WAIT 1 timed out: the replica did not acknowledge")
+                latencies.append(time.perf_counter() - t)
+
+        conns = [redis.Redis(port=self.port) for _ in range(clients)]
+        try:
+            for conn in conns:
+                conn.ping()
+            threads = [threading.Thread(target=worker, args=(c,)) for c in conns]
+            start = time.perf_counter()
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            elapsed = time.perf_counter() - start
+        finally:
+            for conn in conns:
+                conn.close()
+        return calls * BATCH / elapsed, latencies
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+# ----------------------------------------------------------------------------- main
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--catchup-mib", type=int, default=1024)
+    parser.add_argument("--messages", type=int, default=200_000)
+    parser.add_argument("--lag-rate", type=int, default=20_000, help="msgs/s during the lag phase")
+    parser.add_argument("--lag-seconds", type=float, default=5.0)
+    parser.add_argument("--workdir", type=Path, default=None)
+    args = parser.parse_args()
+    workdir = Path(tempfile.mkdtemp(prefix="bench-ha-", dir=args.workdir))
+    print(f"bench-ha: workdir {workdir}, {os.cpu_count()} CPUs, load average "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+    redis: Redis | None = None
+    try:
+        print(f"catch-up of {args.catchup_mib} MiB (1 KiB messages) to an empty slave ...", flush=True)
+        cu = catch_up(workdir, args.catchup_mib * 1024 * 1024)
+        print(f"  slave catch-up      {cu['catchup']:8.0f} MB/s  ({cu['catchup_s']:.2f}s; commit logs "
+              f"{'byte-identical' if cu['identical'] else 'DIFFER'})")
+        print(f"  HA stream -> sink   {cu['sink']:8.0f} MB/s  (the channel alone, data discarded)")
+        print(f"  plain sendfile      {cu['sendfile']:8.0f} MB/s  (ceiling)")
+        ratio = cu["catchup"] / cu["sendfile"]
+        print(f"  ratios: catch-up {ratio:.2f}, channel {cu['sink'] / cu['sendfile']:.2f} of sendfile "
+              "(target >= 0.5)", flush=True)
+
+        print(f"steady-state lag at {args.lag_rate} msgs/s for {args.lag_seconds:g}s ...", flush=True)
+        lag = lag_phase(workdir, args.lag_rate, args.lag_seconds)
+        print(f"  achieved {lag['rate']:.0f} msgs/s, {lag['samples']:.0f} samples: lag p50 "
+              f"{lag['bytes_p50']:.0f} B / {lag['ms_p50']:.1f} ms, p99 {lag['bytes_p99']:.0f} B / "
+              f"{lag['ms_p99']:.1f} ms", flush=True)
+
+        results: dict[str, tuple[float, list[float]]] = {}
+        for role in ("ASYNC_MASTER", "SYNC_MASTER"):
+            print(f"{role}: {args.messages} msgs, batches of {BATCH}, {WINDOW} in flight ...", flush=True)
+            results[role] = produce_phase(workdir, role, args.messages)
+        redis = Redis(workdir)
+        print(f"redis XADD x{BATCH} + WAIT 1, {WINDOW} clients ...", flush=True)
+        results["redis"] = redis.produce(args.messages)
+
+        print(f"\n{'produce (1 KiB)':<26} {'msgs/s':>10} {'p50 ms':>8} {'p99 ms':>8}")
+        for name, key in (("ASYNC_MASTER", "ASYNC_MASTER"), ("SYNC_MASTER", "SYNC_MASTER"),
+                          ("redis XADD+WAIT 1", "redis")):
+            rate, lat = results[key]
+            print(f"{name:<26} {rate:10.0f} {percentile(lat, 0.5) * 1000:8.2f} "
+                  f"{percentile(lat, 0.99) * 1000:8.2f}")
+        sync_rate, sync_lat = results["SYNC_MASTER"]
+        async_rate = results["ASYNC_MASTER"][0]
+        redis_rate = results["redis"][0]
+        print(f"SYNC_MASTER / ASYNC_MASTER = {sync_rate / async_rate:.2f} (target >= 0.7); "
+              f"SYNC_MASTER / redis = {sync_rate / redis_rate:.2f} (target >= 1)")
+        print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        print(f"ha_catchup_ratio={ratio:.2f} ha_catchup_mbps={cu['catchup']:.0f} "
+              f"sync_master_msgs={sync_rate:.0f} sync_master_p99_ms={percentile(sync_lat, 0.99) * 1000:.1f} "
+              f"vs_redis_sync={sync_rate / redis_rate:.2f}")
+        return 0
+    finally:
+        if redis is not None:
+            redis.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
