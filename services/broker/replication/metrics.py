@@ -13,8 +13,10 @@ Master
 Slave
     ``pocketmq_ha_client_max_offset``, ``pocketmq_commitlog_max_offset``,
     ``pocketmq_ha_client_last_data_age_seconds`` (seconds since the last data frame; -1 before
-    the first), ``pocketmq_ha_client_connected``, ``pocketmq_ha_client_reconnects_total``,
-    ``pocketmq_ha_client_received_bytes_total``, ``pocketmq_ha_client_repairs_total``.
+    the first; grows on an idle master), ``pocketmq_ha_client_last_read_age_seconds`` (since
+    anything was read, heartbeats included: the link's liveness), ``pocketmq_ha_client_connected``,
+    ``pocketmq_ha_client_reconnects_total``, ``pocketmq_ha_client_received_bytes_total``,
+    ``pocketmq_ha_client_repairs_total``.
 
 Per-slave series exist while the slave is connected (a collector reads them at scrape time), so
 a departed slave leaves no stale series behind.
@@ -55,6 +57,7 @@ class MasterSample:
 class SlaveSample:
     commitlog_max_offset: int
     last_data_age_s: float
+    last_read_age_s: float
     connected: bool
     reconnects: int
     received_bytes: int
@@ -105,6 +108,9 @@ class _HACollector(Collector):
             yield _gauge("pocketmq_ha_client_last_data_age_seconds",
                          "Seconds since the last data frame from the master (-1 before the first).",
                          ident, sample.last_data_age_s)
+            yield _gauge("pocketmq_ha_client_last_read_age_seconds",
+                         "Seconds since anything (data or heartbeat) was read from the master (-1 before "
+                         "the first).", ident, sample.last_read_age_s)
             yield _gauge("pocketmq_ha_client_connected", "1 while connected to the master.", ident,
                          1 if sample.connected else 0)
             yield _counter("pocketmq_ha_client_reconnects", "Reconnects to the master.", ident,

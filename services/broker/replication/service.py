@@ -126,9 +126,11 @@ class BrokerReplication:
             return MasterSample(max_offset, master.tracker.push2slave_max_offset, series)
         slave = self.slave
         assert slave is not None
-        age = time.time() - slave.last_data_ms / 1000 if slave.last_data_ms else -1.0
-        return SlaveSample(max_offset, age, slave.connected, slave.reconnects, slave.received_bytes,
-                           slave.repairs)
+        now = time.time()
+        data_age = now - slave.last_data_ms / 1000 if slave.last_data_ms else -1.0
+        read_age = now - slave.last_read_ms / 1000 if slave.last_read_ms else -1.0
+        return SlaveSample(max_offset, data_age, read_age, slave.connected, slave.reconnects,
+                           slave.received_bytes, slave.repairs)
 
 
 def create_replication_service(app: BrokerApp) -> ReplicationService:

@@ -110,6 +110,8 @@ class HASlave:
         self.connected = False
         #: Wall-clock ms of the last data frame received (0 = never).
         self.last_data_ms = 0
+        #: Wall-clock ms of the last bytes received, heartbeats included (0 = never).
+        self.last_read_ms = 0
         self.received_bytes = 0
         self.repairs = 0
         self._addr_changed = asyncio.Event()
@@ -270,6 +272,7 @@ class HASlave:
             if not data:
                 raise _SessionEndError("the master closed the connection")
             state.last_read = loop.time()
+            self.last_read_ms = int(time.time() * 1000)
             try:
                 events = proto.receive_data(data)
             except ContinuityError as exc:

@@ -39,12 +39,13 @@ def test_master_series() -> None:
 def test_slave_series() -> None:
     registry = CollectorRegistry()
     metrics = HAMetrics(registry, "c1", "broker-a", 1, master=False)
-    metrics.add_source(lambda: SlaveSample(7000, 1.5, True, 3, 7000, 0))
+    metrics.add_source(lambda: SlaveSample(7000, 1.5, 0.5, True, 3, 7000, 0))
     text = generate_latest(registry).decode()
     ident = IDENT.replace('broker_id="0"', 'broker_id="1"')
     for line in (
         f"pocketmq_ha_client_max_offset{{{ident}}} 7000.0",
         f"pocketmq_ha_client_last_data_age_seconds{{{ident}}} 1.5",
+        f"pocketmq_ha_client_last_read_age_seconds{{{ident}}} 0.5",
         f"pocketmq_ha_client_connected{{{ident}}} 1.0",
         f"pocketmq_ha_client_reconnects_total{{{ident}}} 3.0",
     ):
