@@ -13,9 +13,11 @@ temporary directory, ASYNC_FLUSH, no NameServer: slaves get ``--ha-master-addres
   - ``HA stream -> sink``: the real master streaming to a process that speaks the slave's side of
     the protocol but discards the data (what the replication channel itself moves, without the
     slave's store; best of 3).
+  - ``store append_data``: the slave store alone, in this process, appending the same bytes in
+    32 KiB pieces (no network).
   The slave's own cost is the store's ``append_data``: it copies every byte into the mmap'd
   segment and validates and dispatches every record (CRC32 of the body, consume queue entry);
-  that, not the channel, bounds end-to-end catch-up, so both figures are printed.
+  that, not the channel, bounds end-to-end catch-up, so all three figures are printed.
 * steady-state lag: a master and a caught-up slave under a fixed produce load (``--lag-rate``
   msgs/s of 1 KiB, batches of 32); a thread samples the master's GetHAStatus every ~2 ms.  Lag in
   bytes = max offset - the slave's ack; lag in ms = sample time - the first sample time at which
@@ -272,9 +274,34 @@ def catch_up(workdir: Path, size: int) -> dict[str, float]:
         results["identical"] = 1.0 if same else 0.0
         results["sink"] = max(sink_mbps(master.ha_port, total) for _ in range(3))
     results["sendfile"] = max(sendfile_mbps(segments, total) for _ in range(3))
+    results["append_data"] = append_data_mbps(master_dir, workdir / "append-only", total)
     shutil.rmtree(master_dir, ignore_errors=True)
     shutil.rmtree(workdir / "catchup-slave", ignore_errors=True)
     return results
+
+
+def append_data_mbps(source: Path, target: Path, total: int, chunk: int = 32 * 1024) -> float:
+    """The slave store's own ceiling: ``append_data`` of the same bytes in ``chunk``-sized pieces
+    (the master's frame size), in this process, no network."""
+    src = MessageStore(StoreConfig(store_path_root_dir=str(source)))
+    dst = MessageStore(StoreConfig(store_path_root_dir=str(target)))
+    src.start()
+    dst.start()
+    try:
+        start = time.perf_counter()
+        offset = src.min_offset
+        while offset < total:
+            data = src.get_data(offset, chunk)
+            if data is None:
+                break
+            with data:
+                dst.append_data(offset, data.data)
+                offset += data.size
+        return (offset - src.min_offset) / (time.perf_counter() - start) / MB
+    finally:
+        src.shutdown()
+        dst.shutdown()
+        shutil.rmtree(target, ignore_errors=True)
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -543,6 +570,8 @@ def main() -> int:
         print(f"  slave catch-up      {cu['catchup']:8.0f} MB/s  ({cu['catchup_s']:.2f}s; commit logs "
               f"{'byte-identical' if cu['identical'] else 'DIFFER'})")
         print(f"  HA stream -> sink   {cu['sink']:8.0f} MB/s  (the channel alone, data discarded)")
+        print(f"  store append_data   {cu['append_data']:8.0f} MB/s  (the slave store alone, no network: "
+              "the bound on catch-up)")
         print(f"  plain sendfile      {cu['sendfile']:8.0f} MB/s  (ceiling)")
         ratio = cu["catchup"] / cu["sendfile"]
         print(f"  ratios: catch-up {ratio:.2f}, channel {cu['sink'] / cu['sendfile']:.2f} of sendfile "
