@@ -68,8 +68,8 @@ _WRITE_KEYS = {
     "namesrv", "topic", "producergroup", "sendbatchsize", "sendbatchbytes", "sendtimeoutms",
     "sendretries", "maxinflightbatches",
 }
-#: Options Spark itself sets or passes through (a streaming sink sees its checkpointLocation).
-_SPARK_KEYS = {"path", "checkpointlocation"}
+#: Options Spark itself passes through (a streaming sink sees checkpointLocation and queryName).
+_SPARK_KEYS = {"path", "checkpointlocation", "queryname"}
 #: Largest pull the broker serves (services.broker.pull.MAX_PULL_COUNT / MAX_PULL_BYTES).
 MAX_PULL_COUNT = 4096
 MAX_PULL_BYTES = 16 * 1024 * 1024

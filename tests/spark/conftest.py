@@ -49,7 +49,6 @@ def spark() -> Iterator[Any]:
                .config("spark.sql.shuffle.partitions", "2")
                .config("spark.default.parallelism", "2")
                .config("spark.sql.session.timeZone", "UTC")
-               .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
                .getOrCreate())
     session.sparkContext.setLogLevel("ERROR")
     pocketmq.spark.register(session)
