@@ -180,10 +180,11 @@ class PullService:
         """:meth:`MessageStore.get_messages` without decoding: the consume queue entries pick
         the records, contiguous runs are copied from the commit log in one piece. Same statuses
         and caps (``maxTransferCount/BytesOnMessageInMemory``)."""
-        cq = self.store._cq.get(q.topic, q.queue_id)  # no public entry reader (yet)
-        if cq is None or cq.max_offset == 0:
+        store = self.store
+        max_offset = store.max_queue_offset(q.topic, q.queue_id)
+        if max_offset == 0:
             return RawResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, b"", 0, 0, 0, 0)
-        min_offset, max_offset = cq.min_offset, cq.max_offset
+        min_offset = store.min_queue_offset(q.topic, q.queue_id)
         if queue_offset < min_offset:
             return RawResult(GetMessageStatus.OFFSET_TOO_SMALL, b"", 0, min_offset, min_offset, max_offset)
         if queue_offset == max_offset:
@@ -203,7 +204,8 @@ class PullService:
         count = total = scanned = filtered = removed = 0
         full = False
         while not full and offset < max_offset and scanned < scan_limit:
-            entries = cq.read(offset, min(scan_limit - scanned, max_offset - offset))
+            entries = store.queue_entries(q.topic, q.queue_id, offset,
+                                          min(scan_limit - scanned, max_offset - offset))
             if not entries:
                 break
             for physical_offset, size, tags_code in entries:

@@ -18,18 +18,19 @@ Recovery helpers (:meth:`recover_from_checkpoint`, :meth:`recover_by_scan`) are 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import struct
 import threading
 import time
 import zlib
 from collections.abc import Callable, Iterable, Sequence
+from time import time_ns
 from typing import NamedTuple, Protocol
 
 from services.broker.storage.record import (
     BLANK_MAGIC_CODE,
     END_FILE_MIN_BLANK_LENGTH,
-    HEADER,
     HEADER_SIZE,
     HOST_V6_FLAGS,
     MAGIC_CODE,
@@ -64,6 +65,8 @@ log = logging.getLogger(__name__)
 _BLANK_HEADER = struct.Struct(">iI")
 #: Largest record the format allows (TOTALSIZE is a signed 32-bit int).
 MAX_RECORD_SIZE = 2**31 - 1
+#: Bytes per ``posix_fadvise`` call of :meth:`CommitLog.warm_ahead`.
+WARM_CHUNK = 4 * 1024 * 1024
 
 
 class QueueIndex(Protocol):
@@ -133,6 +136,30 @@ class ScanResult(NamedTuple):
 
 _new_result = tuple.__new__
 
+#: The record header as :meth:`CommitLog.append` packs it: ``HEADER`` with each host (IPv4 4 ·
+#: port 4) as one pre-packed 8-byte field (same bytes, two fewer arguments to convert).
+_PACK_HEADER = struct.Struct(">iIIiiqqiq8sq8siqi").pack_into
+assert struct.calcsize(">iIIiiqqiq8sq8siqi") == HEADER_SIZE
+_HOST = struct.Struct(">4si")
+# born host -> its 8 header bytes (bounded, cleared when full: producers are few).
+_born_hosts: dict[Host, bytes] = {}
+_BORN_HOSTS_MAX = 4096
+
+
+def _packed_host(host: Host) -> bytes:
+    """IPv4 4 · port 4 of ``host`` (remembered in ``_born_hosts``); RecordError if it cannot
+    be encoded."""
+    ip = host_bytes(host[0])  # RecordError unless dotted IPv4
+    try:
+        packed = _HOST.pack(ip, host[1])
+    except struct.error as exc:
+        raise RecordError(f"a header field is out of range: port of {host!r}: {exc}") from None
+    if len(_born_hosts) >= _BORN_HOSTS_MAX:
+        _born_hosts.clear()
+    with contextlib.suppress(TypeError):  # unhashable (a list): just not remembered
+        _born_hosts[host] = packed
+    return packed
+
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
@@ -140,7 +167,8 @@ def now_ms() -> int:
 
 class CommitLog:
     def __init__(self, directory: str, segment_size: int, *, store_host: Host, dispatcher: Dispatcher,
-                 sync: SyncFn = default_sync, populate_size: int = 0) -> None:
+                 sync: SyncFn = default_sync, populate_size: int = 0, populate_write: bool = False,
+                 warm_size: int = 0) -> None:
         #: Held while appending, dispatching, truncating; take it to change the log and the
         #: consume queues consistently.
         self.lock = threading.Lock()
@@ -151,13 +179,21 @@ class CommitLog:
         self.store_host = store_host
         self._store_ip = host_bytes(store_host[0])
         self._store_port = store_host[1]
+        self._store_host_bytes = _packed_host(store_host)
         self._dispatcher = dispatcher
         self._find = dispatcher.find
         self._create = dispatcher.create
         self._dispatched = 0
         self._last_store_ts = 0
-        #: Map this many bytes ahead of the writer at a time (0: let it page-fault).
+        #: Map this many bytes ahead of the writer at a time (0: let it page-fault) ...
         self._populate_size = populate_size
+        #: ... writable (MADV_POPULATE_WRITE: no fault at all, but dirty) or read-only.
+        self._populate_write = populate_write
+        #: :meth:`warm_ahead` keeps this many bytes past the writer in the page cache.
+        self._warm_size = warm_size
+        #: Called (on the writer's thread, under the lock) each time the writer maps a new
+        #: chunk: wakes whoever calls :meth:`warm_ahead` (e.g. ``ServiceThread.wakeup``).
+        self.warm_wakeup: Callable[[], None] | None = None
         self.closed = False
 
     # -- state ---------------------------------------------------------------------------------
@@ -226,19 +262,23 @@ class CommitLog:
 
         Raises :class:`~services.broker.storage.record.RecordError` for an invalid message (or
         one whose record exceeds ``max_size``): nothing is written then. The validation and
-        encoding of :func:`~services.broker.storage.record.prepare`, inlined (hot path).
+        encoding of :func:`~services.broker.storage.record.prepare`, inlined (hot path: no
+        intermediate objects; the header is packed straight into the mapping).
         """
         (topic, body, queue_id, flag, props, born_ts, born_host, sys_flag, reconsume_times,
          prepared_tx) = msg
         tail, tags_code = encode_tail(topic, props)
         if type(body) is not bytes or queue_id < 0 or sys_flag & HOST_V6_FLAGS:
             body = checked_body(body, queue_id, sys_flag)
-        size = HEADER_SIZE + len(body) + len(tail)
+        body_len = len(body)
+        size = HEADER_SIZE + body_len + len(tail)
         if size > max_size or size > self._max_record:
             raise MessageTooLargeError(size, min(max_size, self._max_record))
         body_crc = zlib.crc32(body)
-        born_ip = host_bytes(born_host[0])
-        dispatchable = not sys_flag & TRANSACTION_PREPARED_TYPE  # not prepared / rolled back
+        try:
+            born = _born_hosts[born_host]
+        except (KeyError, TypeError):
+            born = _packed_host(born_host)
         lock = self.lock
         lock.acquire()  # (cheaper than ``with`` on this path)
         try:
@@ -248,36 +288,37 @@ class CommitLog:
             if seg is None or seg.write_pos + size + END_FILE_MIN_BLANK_LENGTH > seg.size:
                 seg = self._roll()
             pos = seg.write_pos
-            if pos + size > seg.populated_pos and self._populate_size:
-                self._populate(seg, pos + size)
+            end = pos + size
+            if end > seg.populated_pos and self._populate_size:
+                self._populate(seg, end)
             physical_offset = seg.start + pos
-            ts = time.time_ns() // 1_000_000
+            ts = time_ns() // 1_000_000
             if ts < self._last_store_ts:  # keep store timestamps monotonic for lookup by time
                 ts = self._last_store_ts
-            self._last_store_ts = ts
-            if dispatchable:
+            else:
+                self._last_store_ts = ts
+            if sys_flag & TRANSACTION_PREPARED_TYPE:  # prepared / rolled back: not dispatched
+                index = None
+                queue_offset = 0
+            else:
                 index = self._find((topic, queue_id)) or self._create(topic, queue_id)
                 queue_offset = index.max_offset
-            else:
-                queue_offset = 0
             mm = seg.mm
             try:  # straight into the mapping: header, then body, then topic and properties
-                HEADER.pack_into(
+                _PACK_HEADER(
                     mm, pos, size, MAGIC_CODE, body_crc, queue_id, flag, queue_offset, physical_offset,
-                    sys_flag, born_ts or ts, born_ip, born_host[1], ts, self._store_ip, self._store_port,
-                    reconsume_times, prepared_tx, len(body))
+                    sys_flag, born_ts or ts, born, ts, self._store_host_bytes, reconsume_times,
+                    prepared_tx, body_len)
             except struct.error as exc:
                 mm[pos:pos + HEADER_SIZE] = bytes(HEADER_SIZE)
                 raise RecordError(f"a header field is out of range: {exc}") from None
-            body_end = pos + HEADER_SIZE + len(body)
-            end = pos + size
+            body_end = pos + HEADER_SIZE + body_len
             mm[pos + HEADER_SIZE:body_end] = body
             mm[body_end:end] = tail
             seg.write_pos = end
-            if dispatchable:
+            if index is not None:
                 index.put(queue_offset, physical_offset, size, tags_code)
-            end_offset = physical_offset + size
-            self._dispatched = end_offset
+            self._dispatched = end_offset = physical_offset + size
         finally:
             lock.release()
         return _new_result(PutResult, (PutMessageStatus.PUT_OK, (queue_offset,), (physical_offset,), size,
@@ -393,9 +434,25 @@ class CommitLog:
             return self.max_offset
 
     def _populate(self, seg: Segment, end: int) -> None:
-        if not seg.populate(end, self._populate_size):
-            log.info("madvise(MADV_POPULATE_READ) is not supported here; pages fault in one by one")
+        if not seg.populate(end, self._populate_size, write=self._populate_write):
+            log.info("madvise(MADV_POPULATE_%s) is not supported here; pages fault in one by one",
+                     "WRITE" if self._populate_write else "READ")
             self._populate_size = 0
+        wakeup = self.warm_wakeup
+        if wakeup is not None:
+            wakeup()
+
+    def warm_ahead(self) -> None:
+        """Put the pages of the next ``warm_size`` bytes past the writer in the page cache
+        (:meth:`Segment.warm`), so the writer's populate finds them allocated and zeroed. For
+        a background thread: takes no lock and releases the GIL while the kernel works."""
+        size = self._warm_size
+        seg = self._queue.active
+        if not size or seg is None or self.closed:
+            return
+        if not seg.warm(seg.write_pos + size, min(size, WARM_CHUNK)):
+            log.info("posix_fadvise(POSIX_FADV_WILLNEED) is not supported here; no warming ahead")
+            self._warm_size = 0
 
     def _new_segment(self, start: int) -> Segment:
         try:

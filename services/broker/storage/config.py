@@ -5,7 +5,8 @@ Every field's camelCase form is the RocketMQ key (``mapped_file_size_commit_log`
 file as :class:`services.broker.config.BrokerConfig`. Units follow RocketMQ: sizes in bytes,
 intervals and timeouts in milliseconds, ``fileReservedTime`` in hours.
 
-Keys that are ours, not RocketMQ's: ``populateAheadSize`` (see :class:`StoreConfig`).
+Keys that are ours, not RocketMQ's: ``populateAheadSize`` and ``warmAheadSize`` (see
+:class:`StoreConfig`).
 """
 
 from __future__ import annotations
@@ -66,7 +67,15 @@ class StoreConfig:
     #: this many more bytes with one ``madvise(MADV_POPULATE_READ)`` rather than taking a page
     #: fault per 4 KiB page (several times cheaper per byte; the role of RocketMQ's
     #: ``warmMapedFileEnable``). 0 disables; ignored where the kernel lacks it (< 5.14).
+    #: Under ASYNC_FLUSH the pages are mapped writable (``MADV_POPULATE_WRITE``: no fault at
+    #: all when the writer reaches them; they are dirty, so the next flush writes at most this
+    #: many bytes of zeros); under SYNC_FLUSH read-only, so a sync never waits for them.
     populate_ahead_size: int = 4 * 1024 * 1024
+    #: Ours: a background thread keeps this many bytes past the commit log writer in the page
+    #: cache (``posix_fadvise(WILLNEED)`` on the file hole: allocated and zeroed, not dirty),
+    #: so allocating fresh pages, the dearest part of appending, happens off the writer's
+    #: thread (the role of RocketMQ's ``AllocateMappedFileService``). 0 disables.
+    warm_ahead_size: int = 32 * 1024 * 1024
 
     def __post_init__(self) -> None:
         if isinstance(self.flush_disk_type, str):  # tolerate plain strings from Python callers
@@ -95,7 +104,8 @@ class StoreConfig:
             require(_is_int(value), key, f"must be an integer, got {value!r}")
             require(value > 0, key, f"must be > 0, got {value}")
         for key, value in {"flushCommitLogLeastPages": self.flush_commit_log_least_pages,
-                           "populateAheadSize": self.populate_ahead_size}.items():
+                           "populateAheadSize": self.populate_ahead_size,
+                           "warmAheadSize": self.warm_ahead_size}.items():
             require(_is_int(value), key, f"must be an integer, got {value!r}")
             require(value >= 0, key, f"must be >= 0, got {value}")
         require(self.mapped_file_size_commit_log >= 4096, "mappedFileSizeCommitLog", "must be >= 4096")

@@ -381,13 +381,39 @@ def _topic_prefix(topic: str) -> bytes:
     return prefix
 
 
+# (topic, *property items) -> encode_tail() result: producers send the same few property sets
+# over and over (tags, keys of a batch job). Bounded, cleared when full. Properties carrying a
+# UNIQ_KEY are unique per message by definition and never go in.
+_tail_cache: dict[tuple[object, ...], tuple[bytes, int]] = {}
+_TAIL_CACHE_MAX = 4096
+
+
 def encode_tail(topic: str, properties: Mapping[str, str]) -> tuple[bytes, int]:
     """What follows the body (TOPICLENGTH · TOPIC · PROPERTIESLENGTH · PROPERTIES) and the tag
-    hash code. Raises :class:`RecordError` for a bad topic or properties."""
+    hash code. Raises :class:`RecordError` for a bad topic or properties.
+
+    Results for property sets without a UNIQ_KEY are cached by content (topic and the
+    ``(key, value)`` pairs in order), so a repeated set costs a tuple and a dict lookup."""
+    if not properties or PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX in properties:
+        return _encode_tail(topic, properties)
+    try:
+        key = (topic, *properties.items())
+        hit = _tail_cache.get(key)
+    except TypeError:  # an unhashable key or value: not a valid property anyway
+        return _encode_tail(topic, properties)
+    if hit is None:
+        hit = _encode_tail(topic, properties)
+        if len(_tail_cache) >= _TAIL_CACHE_MAX:
+            _tail_cache.clear()
+        _tail_cache[key] = hit
+    return hit
+
+
+def _encode_tail(topic: str, properties: Mapping[str, str]) -> tuple[bytes, int]:
     prefix = _topic_cache.get(topic) or _topic_prefix(topic)
     if not properties:
         return prefix + b"\x00\x00", 0
-    # encode_properties(), inlined (every put comes here)
+    # encode_properties(), inlined
     try:
         text = "\x02".join(map("\x01".join, properties.items())) + "\x02"
     except TypeError:

@@ -32,8 +32,11 @@ log = logging.getLogger(__name__)
 PAGE_SIZE = mmap.PAGESIZE
 NAME_DIGITS = 20
 _ZERO_CHUNK = 1 << 20
-#: madvise advice (Linux 5.14+); the mmap module only names it from Python 3.13 on.
+#: madvise advice (Linux 5.14+); the mmap module only names them from Python 3.13 on.
 MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22)
+MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)
+#: posix_fadvise advice for :meth:`Segment.warm` (None where the platform lacks it).
+_FADV_WILLNEED: int | None = getattr(os, "POSIX_FADV_WILLNEED", None)
 
 SyncFn = Callable[[int], None]
 #: Data sync of a file descriptor (``os.fdatasync`` where it exists).
@@ -68,7 +71,7 @@ class Segment:
     """A mapped file covering log offsets ``[start, start + size)``."""
 
     __slots__ = ("_available", "_fd", "_flush_lock", "_ref_lock", "_refs", "flushed_pos", "mm", "path",
-                 "populated_pos", "size", "start", "view", "write_pos")
+                 "populated_pos", "size", "start", "view", "warmed_pos", "write_pos")
 
     def __init__(self, path: str, start: int, size: int, *, create: bool = False) -> None:
         flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
@@ -103,6 +106,8 @@ class Segment:
         self.flushed_pos = 0
         #: Pages mapped ahead of the writer (see :meth:`populate`).
         self.populated_pos = 0
+        #: Bytes put in the page cache ahead of the writer by :meth:`warm`.
+        self.warmed_pos = 0
         self._refs = 1  # the owner's reference
         self._available = True
         self._ref_lock = threading.Lock()
@@ -187,22 +192,53 @@ class Segment:
                 self.flushed_pos = max(self.flushed_pos, write_pos)
             return self.flushed_pos
 
-    def populate(self, end: int, chunk: int) -> bool:
+    def populate(self, end: int, chunk: int, *, write: bool = False) -> bool:
         """Map the pages up to at least ``end`` (and ``chunk`` bytes past the current mapped
-        position) in one ``madvise(MADV_POPULATE_READ)``: page-cache pages are allocated and
-        mapped read-only in a single call instead of one page fault per page as the writer
-        touches them (several times cheaper per byte). Reads only: nothing is dirtied.
-        Returns False if the kernel does not support it (Linux < 5.14)."""
+        position) in one ``madvise`` call instead of one page fault per page as the writer
+        touches them (several times cheaper per byte).
+
+        ``write=False`` (``MADV_POPULATE_READ``): page-cache pages are allocated and mapped
+        read-only; the writer still takes a (cheap) write-protect fault per page, and nothing
+        is dirtied. ``write=True`` (``MADV_POPULATE_WRITE``, RocketMQ's ``warmMappedFile``):
+        the pages are mapped writable, so the writer takes no fault at all, but they are dirty
+        (zeros) and the next sync writes them out. Returns False if the kernel does not support
+        it (Linux < 5.14)."""
         start = self.populated_pos
         stop = min(self.size, max(end, start + chunk))
         if stop <= start:
             return True
         aligned = start // PAGE_SIZE * PAGE_SIZE
         try:
-            self.mm.madvise(MADV_POPULATE_READ, aligned, stop - aligned)
+            self.mm.madvise(MADV_POPULATE_WRITE if write else MADV_POPULATE_READ, aligned, stop - aligned)
         except (OSError, ValueError, AttributeError):
             return False
         self.populated_pos = stop
+        return True
+
+    def warm(self, end: int, chunk: int) -> bool:
+        """Bring the pages of ``[max(warmed_pos, write_pos), end)`` into the page cache with
+        ``posix_fadvise(POSIX_FADV_WILLNEED)``, ``chunk`` bytes per call (RocketMQ's
+        ``AllocateMappedFileService`` role). Meant for a background thread: the call releases
+        the GIL, and allocating and zeroing fresh pages is the most expensive part of
+        appending to a new file, so the writer's :meth:`populate` then only maps pages that
+        already exist. Past the write position the file is a hole, so this reads nothing from
+        disk and dirties nothing. Returns False if ``posix_fadvise`` is not available."""
+        if _FADV_WILLNEED is None:
+            return False
+        pos = max(self.warmed_pos, self.write_pos // PAGE_SIZE * PAGE_SIZE)
+        end = min(end, self.size)
+        while pos < end:
+            n = min(chunk, end - pos)
+            if not self.hold():
+                return True  # closed or deleted meanwhile
+            try:
+                os.posix_fadvise(self._fd, pos, n, _FADV_WILLNEED)
+            except OSError:
+                return False
+            finally:
+                self.release()
+            pos += n
+            self.warmed_pos = pos
         return True
 
     # -- reading -------------------------------------------------------------------------------

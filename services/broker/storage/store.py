@@ -116,7 +116,9 @@ class MessageStore:
                                      sync=self._sync)
         self._log = CommitLog(config.commit_log_dir, config.mapped_file_size_commit_log,
                               store_host=store_host, dispatcher=self._cq, sync=self._sync,
-                              populate_size=config.populate_ahead_size)
+                              populate_size=config.populate_ahead_size,
+                              populate_write=config.flush_disk_type is FlushDiskType.ASYNC_FLUSH,
+                              warm_size=config.warm_ahead_size)
         self._checkpoint = CheckpointFile(config.checkpoint_path)
         self._sync_flush = config.flush_disk_type is FlushDiskType.SYNC_FLUSH
         self._sync_timeout = config.sync_flush_timeout / 1000
@@ -125,6 +127,7 @@ class MessageStore:
         self._flush_service: FlushRealTimeService | None = None
         self._group_commit: GroupCommitService | None = None
         self._maintenance: ServiceThread | None = None
+        self._warmer: ServiceThread | None = None
         self._lock_fd: int | None = None
         self._running = False
         self._closed = False
@@ -174,6 +177,11 @@ class MessageStore:
         tick = min(cfg.flush_interval_consume_queue, cfg.clean_resource_interval, 1000) / 1000
         self._maintenance = ServiceThread("StoreMaintenance", tick, self._maintain)
         self._maintenance.start()
+        if cfg.warm_ahead_size:
+            self._warmer = ServiceThread("CommitLogWarmer", 1.0, self._log.warm_ahead)
+            self._log.warm_wakeup = self._warmer.wakeup
+            self._warmer.start()
+            self._warmer.wakeup()
         self._running = True
         log.info("message store started", extra={"root": cfg.store_path_root_dir,
                                                   "recovery": self.recovery.mode if self.recovery else "",
@@ -187,6 +195,9 @@ class MessageStore:
         self._closed = True
         if self._maintenance is not None:
             self._maintenance.stop()
+        if self._warmer is not None:
+            self._log.warm_wakeup = None
+            self._warmer.stop()
         if self._flush_service is not None:
             self._flush_service.stop()
         with self._log.lock:  # no append in flight after this
@@ -453,6 +464,18 @@ class MessageStore:
     def read_message(self, physical_offset: int) -> MessageRecord | None:
         """The record at a commit log offset (e.g. from an offset message id)."""
         return self._log.read(physical_offset)
+
+    def queue_entries(self, topic: str, queue_id: int, queue_offset: int,
+                      max_count: int) -> list[tuple[int, int, int]]:
+        """Raw consume queue entries ``(commit log offset, size, tag hash code)`` from
+        ``queue_offset`` on, for callers that pick records themselves (raw pulls): up to
+        ``max_count``, all from one consume queue file, so possibly fewer (call again from the
+        next offset). ``[]`` for an unknown queue or an offset outside
+        ``[min_queue_offset, max_queue_offset)``. Filler entries (``size ==``
+        :data:`~services.broker.storage.consumequeue.FILLER_SIZE`) are included, and entries
+        may point below :attr:`min_offset` (their records are deleted): skip both."""
+        cq = self._cq.get(topic, queue_id)
+        return cq.read(queue_offset, max_count) if cq is not None else []
 
     def min_queue_offset(self, topic: str, queue_id: int) -> int:
         cq = self._cq.get(topic, queue_id)

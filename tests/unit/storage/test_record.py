@@ -286,3 +286,19 @@ def test_message_helpers() -> None:
     assert r.tags == "TagA" and r.keys == ["k1", "k2"] and r.tags_code == tag_hash_code("TagA")
     assert r.msg_id == offset_msg_id(HOST, 5) and r.next_physical_offset == 5 + r.store_size
     assert Message("T", b"").tags is None and Message("T", b"").keys == []
+
+
+def test_encoded_tails_are_cached_by_content_not_identity() -> None:
+    from services.broker.storage.record import _tail_cache, encode_tail
+    props = {"TAGS": "x", "KEYS": "k"}
+    first = encode_tail("CacheTopic", props)
+    assert ("CacheTopic", ("TAGS", "x"), ("KEYS", "k")) in _tail_cache
+    props["KEYS"] = "other"  # a mutated dict is a different key
+    assert encode_tail("CacheTopic", props) != first
+    assert encode_tail("CacheTopic", {"TAGS": "x", "KEYS": "k"}) == first
+    assert encode_tail("CacheTopic", {"KEYS": "k", "TAGS": "x"}) != first  # order is kept
+    unique = {"TAGS": "x", "UNIQ_KEY": "0A0B"}
+    encode_tail("CacheTopic", unique)
+    assert ("CacheTopic", ("TAGS", "x"), ("UNIQ_KEY", "0A0B")) not in _tail_cache
+    with pytest.raises(RecordError):
+        encode_tail("CacheTopic", {"TAGS": ["unhashable"]})  # type: ignore[dict-item]

@@ -12,7 +12,7 @@ import pytest
 
 from services.broker.storage import segment as segment_module
 from services.broker.storage.config import FlushDiskType, StoreConfig
-from services.broker.storage.record import Message
+from services.broker.storage.record import Message, tag_hash_code
 from services.broker.storage.segment import default_sync
 from services.broker.storage.status import GetMessageStatus, PutMessageStatus
 from services.broker.storage.store import MessageStore, StoreError
@@ -229,6 +229,7 @@ def test_pages_are_mapped_ahead_of_the_writer(open_store: StoreFactory) -> None:
 def test_without_madvise_support_pages_just_fault_in(open_store: StoreFactory,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(segment_module, "MADV_POPULATE_READ", 12345)  # EINVAL, like a pre-5.14 kernel
+    monkeypatch.setattr(segment_module, "MADV_POPULATE_WRITE", 12346)
     store = open_store(populate_ahead_size=8192)
     assert store.put_message(msg(0)).ok and store.put_messages([msg(1), msg(2)]).ok
     assert store._log.segments[-1].populated_pos == 0
@@ -279,3 +280,25 @@ def test_delete_expired_uses_file_age(open_store: StoreFactory, tmp_path: Path) 
     os.utime(directory / names[0], (old, old))
     assert store.delete_expired() >= 1  # the segment (and consume queue files below it)
     assert sorted(os.listdir(directory)) == names[1:]
+
+
+def test_queue_entries_are_the_raw_consume_queue(open_store: StoreFactory) -> None:
+    store = open_store()
+    results = [store.put_message(msg(i, tags="a" if i % 2 else "b")) for i in range(5)]
+    entries = store.queue_entries("TopicA", 0, 1, 3)
+    assert entries == [(r.physical_offsets[0], r.wrote_bytes, tag_hash_code("a" if i % 2 else "b"))
+                       for i, r in list(enumerate(results))[1:4]]
+    assert store.queue_entries("TopicA", 0, 5, 3) == []  # at the end
+    assert store.queue_entries("TopicA", 7, 0, 3) == []  # no such queue
+    assert store.queue_entries("Nope", 0, 0, 3) == []
+
+
+def test_warmer_keeps_pages_cached_ahead_of_the_writer(open_store: StoreFactory) -> None:
+    store = open_store(warm_ahead_size=8192)
+    store.put_message(msg(0))
+    segment = store._log.segments[-1]
+    deadline = time.monotonic() + 5
+    while segment.warmed_pos < segment.write_pos + 8192 - 4096 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert segment.warmed_pos >= segment.write_pos + 8192 - 4096
+    assert not any(segment.view[segment.write_pos:])  # warming writes nothing
