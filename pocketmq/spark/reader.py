@@ -8,7 +8,18 @@ state between calls and partitions are plain picklable values.
 Streaming offsets are ``{topic: {broker: {queue: next offset}}}`` (:mod:`pocketmq.spark.offsets`):
 Spark checkpoints the end of every planned micro-batch, so a query restarted from its
 checkpoint re-reads exactly the ranges it had not committed, with no gaps and no duplicates
-within the source.
+within the source. Queues that appear later (a new broker group, more queues) start at 0.
+
+With ``group`` (and ``commitOffsets``, its default) the end offsets of every micro-batch Spark
+has committed are written to the brokers as that consumer group's offsets, so ``pocketmq
+consumer progress <group>`` shows the query's lag. They are informational: the checkpoint, not
+the group, decides where a restarted query continues (``startingOffsets=group`` starts a *new*
+query from them).
+
+``readFromSlave``: ``fallback`` (default) reads from the master and moves to a slave when the
+master cannot be reached (planning and reads alike); ``preferred`` reads from slaves first;
+``never`` only from masters. A slave serves what it has replicated; a read that needs more waits
+up to ``readTimeoutMs`` and then fails (Spark retries the task).
 """
 
 from __future__ import annotations

@@ -34,6 +34,13 @@ def test_reading_continues_from_the_slave_when_the_master_is_killed(spark: Any, 
 
     second = produce(ns, topic, {("broker-a", 0): 33, ("broker-a", 1): 41}, start=1000)
     wait_until(replicated, 20, message="the slave has every message", ignore=(Exception,))
+
+    # readFromSlave=preferred reads from the slave while the master is up.
+    gets = (master.status().get_total, slave.status().get_total)
+    assert reader(spark, ns, topic, readFromSlave="preferred").count() == len(first) + len(second)
+    assert master.status().get_total == gets[0]
+    assert slave.status().get_total - gets[1] == len(first) + len(second)
+
     master.proc.kill()
 
     # The stream resumes from its checkpoint: offsets and messages now come from the slave.

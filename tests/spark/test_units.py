@@ -13,6 +13,7 @@ import pytest
 
 from pocketmq.client.message import decode_records
 from pocketmq.errors import InvalidArgumentError
+from pocketmq.spark._broker import read_order
 from pocketmq.spark.columnar import RecordFormatError, decode, tag_mask
 from pocketmq.spark.offsets import QueueKey, from_json, limit_end, parse_json, to_json
 from pocketmq.spark.options import ReadOptions, WriteOptions
@@ -117,6 +118,15 @@ def test_write_options() -> None:
         WriteOptions.parse({"topic": "a,b"})
     with pytest.raises(InvalidArgumentError, match=r"unknown pocketmq write option.*tags"):
         WriteOptions.parse({"topic": "a", "tags": "x"})
+
+
+def test_read_order_follows_read_from_slave() -> None:
+    addrs = {0: "m:1", 2: "s2:1", 1: "s1:1"}
+    assert read_order(addrs, "never") == ["m:1"]
+    assert read_order(addrs, "fallback") == ["m:1", "s1:1", "s2:1"]
+    assert read_order(addrs, "preferred") == ["s1:1", "s2:1", "m:1"]
+    assert read_order({1: "s1:1"}, "fallback") == ["s1:1"]  # the master left the route
+    assert read_order({1: "s1:1"}, "never") == []
 
 
 def test_partitions_pickle() -> None:

@@ -166,8 +166,9 @@ def session(args: argparse.Namespace) -> Any:
         if not str(spark.conf.get("spark.master", "")).startswith("local"):
             pocketmq.spark.check_workers(spark)
         return spark
-    return pocketmq.spark.local_session("pocketmq-events-pipeline", args.master,
-                                        {"spark.sql.shuffle.partitions": str(args.shuffle_partitions)})
+    return pocketmq.spark.local_session("pocketmq-events-pipeline", args.master, {
+        "spark.sql.shuffle.partitions": str(args.shuffle_partitions),
+        "spark.ui.showConsoleProgress": "false"})
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
