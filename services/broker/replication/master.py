@@ -18,8 +18,11 @@ broker's event loop:
   body, header, body, ...).  No byte of commit-log data is copied in user space, and the segment
   slices are held (so the segment cannot be unmapped) until the kernel took every byte.  After
   ``haSendHeartbeatInterval`` without sending anything it sends a heartbeat (a size-0 frame with
-  the next transfer offset); after ``haHousekeepingInterval`` without reading anything it
-  closes the connection.
+  the next transfer offset).
+
+The connection ends when either task ends or after ``haHousekeepingInterval`` without reading
+anything (checked by :meth:`SlaveConnection.run`, so a writer blocked on a slave that stopped
+reading cannot hold the connection, and its segment slices, forever).
 
 Catch-up therefore uses the configured frame size unchanged (the wire contract "body <=
 haTransferBatchSize" holds); throughput comes from writing many frames per system call.
@@ -38,8 +41,10 @@ Errors close only the connection they happened on (logged with the slave's addre
 Security: the HA port has no authentication (neither has RocketMQ's).  Everything received is
 validated, at most :data:`MAX_CONNECTIONS` connections are served at once, a connection that
 never sends a request offset is closed by housekeeping, and anything malformed closes the
-connection.  Anyone who can reach the port can still read the whole commit log: expose it only
-to the broker group (the Helm chart's NetworkPolicy does).
+connection.  Anyone who can reach the port can still read the whole commit log, and a client
+that behaves like a slave (valid request offset, acks of what it was sent) is indistinguishable
+from one: its acks count for SYNC_MASTER like a real slave's.  Expose the port only to the broker
+group (the Helm chart's NetworkPolicy does).
 """
 
 from __future__ import annotations
