@@ -162,6 +162,8 @@ def session(args: argparse.Namespace) -> Any:
         from pyspark.sql import SparkSession
 
         spark = SparkSession.builder.appName("pocketmq-events-pipeline").getOrCreate()
+        if not spark.sparkContext.getConf().contains("spark.sql.shuffle.partitions"):
+            spark.conf.set("spark.sql.shuffle.partitions", str(args.shuffle_partitions))
         pocketmq.spark.register(spark)
         if not str(spark.conf.get("spark.master", "")).startswith("local"):
             pocketmq.spark.check_workers(spark)
@@ -193,7 +195,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--no-create-topics", dest="create_topics", action="store_false")
     parser.add_argument("--queues", type=int, default=4, help="queues per master of created topics")
     parser.add_argument("--master", default="local[*]", help="Spark master when not run by spark-submit")
-    parser.add_argument("--shuffle-partitions", type=int, default=4)
+    parser.add_argument("--shuffle-partitions", type=int, default=4,
+                        help="state partitions of the aggregation (unless spark.sql.shuffle.partitions"
+                        " is set)")
     return parser.parse_args(argv)
 
 
