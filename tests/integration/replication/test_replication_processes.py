@@ -323,3 +323,25 @@ def test_garbage_on_the_ha_port_closes_only_that_connection(start_broker: StartB
     wait_until(lambda: caught_up(master, slave), 10, message="replication unaffected")
     assert master.proc.alive and slave.proc.alive
     assert slave.ha_status().reconnects == 0
+
+
+def test_slave_follows_the_master_the_nameserver_names_after_a_restart_elsewhere(
+        namesrv: str, start_broker: StartBroker) -> None:
+    """The master moves (same store, new ports): the slave's next registration learns the new
+    HA address from the NameServer and it resumes there."""
+    master = start_broker(0, namesrv=namesrv)
+    create_topic(master)
+    slave = start_broker(1, namesrv=namesrv)
+    assert send_numbered(master.client, 0, 32).status == pb.PUT_OK
+    wait_until(lambda: caught_up(master, slave), 10, message="slave caught up")
+    old_ha = master.ha_addr
+    assert master.stop() == 0  # unregisters
+    moved = start_broker(0, namesrv=namesrv, store_dir=master.store_dir)
+    assert moved.ha_addr != old_ha
+    assert send_numbered(moved.client, 32, 32).status == pb.PUT_OK
+    wait_until(lambda: slave.ha_status().master_ha_addr == moved.ha_addr, 25,
+               message="slave learned the new master from the NameServer")
+    wait_until(lambda: caught_up(moved, slave), 10, message="slave caught up with the moved master")
+    assert_identical_logs(moved, slave)
+    wait_for_topic(slave)
+    assert pull_sequence(slave.client, 0) == list(range(64))
