@@ -316,7 +316,7 @@ class HASlave:
             now = loop.time()
             if now - state.last_read > housekeeping_s:
                 raise _SessionEndError(f"nothing read from the master for {housekeeping_s:g}s "
-                                  "(haHousekeepingInterval)")
+                                       "(haHousekeepingInterval)")
             if now - state.last_ack >= heartbeat_s and not self._ack_lock.locked():
                 # (an ack stuck on a master that stopped reading must not stop this loop)
                 await self._send_ack(sock, self.store.max_offset, state, loop)
