@@ -1,4 +1,4 @@
-"""Fixtures of the Spark suite: ONE SparkSession for the whole run (local[2]; starting one takes
+"""Fixtures of the Spark suite: ONE SparkSession for the whole suite (local[2]; starting one takes
 ~10 s) and one shared cluster of real processes (a NameServer and master broker groups
 ``broker-a`` / ``broker-b``) for the tests that only need their own topics. Tests that kill or
 age brokers start their own (see test_data_loss.py, test_slave_fallback.py).
@@ -35,7 +35,7 @@ def _java_available() -> bool:
     return bool(shutil.which("java") or (home and Path(home, "bin", "java").exists()))
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def spark() -> Iterator[Any]:
     if not _java_available():
         pytest.skip("Spark needs a Java runtime (java on PATH or JAVA_HOME)")
@@ -58,7 +58,7 @@ def spark() -> Iterator[Any]:
         session.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     tmp = tmp_path_factory.mktemp("spark-cluster")
     group = ProcessGroup(tmp / "logs")
