@@ -33,26 +33,14 @@ def _logfmt_value(value: Any) -> str:
 
 
 class LogfmtFormatter(logging.Formatter):
+    """``ts=... level=info service=broker logger=... msg="..." key=value ...``"""
+
     def __init__(self, service: str) -> None:
         super().__init__()
         self.service = service
 
-    def format(self, record: logging.LogRecord) -> str:
-        parts = {
-            "ts": _timestamp(record),
-            "level": record.levelname.lower(),
-            "service": self.service,
-            "logger": record.name,
-            "msg": record.getMessage(),
-            **_fields(record),
-        }
-        if record.exc_info:
-            parts["exc"] = self.formatException(record.exc_info)
-        return " ".join(f"{k}={_logfmt_value(v)}" for k, v in parts.items())
-
-
-class JsonFormatter(LogfmtFormatter):
-    def format(self, record: logging.LogRecord) -> str:
+    def document(self, record: logging.LogRecord) -> dict[str, Any]:
+        """The fields of one log line, in order."""
         doc = {
             "ts": _timestamp(record),
             "level": record.levelname.lower(),
@@ -63,7 +51,17 @@ class JsonFormatter(LogfmtFormatter):
         }
         if record.exc_info:
             doc["exc"] = self.formatException(record.exc_info)
-        return json.dumps(doc, default=str, ensure_ascii=False)
+        return doc
+
+    def format(self, record: logging.LogRecord) -> str:
+        return " ".join(f"{k}={_logfmt_value(v)}" for k, v in self.document(record).items())
+
+
+class JsonFormatter(LogfmtFormatter):
+    """One JSON object per line with the same fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return json.dumps(self.document(record), default=str, ensure_ascii=False)
 
 
 def setup_logging(service: str, level: str | None = None, fmt: str | None = None) -> None:
