@@ -12,7 +12,7 @@ export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
 .PHONY: setup apt run test test-unit proto proto-check bench bench-store bench-namesrv bench-broker bench-client \
-        bench-ha bench-spark lint lock clean test-helm dashboards image
+        bench-ha bench-spark lint lock clean test-helm dashboards image pipeline
 
 setup: $(STAMP) apt
 
@@ -33,6 +33,10 @@ test: setup
 
 test-unit: setup
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+# The example streaming Spark job against the cluster `make run` starts (run that first).
+pipeline: setup
+	$(PY) -m pocketmq.spark.examples.events_pipeline --namesrv 127.0.0.1:9876 --generate-rate 200
 
 test-helm: setup
 	$(PY) -m pytest tests/helm tests/unit/k8s $(PYTEST_ARGS)
