@@ -6,6 +6,14 @@ timeout, so a NameServer that is down or hanging costs at most one timeout and n
 registrations with the others. On graceful shutdown it unregisters. A slave learns its master's
 gRPC and HA addresses from the replies and reports changes through ``on_master``.
 
+Every round starts by resolving each ``host:port`` entry of ``namesrvAddr`` to all the addresses
+the host has (IPv4 and IPv6; a literal IP is used as is), and the broker registers with each of
+them. So one name with several addresses, such as a Kubernetes headless Service in front of
+NameServer pods (it resolves to every ready pod), works like RocketMQ's ``a:9876;b:9876``, and
+NameServers that come and go behind the name are followed round by round. When a name does not
+resolve, the addresses it had last time are kept (or the name itself, handed to gRPC, if it never
+resolved).
+
 NameServers share nothing, so their replies may disagree for a moment (one has not yet seen the
 new master): the registrar takes the master most replies name, ties going to the NameServer listed
 first, and keeps the master it knew when no reply names one.
@@ -19,9 +27,11 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
+import ipaddress
 import logging
+import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import grpc
 
@@ -44,6 +54,8 @@ NAMESRV_CHANNEL_OPTIONS: list[tuple[str, int]] = [
 
 TopicSnapshot = Callable[[], tuple[common_pb2.DataVersion, list[common_pb2.TopicConfig]]]
 MasterCallback = Callable[[str, str], None]
+#: ``(host, port) -> IP addresses`` of the host (no ports); raises when the host does not resolve.
+Resolver = Callable[[str, int], Awaitable[list[str]]]
 
 
 def parse_namesrv_addr(text: str) -> list[str]:
@@ -55,6 +67,57 @@ def parse_namesrv_addr(text: str) -> list[str]:
         if addr and addr not in addrs:
             addrs.append(addr)
     return addrs
+
+
+def split_host_port(addr: str) -> tuple[str, int] | None:
+    """``"host:port"`` / ``"[v6]:port"`` -> ``(host, port)`` (brackets removed); None when
+    ``addr`` has no usable port."""
+    host, sep, port = addr.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        return None
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:  # a bare IPv6 address without brackets: ambiguous
+        return None
+    return host, int(port)
+
+
+def join_host_port(host: str, port: int) -> str:
+    """The gRPC target of ``host`` and ``port``: IPv6 addresses in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def is_ip_literal(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return False
+    return True
+
+
+async def resolve_host(host: str, port: int) -> list[str]:
+    """The default resolver: every IPv4 and IPv6 address of ``host`` (the system resolver through
+    the event loop's ``getaddrinfo``), deduplicated, in the resolver's order. Raises
+    ``OSError`` (``socket.gaierror``) when the host does not resolve."""
+    loop = asyncio.get_running_loop()
+    infos = await loop.getaddrinfo(host, port, family=socket.AF_UNSPEC, type=socket.SOCK_STREAM)
+    addrs: list[str] = []
+    for family, _type, _proto, _canon, sockaddr in infos:
+        if family in (socket.AF_INET, socket.AF_INET6):
+            ip = str(sockaddr[0])
+            if ip not in addrs:
+                addrs.append(ip)
+    return addrs
+
+
+def _address_order(ip: str) -> tuple[int, int, str]:
+    """IPv4 before IPv6, then numerically: a stable order whatever order DNS answers in (ties of
+    the master vote go to the first address, so they must not flip between rounds)."""
+    try:
+        parsed = ipaddress.ip_address(ip.split("%", 1)[0])
+    except ValueError:
+        return (9, 0, ip)
+    return (parsed.version, int(parsed), ip)
 
 
 def clamp_register_period(ms: int) -> float:
@@ -84,7 +147,7 @@ class BrokerIdentity:
 
 @dataclasses.dataclass(frozen=True)
 class RegistrationOutcome:
-    """The result of one RegisterBroker call to one NameServer."""
+    """The result of one RegisterBroker call to one NameServer (one resolved address)."""
 
     namesrv_addr: str
     ok: bool
@@ -104,6 +167,11 @@ class BrokerRegistrar:
         await registrar.stop()       # unregister from every NameServer
 
     Call :meth:`register_now` after the topic table changed to publish it at once.
+
+    ``namesrv_addrs`` are ``host:port`` entries; each round registers with every address they
+    resolve to through ``resolve`` (default :func:`resolve_host`, the system resolver; each
+    lookup bounded by ``timeout_s``). Outcomes, channels and the master vote are per resolved
+    address, in entry order and then IPv4 before IPv6, numerically.
     """
 
     def __init__(
@@ -115,6 +183,7 @@ class BrokerRegistrar:
         timeout_s: float = 3.0,
         on_master: MasterCallback | None = None,
         retry_s: float = 1.0,
+        resolve: Resolver = resolve_host,
     ) -> None:
         if not namesrv_addrs:
             raise ValueError("at least one NameServer address is required")
@@ -127,6 +196,13 @@ class BrokerRegistrar:
         self.timeout_s = timeout_s
         self.retry_s = min(retry_s, period_s)
         self.on_master = on_master
+        self.resolve = resolve
+        #: entry -> the addresses it resolved to last (kept while it fails to resolve).
+        self._resolved: dict[str, list[str]] = {}
+        #: Entries whose latest resolution failed.
+        self._unresolved: set[str] = set()
+        #: The addresses registered with in the latest round, in vote order.
+        self._targets: list[str] = []
         self._master_addr = ""
         self._master_ha_addr = ""
         self._channels: dict[str, grpc.aio.Channel] = {}
@@ -135,10 +211,15 @@ class BrokerRegistrar:
         self._stopping = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._ever_ok: set[str] = set()
-        #: The latest outcome per NameServer address.
+        #: The latest outcome per current NameServer address (resolved).
         self.last_outcomes: dict[str, RegistrationOutcome] = {}
         #: Completed registration rounds.
         self.rounds = 0
+
+    @property
+    def resolved_addrs(self) -> list[str]:
+        """The NameServer addresses of the latest round (``namesrv_addrs`` resolved)."""
+        return list(self._targets)
 
     @property
     def master_addr(self) -> str:
@@ -153,18 +234,18 @@ class BrokerRegistrar:
     # ------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        """Register with every NameServer now (waits at most ``timeout_s``), then keep
-        registering every ``period_s`` in a background task (sooner while incomplete, see
-        :meth:`_next_delay`)."""
+        """Resolve the NameServer names and register with every address now (waits at most
+        ``timeout_s`` for each step), then keep doing so every ``period_s`` in a background task
+        (sooner while incomplete, see :meth:`_next_delay`)."""
         if self._task is not None:
             raise RuntimeError("registrar already started")
-        self._open_channels()
         first = await self.register_now()
         self._task = asyncio.create_task(self._periodic(first), name="broker-registration")
 
     async def stop(self, unregister: bool = True) -> None:
-        """Stop the periodic registration; then unregister from every NameServer (in parallel,
-        each bounded by ``timeout_s``) unless ``unregister`` is false. Never raises."""
+        """Stop the periodic registration; then unregister from every NameServer address of the
+        latest round (in parallel, each bounded by ``timeout_s``) unless ``unregister`` is
+        false. Never raises."""
         self._stopping.set()
         if self._task is not None:
             await self._task
@@ -178,18 +259,67 @@ class BrokerRegistrar:
             self._channels.clear()
             self._stubs.clear()
 
-    def _open_channels(self) -> None:
-        for addr in self.namesrv_addrs:
+    # ------------------------------------------------------------ resolution
+
+    async def _resolve_entry(self, entry: str) -> list[str]:
+        """The addresses (``ip:port``) of one namesrvAddr entry. Never raises: on failure the
+        previous addresses, or ``[entry]`` when it never resolved."""
+        parsed = split_host_port(entry)
+        if parsed is None or is_ip_literal(parsed[0]):
+            return [entry]
+        host, port = parsed
+        try:
+            ips = await asyncio.wait_for(self.resolve(host, port), timeout=self.timeout_s)
+            if not ips:
+                raise OSError("no address")
+        except Exception as exc:
+            known = self._resolved.get(entry)
+            fields = {"namesrv": entry, "error": repr(exc), "kept": ";".join(known or [entry])}
+            if entry in self._unresolved:
+                log.debug("namesrv name does not resolve", extra=fields)
+            else:
+                log.warning("namesrv name does not resolve; keeping its last addresses", extra=fields)
+            self._unresolved.add(entry)
+            return list(known) if known else [entry]
+        addrs = [join_host_port(ip, port) for ip in sorted(dict.fromkeys(ips), key=_address_order)]
+        if entry in self._unresolved:
+            self._unresolved.discard(entry)
+            log.info("namesrv name resolves again", extra={"namesrv": entry})
+        previous = self._resolved.get(entry)
+        if addrs != previous:
+            log.info("namesrv name resolved", extra={
+                "namesrv": entry, "addrs": ";".join(addrs),
+                "added": ";".join(a for a in addrs if a not in (previous or [])) or "-",
+                "removed": ";".join(a for a in previous or [] if a not in addrs) or "-",
+            })
+            self._resolved[entry] = addrs
+        return addrs
+
+    async def _refresh_targets(self) -> None:
+        """Resolve every entry (in parallel), then open channels to new addresses and close the
+        channels of addresses no entry resolves to any more."""
+        resolved = await asyncio.gather(*(self._resolve_entry(e) for e in self.namesrv_addrs))
+        targets = list(dict.fromkeys(addr for addrs in resolved for addr in addrs))
+        for addr in [a for a in self._channels if a not in targets]:
+            channel = self._channels.pop(addr)
+            self._stubs.pop(addr, None)
+            self.last_outcomes.pop(addr, None)
+            self._ever_ok.discard(addr)
+            with contextlib.suppress(Exception):
+                await channel.close()
+        for addr in targets:
             if addr not in self._channels:
                 channel = grpc.aio.insecure_channel(addr, options=NAMESRV_CHANNEL_OPTIONS)
                 self._channels[addr] = channel
                 self._stubs[addr] = namesrv_pb2_grpc.NameServerStub(channel)
+        self._targets = targets
 
     def _next_delay(self, outcomes: Sequence[RegistrationOutcome], previous: float) -> float:
-        """The regular period after a good round; after a failed registration, or while a slave
-        knows no master yet, retry sooner (``retry_s``, doubling up to the period) so a broker
-        started before its NameServers or its master is routed within seconds, not a period."""
-        incomplete = not outcomes or not all(o.ok for o in outcomes)
+        """The regular period after a good round; after a failed registration or name
+        resolution, or while a slave knows no master yet, retry sooner (``retry_s``, doubling up
+        to the period) so a broker started before its NameServers or its master is routed within
+        seconds, not a period."""
+        incomplete = not outcomes or not all(o.ok for o in outcomes) or bool(self._unresolved)
         if not self.identity.is_master and not self._master_addr:
             incomplete = True
         if not incomplete:
@@ -228,20 +358,25 @@ class BrokerRegistrar:
         )
 
     async def register_now(self) -> list[RegistrationOutcome]:
-        """Register with every NameServer in parallel (each call bounded by ``timeout_s``).
-        Failures are logged with the NameServer's address; never raises. Returns one outcome
-        per NameServer (empty after :meth:`stop`)."""
+        """Resolve the NameServer names, then register with every address in parallel (each
+        step bounded by ``timeout_s``). Failures are logged with the NameServer's address;
+        never raises. Returns one outcome per NameServer address (empty after :meth:`stop`)."""
         async with self._lock:
             if self._stopping.is_set():
                 return []
-            self._open_channels()
+            try:
+                await self._refresh_targets()
+            except Exception:  # _resolve_entry never raises; a broken channel must not either
+                log.exception("cannot refresh the namesrv addresses")
+            if not self._targets:
+                return []
             try:
                 request = self._request()
             except Exception:
                 log.exception("cannot build the registration (topic snapshot failed)")
                 return []
             outcomes = await asyncio.gather(
-                *(self._register_one(addr, request) for addr in self.namesrv_addrs)
+                *(self._register_one(addr, request) for addr in self._targets)
             )
             self.rounds += 1
             for outcome in outcomes:
@@ -284,7 +419,7 @@ class BrokerRegistrar:
         if not votes:
             return
         best = max(votes.values())
-        # Ties go to the NameServer listed first (outcomes keep the namesrv_addrs order).
+        # Ties go to the NameServer address first in order (outcomes keep the _targets order).
         master, ha = next(
             (o.master_addr, o.master_ha_addr) for o in outcomes
             if o.ok and o.master_addr and votes[(o.master_addr, o.master_ha_addr)] == best
