@@ -3,6 +3,10 @@
 # when nothing is missing; uses sudo when not root.
 set -euo pipefail
 missing=()
+# PySpark needs a Java runtime (17 is what Spark 4 supports); install one only if none is on PATH.
+if ! command -v java >/dev/null 2>&1; then
+  missing+=("openjdk-17-jre-headless")
+fi
 for pkg in "$@"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
 done
