@@ -5,7 +5,7 @@ from the pod's own container spec: ``command`` + ``args`` and ``env`` exactly as
 the kubelet's semantics (downward API, ``$(VAR)`` expansion, the image's ``ENV`` from the
 Dockerfile), readiness judged by the rendered gRPC readiness probe, and termination by SIGTERM
 with the pod's ``terminationGracePeriodSeconds``. What a cluster provides and a laptop does not is
-emulated by four rewrites, applied to argv, env values and mounted files alike, and recorded per
+emulated by five rewrites, applied to argv, env values and mounted files alike, and recorded per
 pod (:attr:`LocalPod.rewrites`):
 
 1. **Pod network.** Every pod gets its own loopback address (127.x.y.n) as its pod IP, and a bind
@@ -15,12 +15,21 @@ pod (:attr:`LocalPod.rewrites`):
    name (``svc``, ``svc.ns``, ``svc.ns.svc``, ``svc.ns.svc.<domain>``) through its selector to
    the selected pod and its ``targetPort``, and ``<pod>.<governing headless service>...`` of a
    StatefulSet pod to that pod. A name that does not resolve (a typo in the chart) or a headless
-   name with several pods used as one address is an error.
+   name with several pods used as one address is an error (except as in 5).
 3. **Volumes.** ConfigMap volumes become directories holding the ConfigMap's files; emptyDir and
    PersistentVolumeClaim volumes become empty directories; a mountPath in argv/env/files becomes
    that directory.
 4. **Image.** ``python`` is the test environment's interpreter (the project installed in the
    virtualenv, as the image installs it in /opt/pocketmq).
+5. **Multi-address names in namesrvAddr.** In a cluster a headless Service name resolves to one
+   A record per ready pod, and the broker's registrar resolves each ``namesrvAddr`` entry every
+   round and registers with every address. A local process cannot be handed a custom resolver
+   (no /etc/hosts edits), so where PocketMQ reads a RocketMQ-style NameServer list -- the
+   ``namesrvAddr`` key of a mounted file, ``POCKETMQ_NAMESRV_ADDR``, the ``--namesrv-addr``
+   flag -- an entry ``<headless service>:port`` becomes ``podA-ip:port;podB-ip:port;...``: the
+   list the registrar would get from DNS with every selected pod ready. This tests that the
+   chart's brokers name every NameServer; the registrar's own resolution (and its following of
+   pods that come and go) is tested in tests/integration/namesrv/test_resolution.py.
 """
 
 from __future__ import annotations
@@ -46,6 +55,10 @@ from tests.helm.chart import ROOT, Manifests, PodTemplate, selector_matches
 from tests.helm.podenv import container_argv, container_env
 
 DOCKERFILE = ROOT / "Dockerfile"
+#: Where PocketMQ reads a RocketMQ-style NameServer list ("a:9876;b:9876"): config key, env, flag.
+NAMESRV_LIST_KEY = "namesrvAddr"
+NAMESRV_LIST_ENV = "POCKETMQ_NAMESRV_ADDR"
+NAMESRV_LIST_FLAG = "--namesrv-addr"
 IMAGE_PREFIX = "/opt/pocketmq"
 _BOUNDARY_BEFORE = r"(?<![A-Za-z0-9.\-])"
 _BOUNDARY_AFTER = r"(?![A-Za-z0-9\-]|\.[A-Za-z0-9])"
@@ -190,16 +203,11 @@ class LocalCluster:
                         table[dns_name] = ("", [pod])
         return table
 
-    def resolve(self, name: str, port: int | None = None) -> str:
-        """``name[:port]`` -> ``ip[:target port]`` as a client in the namespace would reach it."""
-        if name not in self.dns:
-            raise ClusterError(f"{name!r} does not resolve")
-        service, pods = self.dns[name]
-        if not pods:
-            raise ClusterError(f"{name!r} selects no pod")
-        if len(pods) > 1 and self.manifests.get("Service", service)["spec"].get("clusterIP") == "None":
-            raise ClusterError(f"{name!r} is a headless Service with {len(pods)} pods used as one address")
-        target = pods[0]  # a ClusterIP Service: kube-proxy picks a pod; we pick the first
+    def _is_headless(self, service: str) -> bool:
+        return bool(service) and self.manifests.get("Service", service)["spec"].get("clusterIP") == "None"
+
+    def _address(self, service: str, target: LocalPod, port: int | None) -> str:
+        """``ip[:target port]`` of ``target`` reached through ``service`` ("" = a pod name)."""
         if port is None:
             return target.ip
         if service:
@@ -211,10 +219,59 @@ class LocalCluster:
             port = target.template.port(tp) if isinstance(tp, str) else int(tp)
         return f"{target.ip}:{port}"
 
+    def resolve(self, name: str, port: int | None = None) -> str:
+        """``name[:port]`` -> ``ip[:target port]`` as a client in the namespace would reach it."""
+        if name not in self.dns:
+            raise ClusterError(f"{name!r} does not resolve")
+        service, pods = self.dns[name]
+        if not pods:
+            raise ClusterError(f"{name!r} selects no pod")
+        if len(pods) > 1 and self._is_headless(service):
+            raise ClusterError(f"{name!r} is a headless Service with {len(pods)} pods used as one address")
+        # a ClusterIP Service: kube-proxy picks a pod; we pick the first
+        return self._address(service, pods[0], port)
+
+    def resolve_all(self, name: str, port: int | None = None) -> list[str]:
+        """Every address ``name[:port]`` resolves to: one per selected pod for a headless Service
+        (its A records, all pods taken as ready), else the one :meth:`resolve` gives."""
+        if name not in self.dns:
+            raise ClusterError(f"{name!r} does not resolve")
+        service, pods = self.dns[name]
+        if not pods:
+            raise ClusterError(f"{name!r} selects no pod")
+        if not self._is_headless(service):
+            return [self.resolve(name, port)]
+        return [self._address(service, pod, port) for pod in pods]
+
+    def _expand_namesrv_list(self, pod: LocalPod, value: str, where: str) -> str:
+        """Rewrite 5: each ``<headless name>:port`` entry of a NameServer list -> the addresses of
+        all its pods. Other entries are left to the ordinary DNS rewrite."""
+        entries: list[str] = []
+        for entry in value.split(";"):
+            host, sep, port = entry.strip().rpartition(":")
+            if sep and port.isdigit() and host in self.dns and self._is_headless(self.dns[host][0]):
+                addrs = self.resolve_all(host, int(port))
+                pod.rewrites.append(f"{where}: {NAMESRV_LIST_KEY} entry {entry.strip()!r} -> "
+                                    f"{';'.join(addrs)!r} (headless Service: every pod's address, as "
+                                    "the broker's registrar resolves it each round)")
+                entries += addrs
+            else:
+                entries.append(entry)
+        return ";".join(entries)
+
     # -- rewriting ----------------------------------------------------------------------------
 
-    def _rewrite(self, pod: LocalPod, text: str, mounts: Mapping[str, Path], where: str) -> str:
+    def _rewrite(self, pod: LocalPod, text: str, mounts: Mapping[str, Path], where: str,
+                 namesrv_list: bool = False) -> str:
+        """Rewrites 1-3 and 5 of ``text`` (an argv item, env value or file); ``namesrv_list``:
+        the whole text is a NameServer list (files: their ``namesrvAddr`` lines are)."""
         original = text
+        if namesrv_list:
+            text = self._expand_namesrv_list(pod, text, where)
+        elif where.startswith("file "):
+            text = re.sub(r"^([ \t]*" + NAMESRV_LIST_KEY + r"[ \t]*[=:][ \t]*)(\S+)[ \t]*$",
+                          lambda m: m.group(1) + self._expand_namesrv_list(pod, m.group(2), where),
+                          text, flags=re.M)
         for name in sorted(self.dns, key=len, reverse=True):
             def repl(m: re.Match[str], name: str = name) -> str:
                 return self.resolve(name, int(m.group(1)) if m.group(1) else None)
@@ -262,8 +319,17 @@ class LocalCluster:
         spec_env = container_env(container, pod_obj)
         argv = container_argv(container, {**self.image_env, **spec_env})
         pod.env = {**self.image_env, "HOSTNAME": pod.name, "HOME": str(pod.dir),
-                   **{k: self._rewrite(pod, v, mounts, f"env {k}") for k, v in spec_env.items()}}
-        pod.argv = [self._rewrite(pod, a, mounts, "argv") for a in argv]
+                   **{k: self._rewrite(pod, v, mounts, f"env {k}", namesrv_list=k == NAMESRV_LIST_ENV)
+                      for k, v in spec_env.items()}}
+        pod.argv = []
+        for i, arg in enumerate(argv):
+            flag, eq, value = arg.partition("=")
+            if flag == NAMESRV_LIST_FLAG and eq:
+                arg = flag + "=" + self._rewrite(pod, value, mounts, "argv", namesrv_list=True)
+            else:
+                arg = self._rewrite(pod, arg, mounts, "argv",
+                                    namesrv_list=i > 0 and argv[i - 1] == NAMESRV_LIST_FLAG)
+            pod.argv.append(arg)
         for path, text in config_files:
             path.write_text(self._rewrite(pod, text, mounts, f"file {path.relative_to(pod.dir / 'mnt')}"))
 
