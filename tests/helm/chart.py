@@ -35,7 +35,7 @@ VALUE_SETS: dict[str, Obj] = {
                                "config": {"slaveTimeout": 3000, "haSlaveFallbehindMax": 268435456}}},
     "metrics-off": {"metrics": {"enabled": False}},
     "everything-on": {
-        "namesrv": {"kind": "Deployment", "replicas": 3},
+        "namesrv": {"kind": "StatefulSet", "replicas": 3},  # the non-default kind
         "broker": {"groups": 2, "slavesPerGroup": 1, "advertise": "podDNS",
                    "persistence": {"enabled": False}, "podAntiAffinity": "hard"},
         "metrics": {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}},

@@ -33,7 +33,8 @@ from tests.helm.prom import Prometheus
 
 pytestmark = [pytest.mark.slow, needs_services]
 VALUES: dict[str, Any] = {
-    "namesrv": {"replicas": 1},
+    # the StatefulSet kind (not the default): brokers name the NameServer pod by its stable name
+    "namesrv": {"kind": "StatefulSet", "replicas": 1},
     "broker": {"groups": 1, "slavesPerGroup": 2, "masterRole": "SYNC_MASTER"},
     "metrics": {"serviceMonitor": {"enabled": True, "interval": "1s"}, "prometheusRule": {"enabled": True}},
 }

@@ -98,8 +98,11 @@ def test_every_value_set_renders_the_expected_kinds() -> None:
     for name, values in VALUE_SETS.items():
         kinds = render(values).kinds()
         assert core <= kinds, (name, core - kinds)
+    for name, values in VALUE_SETS.items():  # NameServers: a Deployment unless kind says otherwise
+        namesrv_kind = values.get("namesrv", {}).get("kind", "Deployment")
+        assert ("Deployment" in render(values).kinds()) == (namesrv_kind == "Deployment"), name
     everything = render(VALUE_SETS["everything-on"]).kinds()
-    assert {"Deployment", "ServiceMonitor", "PrometheusRule"} <= everything
+    assert {"ServiceMonitor", "PrometheusRule"} <= everything
     assert not {"ServiceMonitor", "PrometheusRule"} & render({}).kinds(), "monitoring CRDs must be opt-in"
 
 

@@ -18,6 +18,7 @@ from tests.helm.chart import (
     Manifests,
     PodTemplate,
     broker_conf,
+    default_values,
     render,
     selector_matches,
 )
@@ -102,8 +103,34 @@ def test_broker_conf_carries_group_identity_and_the_chart_owned_keys() -> None:
 
 
 @pytest.mark.parametrize("replicas", [1, 2, 3])
-def test_namesrv_addr_lists_every_nameserver_by_its_stable_name(replicas: int) -> None:
+def test_namesrv_deployment_brokers_register_through_the_headless_service(replicas: int) -> None:
     m = render({"namesrv": {"replicas": replicas}})
+    deploy = m.get("Deployment", f"{FULLNAME}-namesrv")
+    assert deploy["spec"]["replicas"] == replicas
+    assert deploy["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    assert f"{FULLNAME}-namesrv" not in {s["metadata"]["name"] for s in m.of_kind("StatefulSet")}
+    pods = [p.name for p in m.pods() if p.owner_name == f"{FULLNAME}-namesrv"]
+    assert len(pods) == replicas
+    # brokers: the headless Service, which resolves to every ready NameServer pod
+    headless = m.get("Service", f"{FULLNAME}-namesrv-headless")
+    assert headless["spec"]["clusterIP"] == "None"
+    assert headless["spec"]["publishNotReadyAddresses"] is False
+    assert [p.name for p in m.pods_selected_by(headless["spec"]["selector"], plain_labels=True)] == pods
+    assert broker_conf(m, f"{FULLNAME}-broker-a")["namesrvAddr"] == (
+        f"{FULLNAME}-namesrv-headless.{NAMESPACE}.svc.cluster.local:9876")
+    # clients and port-forward: the ClusterIP Service in front of the same pods
+    client_svc = m.get("Service", f"{FULLNAME}-namesrv")
+    assert client_svc["spec"]["type"] == "ClusterIP" and "clusterIP" not in client_svc["spec"]
+    assert [p.name for p in m.pods_selected_by(client_svc["spec"]["selector"], plain_labels=True)] == pods
+    (pdb,) = [p for p in m.of_kind("PodDisruptionBudget") if p["metadata"]["name"] == f"{FULLNAME}-namesrv"]
+    assert pdb["spec"]["maxUnavailable"] == 1
+    assert [p.name for p in m.pods_selected_by(pdb["spec"]["selector"])] == pods
+    assert "Deployment" in m.notes() and f"namesrvAddr={FULLNAME}-namesrv-headless." in m.notes()
+
+
+@pytest.mark.parametrize("replicas", [1, 2, 3])
+def test_namesrv_statefulset_addr_lists_every_nameserver_by_its_stable_name(replicas: int) -> None:
+    m = render({"namesrv": {"kind": "StatefulSet", "replicas": replicas}})
     sts = m.get("StatefulSet", f"{FULLNAME}-namesrv")
     headless = sts["spec"]["serviceName"]
     assert m.get("Service", headless)["spec"]["clusterIP"] == "None"
@@ -112,11 +139,9 @@ def test_namesrv_addr_lists_every_nameserver_by_its_stable_name(replicas: int) -
     assert broker_conf(m, f"{FULLNAME}-broker-a")["namesrvAddr"].split(";") == expected
 
 
-def test_namesrv_deployment_mode_uses_the_headless_name_and_explicit_override_wins() -> None:
-    m = render({"namesrv": {"kind": "Deployment"}})
-    assert m.get("Deployment", f"{FULLNAME}-namesrv")["spec"]["replicas"] == 2
-    assert broker_conf(m, f"{FULLNAME}-broker-a")["namesrvAddr"] == (
-        f"{FULLNAME}-namesrv-headless.{NAMESPACE}.svc.cluster.local:9876")
+def test_namesrv_kind_defaults_to_deployment_and_explicit_override_wins() -> None:
+    assert default_values()["namesrv"]["kind"] == "Deployment"
+    assert "Deployment" in render({}).kinds()
     m = render({"broker": {"namesrvAddr": "ns1.example:9876;ns2.example:9876"}})
     assert broker_conf(m, f"{FULLNAME}-broker-a")["namesrvAddr"] == "ns1.example:9876;ns2.example:9876"
 
@@ -147,7 +172,7 @@ def test_checksum_is_the_hash_of_the_rendered_broker_conf() -> None:
     {"broker": {"config": {"fileReservedTime": 48}}},
     {"broker": {"flushDiskType": "SYNC_FLUSH"}},
     {"broker": {"masterRole": "SYNC_MASTER"}},
-    {"namesrv": {"replicas": 3}},
+    {"broker": {"namesrvAddr": "ns1.example:9876"}},
     {"metrics": {"enabled": False}},
 ])
 def test_a_broker_conf_change_changes_the_pod_template(change: dict[str, object]) -> None:
@@ -161,14 +186,23 @@ def test_unrelated_changes_keep_the_checksum() -> None:
     name = f"{FULLNAME}-broker-a"
     base = render({})
     for change in ({"broker": {"resources": {"limits": {"memory": "4Gi"}}}}, {"image": {"tag": "9.9.9"}},
-                   {"namesrv": {"config": {"brokerChannelExpiredTime": 60000}}}):
+                   {"namesrv": {"config": {"brokerChannelExpiredTime": 60000}}},
+                   # Deployment NameServers: brokers find a new pod through DNS, no roll needed
+                   {"namesrv": {"replicas": 3}}):
         assert checksum(render(change), name) == checksum(base, name), change
+
+
+def test_statefulset_namesrv_replicas_roll_the_brokers() -> None:
+    name = f"{FULLNAME}-broker-a"
+    two = render({"namesrv": {"kind": "StatefulSet", "replicas": 2}})
+    three = render({"namesrv": {"kind": "StatefulSet", "replicas": 3}})
+    assert checksum(two, name) != checksum(three, name)
 
 
 def test_namesrv_conf_change_rolls_the_nameservers() -> None:
     def ns_checksum(m: Manifests) -> str:
-        return str(m.get("StatefulSet", f"{FULLNAME}-namesrv")["spec"]["template"]["metadata"]
-                   ["annotations"]["checksum/config"])
+        (pod,) = [p for p in m.pod_templates() if p.owner_name == f"{FULLNAME}-namesrv"]
+        return str(pod.metadata["annotations"]["checksum/config"])
 
     base = render({})
     changed = render({"namesrv": {"config": {"brokerChannelExpiredTime": 60000}}})

@@ -108,8 +108,9 @@ imagePullSecrets:
 {{- end -}}
 
 {{/*
-namesrvAddr for brokers: every NameServer by its stable name (StatefulSet), the headless Service
-name (Deployment), or broker.namesrvAddr when set.
+namesrvAddr for brokers: the headless Service name (Deployment; it resolves to every ready
+NameServer pod and the broker registers with each address, re-resolving every round), every
+NameServer by its stable name (StatefulSet), or broker.namesrvAddr when set.
 */}}
 {{- define "pocketmq.namesrv.addr" -}}
 {{- if .Values.broker.namesrvAddr -}}
