@@ -1,7 +1,8 @@
 """Run the rendered chart: every pod the chart's workloads would create is started as a local
-process from its own rendered command, args, env and ports (see localpods.py for the four
+process from its own rendered command, args, env and ports (see localpods.py for the five
 emulated pieces of a cluster), and the cluster they form must work: each broker gets the
-identity its ordinal gives, registers with every NameServer, routes list both groups, messages
+identity its ordinal gives, registers with every NameServer (the Deployment's pods, all behind
+the headless Service name of namesrvAddr), routes list both groups, messages
 produced through the routes are consumed back, slaves replicate, the helm test pod's round trip
 passes, a real Prometheus configured
 from the rendered ServiceMonitor/PrometheusRule scrapes every pod, every query of the shipped
@@ -74,6 +75,10 @@ def test_every_broker_runs_with_the_identity_of_its_ordinal(cluster: LocalCluste
 def test_every_broker_registers_with_every_nameserver(cluster: LocalCluster) -> None:
     expected = {g: {p.template.ordinal: p.addr("grpc") for p in brokers(cluster) if group_of(p) == g}
                 for g in ("broker-a", "broker-b")}
+    # namesrvAddr names the headless Service; as DNS would, it stands for both NameServer pods
+    every_namesrv = ";".join(ns.addr("grpc") for ns in namesrvs(cluster))
+    for pod in brokers(cluster):
+        assert any(f"-> {every_namesrv!r} (headless Service" in r for r in pod.rewrites), pod.rewrites
     for ns in namesrvs(cluster):
         def registered(ns: LocalPod = ns) -> bool:
             info = client.cluster_info(ns.addr("grpc"))
