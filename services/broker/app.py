@@ -172,8 +172,9 @@ class BrokerApp:
 
         self.notifier = QueueNotifier(loop, self.store.max_queue_offset)
         if not cfg.is_master:
-            # Replicated data is appended outside the send path: wake pulls by max offset.
-            self.store.add_append_listener(lambda _offset: self.notifier.poke())
+            # Replicated data is dispatched by the store's reput thread, outside the send path:
+            # wake pulls by max queue offset once it is readable.
+            self.store.add_dispatch_listener(lambda _offset: self.notifier.poke())
         self.send = SendService(
             cfg, self.store_config, self.store, self.notifier, self.topics, self.metrics,
             store_host=self.store.store_host, master_addr=lambda: self.master_addr,

@@ -10,10 +10,12 @@ loop:
 * **Session**: connect (3 s timeout), report the store's max offset (the request offset), then
   read frames with :class:`~services.broker.replication.protocol.SlaveConnectionProtocol`.
   Every data frame is appended whole with :meth:`MessageStore.append_data
-  <services.broker.storage.store.MessageStore.append_data>` (which also dispatches the completed
-  records into the consume queues, so consumers can pull from the slave); after the frames of
-  one read are appended, one ack with the new max offset goes back (acks of one read are
-  coalesced).  Without any append the slave still reports every ``haSendHeartbeatInterval``, and
+  <services.broker.storage.store.MessageStore.append_data>` (a copy into the commit log; the
+  store's reput thread then dispatches the completed records into the consume queues, so
+  consumers can pull from the slave); after the frames of one read are appended, one ack with
+  the new max offset goes back (acks of one read are coalesced).  The ack covers the commit
+  log, not the consume queues, as in RocketMQ: a SYNC_MASTER PUT_OK means the bytes are in this
+  slave's commit log.  Without any append the slave still reports every ``haSendHeartbeatInterval``, and
   it closes the connection after ``haHousekeepingInterval`` without reading anything.
 * **Continuity**: a frame (or a heartbeat, once the slave has data) that does not start at the
   slave's max offset closes the connection; the slave reconnects and asks again from its own

@@ -9,8 +9,11 @@ record that does not fit in the current segment (with 8 bytes to spare for the e
 closes it with a blank record and goes to a new segment.
 
 A slave appends raw bytes replicated from its master (:meth:`append_data`): chunks arrive in
-offset order, may contain blank records and may end in the middle of a record. The dispatcher
-position (:attr:`dispatched_offset`) only ever advances over whole, validated records.
+offset order, may contain blank records and may end in the middle of a record. The append only
+copies them and walks the record headers (framing); :meth:`reput`, called in a loop by the
+store's ``ReputMessageService`` thread, validates whole records (body CRC included) and
+dispatches them in batches. The dispatcher position (:attr:`dispatched_offset`) only ever
+advances over whole, validated records; an invalid one stops it (:attr:`dispatch_error`).
 
 Recovery helpers (:meth:`recover_from_checkpoint`, :meth:`recover_by_scan`) are driven by
 :class:`services.broker.storage.store.MessageStore` at start-up.
@@ -34,6 +37,8 @@ from services.broker.storage.record import (
     HEADER_SIZE,
     HOST_V6_FLAGS,
     MAGIC_CODE,
+    MIN_RECORD_SIZE,
+    PROPERTY_TAGS,
     TRANSACTION_PREPARED_TYPE,
     CheckKind,
     Host,
@@ -48,7 +53,9 @@ from services.broker.storage.record import (
     encode_batch,
     encode_tail,
     host_bytes,
+    property_value,
     read_store_timestamp,
+    tag_hash_code,
 )
 from services.broker.storage.segment import (
     PAGE_SIZE,
@@ -67,6 +74,25 @@ _BLANK_HEADER = struct.Struct(">iI")
 MAX_RECORD_SIZE = 2**31 - 1
 #: Bytes per ``posix_fadvise`` call of :meth:`CommitLog.warm_ahead`.
 WARM_CHUNK = 4 * 1024 * 1024
+#: At most this many bytes are populated (``madvise``) ahead of the writer per append: one call
+#: mapping 4 MiB writable holds the writer (and the GIL) for ~10 ms; 256 KiB steps bound it to
+#: well under a millisecond (the total work is the same).
+POPULATE_STEP = 256 * 1024
+#: Records the reput dispatcher indexes per lock acquisition before it lets others run.
+REPUT_BATCH = 256
+
+# Record fields the append-path header walk reads: TOTALSIZE, MAGICCODE, PHYSICALOFFSET.
+_WALK = struct.Struct(">iI20xq").unpack_from
+_WALK_SIZE = 36
+_PREFIX = struct.Struct(">iI").unpack_from
+# Record fields the dispatcher needs: TOTALSIZE, MAGICCODE, BODYCRC, QUEUEID, QUEUEOFFSET,
+# PHYSICALOFFSET, SYSFLAG, STORETIMESTAMP, BODYLENGTH.
+_DISPATCH = struct.Struct(">iIIi4xqqi16xq20xi")
+assert _DISPATCH.size == HEADER_SIZE
+_DISPATCH_UNPACK = _DISPATCH.unpack_from
+_U16 = struct.Struct(">H").unpack_from
+_TAGS_KEY = PROPERTY_TAGS.encode() + b"\x01"
+_TOPICS_MAX = 8192
 
 
 class QueueIndex(Protocol):
@@ -194,6 +220,22 @@ class CommitLog:
         #: Called (on the writer's thread, under the lock) each time the writer maps a new
         #: chunk: wakes whoever calls :meth:`warm_ahead` (e.g. ``ServiceThread.wakeup``).
         self.warm_wakeup: Callable[[], None] | None = None
+        #: Called (outside the lock) after :meth:`append_data` wrote bytes the dispatcher has
+        #: not seen: wakes the reput thread (e.g. ``ServiceThread.wakeup``).
+        self.reput_wakeup: Callable[[], None] | None = None
+        #: Called (on the dispatching thread, outside the lock) with the new dispatched offset
+        #: each time :meth:`reput` made progress.
+        self.on_dispatched: Callable[[int], None] | None = None
+        #: Verify BODYCRC when dispatching replicated records (recovery always does).
+        self.reput_check_crc = True
+        #: Offset up to which :meth:`append_data`'s header walk validated record boundaries.
+        self._walked = 0
+        #: Set when the dispatcher met an invalid record: (its offset, why). Nothing at or past
+        #: it is dispatched; the next :meth:`append_data` cuts the log back there and raises.
+        self._dispatch_error: tuple[int, str] | None = None
+        self._dispatch_cond = threading.Condition(threading.Lock())
+        self._dispatch_waiters = 0
+        self._topic_names: dict[bytes, str] = {}
         self.closed = False
 
     # -- state ---------------------------------------------------------------------------------
@@ -215,6 +257,11 @@ class CommitLog:
     def dispatched_offset(self) -> int:
         """Everything below this offset is whole records dispatched to the consume queues."""
         return self._dispatched
+
+    @property
+    def dispatch_error(self) -> tuple[int, str] | None:
+        """(offset, reason) of the invalid record that stopped the dispatcher, or None."""
+        return self._dispatch_error
 
     @property
     def last_store_timestamp(self) -> int:
@@ -288,6 +335,8 @@ class CommitLog:
             if seg is None or seg.write_pos + size + END_FILE_MIN_BLANK_LENGTH > seg.size:
                 seg = self._roll()
             pos = seg.write_pos
+            if self._dispatched != seg.start + pos:  # replicated records not yet dispatched
+                self._dispatch_locked(None, True)
             end = pos + size
             if end > seg.populated_pos and self._populate_size:
                 self._populate(seg, end)
@@ -337,6 +386,8 @@ class CommitLog:
         with self.lock:
             if self.closed:
                 raise StoreClosedError("commit log is closed")
+            if self._dispatched != self._queue.max_offset:  # replicated records not yet dispatched
+                self._dispatch_locked(None, True)
             ts = self._store_timestamp()
             find, create = self._find, self._create
             assigned: dict[tuple[str, int], list[int]] = {}  # key -> [next queue offset]
@@ -392,17 +443,28 @@ class CommitLog:
     # -- appending (slave) ---------------------------------------------------------------------
 
     def append_data(self, start_offset: int, data: bytes | bytearray | memoryview) -> int:
-        """Append replicated bytes as they are and dispatch the whole records they complete.
+        """Append replicated bytes as they are; the reput dispatcher (:meth:`reput`) indexes
+        the whole records later (RocketMQ's slave: the commit log is acked, the consume queues
+        follow).
 
         ``start_offset`` must equal :attr:`max_offset` (an empty log accepts any offset at a
         segment boundary). The chunk must not cross a segment boundary (master and slave use the
-        same segment size). Returns the new max offset. Raises :class:`OffsetMismatchError`,
-        :class:`CorruptDataError` (the log is then cut back to the last whole valid record).
+        same segment size). Only record framing is checked here (TOTALSIZE, MAGICCODE,
+        PHYSICALOFFSET of every record header, walked with one ``struct`` unpack each); BODYCRC
+        and the other fields are checked by the dispatcher. Returns the new max offset. Raises
+        :class:`OffsetMismatchError` or :class:`CorruptDataError` (the log is then cut back to
+        the last whole record before the invalid one: bad framing in this chunk, or an invalid
+        record the dispatcher found in an earlier one).
         """
         n = len(data)
         with self.lock:
             if self.closed:
                 raise StoreClosedError("commit log is closed")
+            error = self._dispatch_error
+            if error is not None:
+                self._dispatch_error = None
+                self.truncate_locked(error[0])
+                raise CorruptDataError(*error)
             last = self._queue.last
             if last is None:
                 if start_offset % self._segment_size:
@@ -412,7 +474,7 @@ class CommitLog:
                 if n == 0:
                     return self.max_offset
                 seg = self._new_segment(start_offset)
-                self._dispatched = start_offset
+                self._dispatched = self._walked = start_offset
             else:
                 max_offset = last.start + last.write_pos
                 if start_offset != max_offset:
@@ -420,21 +482,63 @@ class CommitLog:
                 if n == 0:
                     return max_offset
                 seg = self._new_segment(last.end) if last.is_full else last
-            if seg.write_pos + n > seg.size:
+            size = seg.size
+            pos = seg.write_pos
+            end = pos + n
+            if end > size:
                 raise OffsetMismatchError(start_offset, self.max_offset, (
                     f"{n} bytes at {start_offset} cross the end of the segment at {seg.end}: "
                     "do master and slave use the same mappedFileSizeCommitLog?"))
-            if seg.write_pos + n > seg.populated_pos and self._populate_size:
-                self._populate(seg, seg.write_pos + n)
-            seg.append(data)
-            _, stop_reason, bad_offset = self._dispatch_pending_locked()
-            if stop_reason:
-                self._queue.truncate(bad_offset)
-                raise CorruptDataError(bad_offset, stop_reason)
-            return self.max_offset
+            if end > seg.populated_pos and self._populate_size:
+                self._populate(seg, end)
+            mm = seg.mm
+            mm[pos:end] = data
+            seg.write_pos = end
+            # Header walk: from the first record not yet walked to the last one complete.
+            base = seg.start
+            p = max(self._walked, self._dispatched) - base
+            if p < 0:  # the previous segment is complete: the walk goes on in this one
+                p = 0
+            reason = ""
+            while p + 8 <= end:
+                if p + _WALK_SIZE <= end:
+                    total, magic, physical = _WALK(mm, p)
+                else:
+                    total, magic = _PREFIX(mm, p)
+                    physical = -1
+                if magic == MAGIC_CODE:
+                    if total < MIN_RECORD_SIZE or p + total + END_FILE_MIN_BLANK_LENGTH > size:
+                        reason = f"bad record size {total}"
+                        break
+                    if p + total > end:
+                        break
+                    if physical != base + p:
+                        reason = f"PHYSICALOFFSET {physical} != position {base + p}"
+                        break
+                    p += total
+                elif magic == BLANK_MAGIC_CODE:
+                    if total != size - p:
+                        reason = f"blank record of bad size {total}"
+                        break
+                    p = size
+                else:
+                    reason = ("end of data" if total == 0 and magic == 0
+                              else f"bad magic code 0x{magic:08x}")
+                    break
+            self._walked = base + p
+            if reason:
+                bad = base + p
+                log.error("commit log: invalid replicated record at %d (%s); cut back", bad, reason)
+                self._queue.truncate(bad)
+                raise CorruptDataError(bad, reason)
+            new_max = base + end
+        wakeup = self.reput_wakeup
+        if wakeup is not None:
+            wakeup()
+        return new_max
 
     def _populate(self, seg: Segment, end: int) -> None:
-        if not seg.populate(end, self._populate_size, write=self._populate_write):
+        if not seg.populate(end, min(self._populate_size, POPULATE_STEP), write=self._populate_write):
             log.info("madvise(MADV_POPULATE_%s) is not supported here; pages fault in one by one",
                      "WRITE" if self._populate_write else "READ")
             self._populate_size = 0
@@ -465,56 +569,176 @@ class CommitLog:
 
     def set_dispatched_offset(self, offset: int) -> None:
         """Where :meth:`dispatch_pending` resumes (recovery; a record boundary)."""
-        self._dispatched = offset
+        self._dispatched = self._walked = offset
 
     def dispatch_pending(self) -> tuple[int, str, int]:
-        """Dispatch whole records from :attr:`dispatched_offset` to the end of the data.
-        Returns (records dispatched, reason if an invalid record stopped it, its offset)."""
+        """Dispatch whole records from :attr:`dispatched_offset` to the end of the data, body
+        CRCs checked (recovery). Returns (records dispatched, reason if an invalid record
+        stopped it, its offset)."""
         with self.lock:
-            return self._dispatch_pending_locked()
+            count, reason = self._dispatch_locked(None, True)
+            self._walked = max(self._walked, self._dispatched)
+            return count, reason, self._dispatched
 
-    def _dispatch_pending_locked(self) -> tuple[int, str, int]:
+    @property
+    def undispatched(self) -> bool:
+        """Whether written bytes wait for the dispatcher (and it is not stopped by an error)."""
+        return self._dispatched < self._queue.max_offset and self._dispatch_error is None
+
+    def reput(self, max_records: int = REPUT_BATCH) -> int:
+        """Dispatch up to ``max_records`` whole records from :attr:`dispatched_offset` (one lock
+        acquisition: call it in a loop, letting other threads run in between). An invalid
+        record stops dispatching for good: it is logged, reported in :attr:`dispatch_error`
+        and never indexed. Returns the records dispatched (0: nothing more to do for now)."""
+        with self.lock:
+            if self.closed or self._dispatch_error is not None:
+                return 0
+            before = self._dispatched
+            count, reason = self._dispatch_locked(max_records, self.reput_check_crc)
+            offset = self._dispatched
+            if reason:
+                self._dispatch_error = (offset, reason)
+                log.error("commit log: INVALID RECORD at %d (%s): dispatching stopped, nothing from "
+                          "there on is served; the next replicated append cuts the log back there",
+                          offset, reason)
+        if offset != before:
+            if self._dispatch_waiters:
+                with self._dispatch_cond:
+                    self._dispatch_cond.notify_all()
+            listener = self.on_dispatched
+            if listener is not None:
+                listener(offset)
+        return count
+
+    def wait_dispatched(self, offset: int, timeout: float) -> bool:
+        """Block until :attr:`dispatched_offset` reaches ``offset`` (True) or ``timeout``
+        seconds pass or the dispatcher stopped before it (False)."""
+        if self._dispatched >= offset:
+            return True
+        deadline = time.monotonic() + timeout
+        cond = self._dispatch_cond
+        with cond:
+            self._dispatch_waiters += 1
+            try:
+                while self._dispatched < offset:
+                    if self._dispatch_error is not None or self.closed:
+                        return False
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return False
+                    cond.wait(min(left, 0.05))  # (a wake-up lost to a race costs 50 ms at most)
+                return True
+            finally:
+                self._dispatch_waiters -= 1
+
+    def _dispatch_locked(self, max_records: int | None, check_crc: bool) -> tuple[int, str]:
+        """Dispatch whole records from :attr:`dispatched_offset` (hold the lock), at most
+        ``max_records`` (None: all). Validates each record as
+        :func:`~services.broker.storage.record.check_record` does (inlined: this is the
+        slave's hot loop). Returns (records dispatched, reason if an invalid record stopped
+        it at the new :attr:`dispatched_offset`)."""
         offset = self._dispatched
         queue = self._queue
         end = queue.max_offset
         count = 0
-        stop_reason = ""
+        limit = max_records if max_records is not None else -1
+        reason = ""
         find, create = self._find, self._create
-        while offset < end:
+        topics = self._topic_names
+        last_ts = self._last_store_ts
+        crc32 = zlib.crc32
+        while offset < end and count != limit:
             seg = queue.find(offset)
             if seg is None:
                 if offset < queue.min_offset:
                     offset = queue.min_offset
                     continue
                 break
-            pos = offset - seg.start
-            if pos >= seg.write_pos:
+            base = seg.start
+            pos = offset - base
+            write_pos = seg.write_pos
+            if pos >= write_pos:
                 if seg.is_full:
                     offset = seg.end
                     continue
                 break
-            check = check_record(seg.view, pos, seg.write_pos - pos, expected_offset=offset,
-                                 segment_remaining=seg.size - pos)
-            if check.kind is CheckKind.RECORD:
-                req = check.request
-                assert req is not None
-                if not req.sys_flag & TRANSACTION_PREPARED_TYPE:
-                    index = find((req.topic, req.queue_id)) or create(req.topic, req.queue_id)
-                    index.put(req.queue_offset, offset, req.size, req.tags_code)
-                if req.store_timestamp > self._last_store_ts:
-                    self._last_store_ts = req.store_timestamp
-                offset += check.size
+            size = seg.size
+            mm = seg.mm
+            view = seg.view
+            while pos < write_pos and count != limit:
+                available = write_pos - pos
+                if available < END_FILE_MIN_BLANK_LENGTH:
+                    break
+                total, magic = _PREFIX(mm, pos)
+                if magic != MAGIC_CODE:
+                    if magic == BLANK_MAGIC_CODE:
+                        if total != size - pos:
+                            reason = f"blank record of bad size {total}"
+                        elif total <= available:
+                            pos = size
+                        break
+                    reason = "end of data" if total == 0 and magic == 0 else f"bad magic code 0x{magic:08x}"
+                    break
+                if total < MIN_RECORD_SIZE or total + END_FILE_MIN_BLANK_LENGTH > size - pos:
+                    reason = f"bad record size {total}"
+                    break
+                if total > available:
+                    break
+                (_, _, crc, queue_id, queue_offset, physical, sys_flag, store_ts,
+                 body_len) = _DISPATCH_UNPACK(mm, pos)
+                if physical != base + pos:
+                    reason = f"PHYSICALOFFSET {physical} != position {base + pos}"
+                    break
+                body_end = pos + HEADER_SIZE + body_len
+                rec_end = pos + total
+                if body_len < 0 or body_end + 3 > rec_end:
+                    reason = "body length overruns the record"
+                    break
+                topic_len = mm[body_end]
+                props_at = body_end + 1 + topic_len
+                if topic_len == 0 or props_at + 2 > rec_end:
+                    reason = "bad topic length"
+                    break
+                (props_len,) = _U16(mm, props_at)
+                if props_at + 2 + props_len != rec_end:
+                    reason = "field sizes do not add up to TOTALSIZE"
+                    break
+                if check_crc and crc32(view[pos + HEADER_SIZE:body_end]) != crc:
+                    reason = "body CRC mismatch"
+                    break
+                raw_topic = mm[body_end + 1:props_at]
+                topic = topics.get(raw_topic)
+                if topic is None:
+                    try:
+                        topic = raw_topic.decode()
+                    except UnicodeDecodeError:
+                        reason = "topic is not UTF-8"
+                        break
+                    if len(topics) >= _TOPICS_MAX:
+                        topics.clear()
+                    topics[raw_topic] = topic
+                if not sys_flag & TRANSACTION_PREPARED_TYPE:
+                    tags_code = 0
+                    if props_len:
+                        props = mm[props_at + 2:rec_end]
+                        if _TAGS_KEY in props:
+                            tags = property_value(props, PROPERTY_TAGS)
+                            if tags:
+                                tags_code = tag_hash_code(tags)
+                    index = find((topic, queue_id)) or create(topic, queue_id)
+                    index.put(queue_offset, base + pos, total, tags_code)
+                if store_ts > last_ts:
+                    last_ts = store_ts
+                pos = rec_end
                 count += 1
-            elif check.kind is CheckKind.BLANK:
-                offset = seg.end
-            elif check.kind is CheckKind.INCOMPLETE:
-                break
-            else:
-                stop_reason = check.reason
-                log.error("commit log: invalid record at %d (%s); dispatch stopped", offset, check.reason)
-                break
+            offset = base + pos
+            if reason or (pos < write_pos and pos < size and count != limit):
+                break  # invalid, or an incomplete record at the end of the data
         self._dispatched = offset
-        return count, stop_reason, offset
+        self._last_store_ts = last_ts
+        if reason:
+            log.error("commit log: invalid record at %d (%s); dispatch stopped", offset, reason)
+        return count, reason
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -587,6 +811,10 @@ class CommitLog:
         queues)."""
         self._queue.truncate(offset)
         self._dispatched = min(self._dispatched, self.max_offset)
+        self._walked = min(self._walked, self.max_offset)
+        error = self._dispatch_error
+        if error is not None and error[0] >= self.max_offset:
+            self._dispatch_error = None  # the invalid record is gone
 
     def delete_expired(self, now: int, reserved_ms: int) -> int:
         """Delete the oldest segments last modified ``reserved_ms`` or more before ``now`` (ms),

@@ -5,6 +5,11 @@
 Prints ``READY`` once started, then one line ``index queue_id queue_offset physical_offset`` per
 message *after* its put returned PUT_OK (i.e. acknowledged as flushed), flushing stdout each
 time. It never shuts the store down: the parent SIGKILLs it (it exits by itself after SECONDS).
+
+``python -m tests.integration.storage.crash_writer --replica ROOT SOURCE``: a slave-like store at
+ROOT copies SOURCE's whole commit log with ``append_data``, dispatches about half of it, waits
+for a checkpoint, prints ``READY <max offset> <dispatched offset>`` and waits to be SIGKILLed
+mid-dispatch.
 """
 
 from __future__ import annotations
@@ -33,7 +38,32 @@ def message(index: int) -> Message:
     return Message(TOPIC, body, index % QUEUES, properties={"TAGS": f"t{index % 3}", "UNIQ_KEY": str(index)})
 
 
+def replica(root: str, source: str) -> None:
+    src = MessageStore(config(source))
+    src.start()
+    store = MessageStore(config(root))
+    store.start()
+    # Test seam: stop the reput thread so the dispatch stops where this process says.
+    assert store._reput is not None
+    store._reput.stop()
+    store._log.reput_wakeup = None
+    offset = src.min_offset
+    while offset < src.max_offset:
+        piece = src.get_data(offset, 32 * 1024)
+        assert piece is not None
+        with piece:
+            offset = store.append_data(offset, piece.data)
+    while store.dispatched_offset < store.max_offset // 2:
+        store._log.reput(16)
+    time.sleep(0.3)  # a checkpoint or two (flushIntervalConsumeQueue 50 ms) with the lagging dispatch
+    print(f"READY {store.max_offset} {store.dispatched_offset}", flush=True)
+    time.sleep(30)  # wait to be killed
+
+
 def main() -> None:
+    if sys.argv[1] == "--replica":
+        replica(sys.argv[2], sys.argv[3])
+        return
     root, seconds, first = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
     store = MessageStore(config(root))
     store.start()

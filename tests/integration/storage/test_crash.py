@@ -126,3 +126,60 @@ def test_acknowledged_messages_survive_kill_9(tmp_path: Path) -> None:
     assert more
     acked.update(more)
     check_store(root, acked)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_slave_killed_mid_dispatch_dispatches_every_record_once(tmp_path: Path) -> None:
+    """A slave-like store copies a whole commit log, has dispatched about half of it when it is
+    SIGKILLed; after recovery every record is in its consume queue exactly once, at its queue
+    offset, as on the source."""
+    source = tmp_path / "source"
+    src = MessageStore(config(str(source)))
+    src.start()
+    sent: dict[int, tuple[int, int]] = {}  # index -> (queue id, queue offset)
+    for index in range(600):
+        result = src.put_message(message(index))
+        assert result.ok
+        sent[index] = (index % QUEUES, result.queue_offsets[0])
+    src.shutdown()
+    root = tmp_path / "replica"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.integration.storage.crash_writer", "--replica", str(root), str(source)],
+        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().split()
+        assert line and line[0] == "READY", proc.stderr.read() if proc.stderr else ""
+        max_offset, dispatched = int(line[1]), int(line[2])
+        assert 0 < dispatched < max_offset
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
+    store = MessageStore(config(str(root)))
+    store.start()
+    try:
+        assert store.recovery is not None and store.recovery.abnormal
+        assert store.max_offset == max_offset and store.dispatched_offset == max_offset
+        assert store.recovery.redispatched > 0  # the lagging dispatch was finished by recovery
+        seen: dict[int, tuple[int, int]] = {}
+        for queue_id in range(QUEUES):
+            assert store.min_queue_offset(TOPIC, queue_id) == 0
+            count = sum(1 for q, _ in sent.values() if q == queue_id)
+            assert store.max_queue_offset(TOPIC, queue_id) == count
+            offset = 0
+            while offset < store.max_queue_offset(TOPIC, queue_id):
+                got = store.get_messages(TOPIC, queue_id, offset, 32)
+                assert got.found, got.status
+                for record in got.messages:
+                    index = int(record.properties["UNIQ_KEY"])
+                    assert index not in seen, f"message {index} dispatched twice"
+                    seen[index] = (record.queue_id, record.queue_offset)
+                    assert record.body == message(index).body
+                offset = got.next_begin_offset
+        assert seen == sent
+    finally:
+        store.shutdown()

@@ -174,6 +174,8 @@ def replicate(master: MessageStore, slave: MessageStore, rng: random.Random,
             data = data[cut:]
             # only whole records are ever indexed
             assert slave.dispatched_offset <= slave.max_offset
+    # the reput thread dispatches the records after the copy
+    assert slave.wait_dispatched(master.max_offset, 10)
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -207,10 +209,14 @@ def test_record_cut_by_a_chunk_is_dispatched_when_complete(open_store: StoreFact
     master.put_message(msg(1))
     with master.get_data(0, first + 50) as piece:  # type: ignore[union-attr]
         slave.append_data(0, piece.data)
-    assert slave.max_offset == first + 50 and slave.dispatched_offset == first
+    assert slave.max_offset == first + 50
+    assert slave.wait_dispatched(first, 5)
+    assert not slave.wait_dispatched(first + 1, 0.2)  # the cut record waits for its end
+    assert slave.dispatched_offset == first
     assert slave.max_queue_offset("TopicA", 0) == 1
     with master.get_data(first + 50, 10**6) as piece:  # type: ignore[union-attr]
         slave.append_data(first + 50, piece.data)
+    assert slave.wait_dispatched(master.max_offset, 5)
     assert slave.max_queue_offset("TopicA", 0) == 2
     assert [r.body for r in slave.get_messages("TopicA", 0, 0, 10).messages] == [msg(0).body, msg(1).body]
 
@@ -260,13 +266,44 @@ def test_corrupt_replicated_data_is_cut_back(open_store: StoreFactory, tmp_path:
     with master.get_data(0, end1) as piece:  # type: ignore[union-attr]
         data = bytearray(piece.data)
     data[end0 + 100] ^= 0xFF  # a body byte of the second record
+    # The copy only checks the framing; the reput dispatcher finds the bad CRC and stops there.
+    assert slave.append_data(0, data) == end1
+    assert not slave.wait_dispatched(end1, 5)
+    assert slave.dispatch_error == (end0, "body CRC mismatch")
+    assert slave.dispatched_offset == end0 and slave.max_queue_offset("TopicA", 0) == 1
+    got = slave.get_messages("TopicA", 0, 0, 10)
+    assert [r.body for r in got.messages] == [msg(0).body]  # the corrupt record is never served
+    # The next append cuts the log back to the bad record and says why.
     with pytest.raises(CorruptDataError) as info:
-        slave.append_data(0, data)
+        slave.append_data(end1, b"x")
     assert info.value.offset == end0 and "CRC" in info.value.reason
-    assert slave.max_offset == end0 and slave.max_queue_offset("TopicA", 0) == 1
+    assert slave.max_offset == end0 and slave.dispatch_error is None
+    assert slave.max_queue_offset("TopicA", 0) == 1
     with master.get_data(end0, end1) as piece:  # type: ignore[union-attr]
         slave.append_data(end0, piece.data)  # the good bytes are accepted afterwards
+    assert slave.wait_dispatched(end1, 5)
     assert slave.max_queue_offset("TopicA", 0) == 2
+
+
+@pytest.mark.parametrize(("where", "reason"), [(4, "bad magic code"), (0, "bad record size"),
+                                                 (28, "PHYSICALOFFSET")])
+def test_bad_framing_is_refused_by_the_copy(open_store: StoreFactory, tmp_path: Path, where: int,
+                                            reason: str) -> None:
+    master = open_store(tmp_path / "master")
+    slave = open_store(tmp_path / "slave")
+    end0 = master.put_message(msg(0)).end_offset
+    end1 = master.put_message(msg(1)).end_offset
+    with master.get_data(0, end1) as piece:  # type: ignore[union-attr]
+        data = bytearray(piece.data)
+    data[end0 + where] ^= 0x7F  # a header field of the second record
+    with pytest.raises(CorruptDataError) as info:
+        slave.append_data(0, data)
+    assert info.value.offset == end0 and reason in info.value.reason
+    assert slave.max_offset == end0
+    assert slave.wait_dispatched(end0, 5) and slave.max_queue_offset("TopicA", 0) == 1
+    with master.get_data(end0, end1) as piece:  # type: ignore[union-attr]
+        slave.append_data(end0, piece.data)
+    assert slave.wait_dispatched(end1, 5) and slave.max_queue_offset("TopicA", 0) == 2
 
 
 def test_get_data_never_crosses_a_segment(open_store: StoreFactory) -> None:

@@ -132,6 +132,7 @@ def test_filler_entries_when_a_queue_starts_late(open_store: StoreFactory, tmp_p
     while offset < master.max_offset:
         with master.get_data(offset, 10**6) as piece:  # type: ignore[union-attr]
             offset = slave.append_data(offset, piece.data)
+    assert slave.wait_dispatched(offset, 5)
     low = slave.min_queue_offset("TopicA", 0)
     assert 100 < low < 200 and slave.max_queue_offset("TopicA", 0) == 200
     # the queue file starts with RocketMQ-style filler entries before the first real one
