@@ -2,7 +2,7 @@
 end of the queue.
 
 A pull that finds nothing new (``OFFSET_OVERFLOW_ONE``) parks on the :class:`QueueNotifier`
-until the store's append listener reports new data for that queue or the suspend timeout
+until the store reports newly dispatched data for that queue or the suspend timeout
 passes; a filter that skipped everything new moves the offset forward and keeps waiting. Pulls
 work the same on slaves: replicated data is dispatched to the slave's consume queues, which
 fires the same listener.
