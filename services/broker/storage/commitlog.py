@@ -10,7 +10,7 @@ closes it with a blank record and goes to a new segment.
 
 A slave appends raw bytes replicated from its master (:meth:`append_data`): chunks arrive in
 offset order, may contain blank records and may end in the middle of a record. The append only
-copies them and walks the record headers (framing); :meth:`reput`, called in a loop by the
+writes them (``pwritev``, no parsing); :meth:`reput`, called in a loop by the
 store's ``ReputMessageService`` thread, validates whole records (body CRC included) and
 dispatches them in batches. The dispatcher position (:attr:`dispatched_offset`) only ever
 advances over whole, validated records; an invalid one stops it (:attr:`dispatch_error`).
@@ -46,6 +46,7 @@ from services.broker.storage.record import (
     MessageRecord,
     MessageTooLargeError,
     PreparedRecord,
+    ReadableBuffer,
     RecordError,
     check_record,
     checked_body,
@@ -82,8 +83,6 @@ POPULATE_STEP = 256 * 1024
 REPUT_BATCH = 256
 
 # Record fields the append-path header walk reads: TOTALSIZE, MAGICCODE, PHYSICALOFFSET.
-_WALK = struct.Struct(">iI20xq").unpack_from
-_WALK_SIZE = 36
 _PREFIX = struct.Struct(">iI").unpack_from
 # Record fields the dispatcher needs: TOTALSIZE, MAGICCODE, BODYCRC, QUEUEID, QUEUEOFFSET,
 # PHYSICALOFFSET, SYSFLAG, STORETIMESTAMP, BODYLENGTH.
@@ -228,8 +227,6 @@ class CommitLog:
         self.on_dispatched: Callable[[int], None] | None = None
         #: Verify BODYCRC when dispatching replicated records (recovery always does).
         self.reput_check_crc = True
-        #: Offset up to which :meth:`append_data`'s header walk validated record boundaries.
-        self._walked = 0
         #: Set when the dispatcher met an invalid record: (its offset, why). Nothing at or past
         #: it is dispatched; the next :meth:`append_data` cuts the log back there and raises.
         self._dispatch_error: tuple[int, str] | None = None
@@ -442,21 +439,21 @@ class CommitLog:
 
     # -- appending (slave) ---------------------------------------------------------------------
 
-    def append_data(self, start_offset: int, data: bytes | bytearray | memoryview) -> int:
-        """Append replicated bytes as they are; the reput dispatcher (:meth:`reput`) indexes
-        the whole records later (RocketMQ's slave: the commit log is acked, the consume queues
-        follow).
+    def append_data(self, start_offset: int, data: ReadableBuffer | Sequence[ReadableBuffer]) -> int:
+        """Append replicated bytes as they are (one buffer, or several back to back); the reput
+        dispatcher (:meth:`reput`) validates and indexes the whole records later (RocketMQ's
+        slave: the commit log is acked, the consume queues follow).
 
         ``start_offset`` must equal :attr:`max_offset` (an empty log accepts any offset at a
-        segment boundary). The chunk must not cross a segment boundary (master and slave use the
-        same segment size). Only record framing is checked here (TOTALSIZE, MAGICCODE,
-        PHYSICALOFFSET of every record header, walked with one ``struct`` unpack each); BODYCRC
-        and the other fields are checked by the dispatcher. Returns the new max offset. Raises
-        :class:`OffsetMismatchError` or :class:`CorruptDataError` (the log is then cut back to
-        the last whole record before the invalid one: bad framing in this chunk, or an invalid
-        record the dispatcher found in an earlier one).
+        segment boundary). A buffer must not cross a segment boundary (master and slave use
+        the same segment size); the buffers of one call may fill a segment and go on in the
+        next. The bytes are written with ``pwritev`` into the page cache, unparsed: this is
+        the slave's hot path. Returns the new max offset. Raises :class:`OffsetMismatchError`,
+        or :class:`CorruptDataError` when the dispatcher found an invalid record in earlier
+        data (the log is then cut back to it, and nothing of this call is written).
         """
-        n = len(data)
+        pieces = (data,) if isinstance(data, (bytes, bytearray, memoryview)) else data
+        size = self._segment_size
         with self.lock:
             if self.closed:
                 raise StoreClosedError("commit log is closed")
@@ -467,74 +464,42 @@ class CommitLog:
                 raise CorruptDataError(*error)
             last = self._queue.last
             if last is None:
-                if start_offset % self._segment_size:
+                if start_offset % size:
                     raise OffsetMismatchError(start_offset, 0, (
                         f"an empty commit log can only start at a segment boundary "
-                        f"(multiple of {self._segment_size}), not {start_offset}"))
-                if n == 0:
-                    return self.max_offset
-                seg = self._new_segment(start_offset)
-                self._dispatched = self._walked = start_offset
-            else:
-                max_offset = last.start + last.write_pos
-                if start_offset != max_offset:
-                    raise OffsetMismatchError(start_offset, max_offset)
-                if n == 0:
-                    return max_offset
-                seg = self._new_segment(last.end) if last.is_full else last
-            size = seg.size
-            pos = seg.write_pos
-            end = pos + n
-            if end > size:
-                raise OffsetMismatchError(start_offset, self.max_offset, (
-                    f"{n} bytes at {start_offset} cross the end of the segment at {seg.end}: "
-                    "do master and slave use the same mappedFileSizeCommitLog?"))
-            if end > seg.populated_pos and self._populate_size:
-                self._populate(seg, end)
-            mm = seg.mm
-            mm[pos:end] = data
-            seg.write_pos = end
-            # Header walk: from the first record not yet walked to the last one complete.
-            base = seg.start
-            p = max(self._walked, self._dispatched) - base
-            if p < 0:  # the previous segment is complete: the walk goes on in this one
-                p = 0
-            reason = ""
-            while p + 8 <= end:
-                if p + _WALK_SIZE <= end:
-                    total, magic, physical = _WALK(mm, p)
-                else:
-                    total, magic = _PREFIX(mm, p)
-                    physical = -1
-                if magic == MAGIC_CODE:
-                    if total < MIN_RECORD_SIZE or p + total + END_FILE_MIN_BLANK_LENGTH > size:
-                        reason = f"bad record size {total}"
-                        break
-                    if p + total > end:
-                        break
-                    if physical != base + p:
-                        reason = f"PHYSICALOFFSET {physical} != position {base + p}"
-                        break
-                    p += total
-                elif magic == BLANK_MAGIC_CODE:
-                    if total != size - p:
-                        reason = f"blank record of bad size {total}"
-                        break
-                    p = size
-                else:
-                    reason = ("end of data" if total == 0 and magic == 0
-                              else f"bad magic code 0x{magic:08x}")
-                    break
-            self._walked = base + p
-            if reason:
-                bad = base + p
-                log.error("commit log: invalid replicated record at %d (%s); cut back", bad, reason)
-                self._queue.truncate(bad)
-                raise CorruptDataError(bad, reason)
-            new_max = base + end
-        wakeup = self.reput_wakeup
-        if wakeup is not None:
-            wakeup()
+                        f"(multiple of {size}), not {start_offset}"))
+            elif start_offset != last.start + last.write_pos:
+                raise OffsetMismatchError(start_offset, last.start + last.write_pos)
+            # Split into one run per segment; check everything before writing anything.
+            runs: list[tuple[int, list[ReadableBuffer]]] = []
+            end = start_offset
+            for piece in pieces:
+                n = len(piece)
+                if not n:
+                    continue
+                if end // size != (end + n - 1) // size:
+                    raise OffsetMismatchError(start_offset, start_offset, (
+                        f"{n} bytes at {end} cross the end of the segment at {end - end % size + size}: "
+                        "do master and slave use the same mappedFileSizeCommitLog?"))
+                if not runs or end % size == 0:
+                    runs.append((end, []))
+                runs[-1][1].append(piece)
+                end += n
+            for run_start, run in runs:
+                seg = last if last is not None and run_start < last.end else self._new_segment(run_start)
+                if last is None:
+                    self._dispatched = run_start
+                seg.write_at(run_start - seg.start, run)
+                last = seg
+            new_max = self.max_offset
+            # Keep the warmer ahead of the writer, so pwritev finds the pages allocated.
+            warm = bool(runs) and last is not None and last.warmed_pos < last.write_pos + self._warm_size // 2
+        if runs:
+            wakeup = self.reput_wakeup
+            if wakeup is not None:
+                wakeup()
+            if warm and (wakeup := self.warm_wakeup) is not None:
+                wakeup()
         return new_max
 
     def _populate(self, seg: Segment, end: int) -> None:
@@ -569,7 +534,7 @@ class CommitLog:
 
     def set_dispatched_offset(self, offset: int) -> None:
         """Where :meth:`dispatch_pending` resumes (recovery; a record boundary)."""
-        self._dispatched = self._walked = offset
+        self._dispatched = offset
 
     def dispatch_pending(self) -> tuple[int, str, int]:
         """Dispatch whole records from :attr:`dispatched_offset` to the end of the data, body
@@ -577,7 +542,6 @@ class CommitLog:
         stopped it, its offset)."""
         with self.lock:
             count, reason = self._dispatch_locked(None, True)
-            self._walked = max(self._walked, self._dispatched)
             return count, reason, self._dispatched
 
     @property
@@ -811,7 +775,6 @@ class CommitLog:
         queues)."""
         self._queue.truncate(offset)
         self._dispatched = min(self._dispatched, self.max_offset)
-        self._walked = min(self._walked, self.max_offset)
         error = self._dispatch_error
         if error is not None and error[0] >= self.max_offset:
             self._dispatch_error = None  # the invalid record is gone

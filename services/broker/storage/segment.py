@@ -24,8 +24,10 @@ import logging
 import mmap
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import TracebackType
+
+from services.broker.storage.record import ReadableBuffer
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +39,9 @@ MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22)
 MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)
 #: posix_fadvise advice for :meth:`Segment.warm` (None where the platform lacks it).
 _FADV_WILLNEED: int | None = getattr(os, "POSIX_FADV_WILLNEED", None)
+
+#: Most buffers one ``pwritev`` takes (Linux's IOV_MAX).
+_IOV_MAX = 1024
 
 SyncFn = Callable[[int], None]
 #: Data sync of a file descriptor (``os.fdatasync`` where it exists).
@@ -144,6 +149,34 @@ class Segment:
         self.mm[pos:end] = data
         self.write_pos = end
         return pos
+
+    def write_at(self, pos: int, pieces: Sequence[ReadableBuffer]) -> int:
+        """Write ``pieces`` back to back at ``pos`` with ``pwritev`` (through the page cache, not
+        the mapping: the kernel allocates the pages, so the writer takes no page fault, and the
+        shared mapping sees the bytes at once) and move the write position to their end, which
+        must not pass the end of the segment. Returns the new write position. For bulk appends
+        of bytes that already exist elsewhere (a slave's replicated log)."""
+        total = sum(len(piece) for piece in pieces)
+        end = pos + total
+        if pos < 0 or end > self.size:
+            raise SegmentError(f"{total} bytes at {pos} do not fit in {self!r}")
+        views = list(pieces)
+        first = 0
+        at = pos
+        while at < end:
+            written = os.pwritev(self._fd, views[first:first + _IOV_MAX], at)
+            if written <= 0:
+                raise SegmentError(f"pwritev wrote nothing at {at} in {self!r}")
+            at += written
+            while written >= len(views[first]):
+                written -= len(views[first])
+                first += 1
+                if first == len(views):
+                    break
+            if written:  # a short write (rare: a signal; a full disk raises instead)
+                views[first] = memoryview(views[first])[written:]
+        self.write_pos = max(self.write_pos, end)
+        return end
 
     def zero(self, start: int, end: int) -> None:
         """Overwrite ``[start, end)`` with zeros through the mapping (safe while others read)."""

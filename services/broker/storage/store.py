@@ -31,8 +31,8 @@ Writing
 
 Replication
     Master: :meth:`MessageStore.get_data` returns zero-copy slices of the commit log. Slave:
-    :meth:`MessageStore.append_data` copies them verbatim into the commit log and checks only
-    the record framing; the ``ReputMessageService`` thread then validates the whole records
+    :meth:`MessageStore.append_data` writes them verbatim into the commit log (``pwritev``,
+    unparsed); the ``ReputMessageService`` thread then validates the whole records
     (body CRC included) and dispatches them into the consume queues (RocketMQ's reput), a
     batch per lock acquisition. Replicated messages are readable once dispatched:
     :meth:`MessageStore.add_dispatch_listener` callbacks get the new dispatched offset,
@@ -82,6 +82,7 @@ from services.broker.storage.record import (
     MessageTooLargeError,
     PreparedRecord,
     PropertiesTooLargeError,
+    ReadableBuffer,
     RecordError,
     prepare,
 )
@@ -98,10 +99,14 @@ log = logging.getLogger(__name__)
 
 #: Entries a filtered pull may scan (RocketMQ's maxFilterMessageCount).
 MAX_FILTER_SCAN = 16_000
-#: Records the reput thread dispatches per lock acquisition (~0.1 ms of work for 1 KiB ones) ...
-REPUT_BATCH = 64
-#: ... and how long it sleeps between batches while replicated data keeps arriving.
+#: Records the reput thread dispatches per lock acquisition while replicated data keeps
+#: arriving (~50 us of work for 1 KiB ones: the appending thread waits at most that long for
+#: the GIL and the lock) ...
+REPUT_BATCH_STREAMING = 16
+#: ... and how long it sleeps between those batches (the appender gets the GIL back at once) ...
 REPUT_PAUSE_S = 0.0002
+#: ... and per lock acquisition once the stream pauses (catching up at full speed).
+REPUT_BATCH_IDLE = 256
 
 AppendListener = Callable[[int], None]
 DispatchListener = Callable[[int], None]
@@ -442,17 +447,19 @@ class MessageStore:
 
     def _reput_pending(self) -> None:
         """ReputMessageService tick: dispatch replicated records in batches until none are
-        left, yielding the GIL between batches so the appending thread is never held up long."""
+        left. While replicated data streams in, small batches with real sleeps between them,
+        so the appending thread (the event loop) is never held up long: the ack counts the
+        commit log, not the consume queues, so the reput catches up when the stream pauses."""
         commit_log = self._log
         reput = commit_log.reput
+        batch = REPUT_BATCH_STREAMING
         while True:
             before = commit_log.max_offset
-            if not reput(REPUT_BATCH):
+            if not reput(batch):
                 break
-            # Replicated data still streaming in: really sleep, so the appending thread (the
-            # event loop) gets the GIL back at once; the reput catches up when the stream
-            # pauses (the ack counts the commit log, not the consume queues).
-            time.sleep(REPUT_PAUSE_S if commit_log.max_offset != before else 0)
+            streaming = commit_log.max_offset != before
+            batch = REPUT_BATCH_STREAMING if streaming else REPUT_BATCH_IDLE
+            time.sleep(REPUT_PAUSE_S if streaming else 0)
 
     def wait_dispatched(self, offset: int, timeout: float) -> bool:
         """Block until every whole record below ``offset`` is dispatched (readable through the
@@ -607,14 +614,15 @@ class MessageStore:
         segment); None if nothing is there yet. Release it (or use ``with``)."""
         return self._log.get_data(offset, max_bytes)
 
-    def append_data(self, start_offset: int, data: bytes | bytearray | memoryview) -> int:
+    def append_data(self, start_offset: int, data: ReadableBuffer | Sequence[ReadableBuffer]) -> int:
         """Slave: append replicated bytes verbatim at ``start_offset`` (must equal
-        :attr:`max_offset`; an empty store accepts a segment boundary). The bytes are in the
-        commit log when this returns; the reput thread dispatches the whole records soon after
-        (see :meth:`wait_dispatched`). Returns the new max offset. Raises
+        :attr:`max_offset`; an empty store accepts a segment boundary); ``data`` is one buffer
+        or several back to back. The bytes are in the commit log when this returns; the reput
+        thread validates and dispatches the whole records soon after (see
+        :meth:`wait_dispatched`). Returns the new max offset. Raises
         :class:`~services.broker.storage.commitlog.OffsetMismatchError` or
-        :class:`~services.broker.storage.commitlog.CorruptDataError` (bad framing in ``data``,
-        or an invalid record the dispatcher found earlier: the log is cut back before it)."""
+        :class:`~services.broker.storage.commitlog.CorruptDataError` (an invalid record the
+        dispatcher found in earlier data: the log is cut back to it)."""
         if not self._running:
             raise StoreClosedError("message store is not running")
         new_max = self._log.append_data(start_offset, data)

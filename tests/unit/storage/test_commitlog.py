@@ -287,8 +287,8 @@ def test_corrupt_replicated_data_is_cut_back(open_store: StoreFactory, tmp_path:
 
 @pytest.mark.parametrize(("where", "reason"), [(4, "bad magic code"), (0, "bad record size"),
                                                  (28, "PHYSICALOFFSET")])
-def test_bad_framing_is_refused_by_the_copy(open_store: StoreFactory, tmp_path: Path, where: int,
-                                            reason: str) -> None:
+def test_bad_framing_is_found_by_the_dispatcher(open_store: StoreFactory, tmp_path: Path, where: int,
+                                                reason: str) -> None:
     master = open_store(tmp_path / "master")
     slave = open_store(tmp_path / "slave")
     end0 = master.put_message(msg(0)).end_offset
@@ -296,14 +296,51 @@ def test_bad_framing_is_refused_by_the_copy(open_store: StoreFactory, tmp_path: 
     with master.get_data(0, end1) as piece:  # type: ignore[union-attr]
         data = bytearray(piece.data)
     data[end0 + where] ^= 0x7F  # a header field of the second record
+    assert slave.append_data(0, data) == end1  # the copy does not parse
+    assert not slave.wait_dispatched(end1, 5)
+    assert slave.dispatch_error is not None and slave.dispatch_error[0] == end0
+    assert reason in slave.dispatch_error[1]
+    assert slave.max_queue_offset("TopicA", 0) == 1
     with pytest.raises(CorruptDataError) as info:
-        slave.append_data(0, data)
+        slave.append_data(end1, b"x")
     assert info.value.offset == end0 and reason in info.value.reason
     assert slave.max_offset == end0
-    assert slave.wait_dispatched(end0, 5) and slave.max_queue_offset("TopicA", 0) == 1
     with master.get_data(end0, end1) as piece:  # type: ignore[union-attr]
         slave.append_data(end0, piece.data)
     assert slave.wait_dispatched(end1, 5) and slave.max_queue_offset("TopicA", 0) == 2
+
+
+def test_append_data_takes_pieces_across_segments(open_store: StoreFactory, tmp_path: Path) -> None:
+    master = open_store(tmp_path / "master")
+    slave = open_store(tmp_path / "slave")
+    put_mixed(master, 200)  # several segments
+    pieces: list[bytes] = []
+    offset = 0
+    while offset < master.max_offset:
+        with master.get_data(offset, 1000) as piece:  # type: ignore[union-attr]
+            pieces.append(bytes(piece.data))
+            offset = piece.end_offset
+    assert master.max_offset > 2 * SEGMENT
+    # One call may fill a segment and go on in the next; empty pieces are ignored.
+    assert slave.append_data(0, [pieces[0], b"", *pieces[1:len(pieces) // 2]]) == sum(
+        map(len, pieces[:len(pieces) // 2]))
+    assert slave.append_data(slave.max_offset, pieces[len(pieces) // 2:]) == master.max_offset
+    assert slave.wait_dispatched(master.max_offset, 10)
+    for start in range(0, master.max_offset, SEGMENT):
+        with master.get_data(start, SEGMENT) as a, slave.get_data(start, SEGMENT) as b:  # type: ignore[union-attr]
+            assert bytes(a.data) == bytes(b.data)
+
+
+def test_append_data_refuses_a_piece_crossing_a_segment(open_store: StoreFactory, tmp_path: Path) -> None:
+    master = open_store(tmp_path / "master")
+    slave = open_store(tmp_path / "slave")
+    put_mixed(master, 200)
+    with master.get_data(0, SEGMENT) as first, master.get_data(SEGMENT, 100) as second:  # type: ignore[union-attr]
+        joined = bytes(first.data[-50:]) + bytes(second.data)
+        slave.append_data(0, first.data[:-50])
+    with pytest.raises(OffsetMismatchError, match="cross the end of the segment"):
+        slave.append_data(SEGMENT - 50, [b"", joined])
+    assert slave.max_offset == SEGMENT - 50  # nothing of the refused call was written
 
 
 def test_get_data_never_crosses_a_segment(open_store: StoreFactory) -> None:
