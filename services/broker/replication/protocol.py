@@ -63,6 +63,7 @@ __all__ = [
     "AckRegressionError",
     "ContinuityError",
     "DataReceived",
+    "Event",
     "FrameTooLargeError",
     "HeartbeatReceived",
     "MalformedFrameError",
@@ -548,6 +549,13 @@ class SlaveConnectionProtocol:
     Frames that arrive whole in one ``bytes`` chunk are delivered as zero-copy read-only
     memoryviews of it; a frame split across chunks is assembled once into its own buffer.
     Other buffer types are copied first, since the caller may reuse them.
+
+    ``stream_bodies=True`` (what the slave's receive loop uses) delivers body bytes as soon as
+    they arrive instead: a frame split across chunks comes out as several
+    :class:`DataReceived` pieces, each continuing the previous one, and every body is a view
+    of the chunk passed in, whatever its type (nothing is copied or buffered but a partial
+    header).  The caller must consume the events before it reuses that buffer, which is what
+    lets it receive into one preallocated buffer with ``recv_into``.
     """
 
     def __init__(
@@ -556,6 +564,7 @@ class SlaveConnectionProtocol:
         *,
         max_body_size: int = DEFAULT_MAX_BODY_SIZE,
         check_heartbeats: bool = True,
+        stream_bodies: bool = False,
     ) -> None:
         _check_offset(initial_offset)
         if not 1 <= max_body_size <= HARD_MAX_BODY_SIZE:
@@ -569,6 +578,8 @@ class SlaveConnectionProtocol:
         self._pending: TransferPlan | None = None  # header of a frame whose body is incomplete
         self._body = bytearray()
         self._filled = 0
+        self._stream_bodies = stream_bodies
+        self._remaining = 0  # (stream_bodies) body bytes of the current frame still to come
         self._failure: ProtocolError | None = None
 
     @property
@@ -597,6 +608,11 @@ class SlaveConnectionProtocol:
         return len(self._header)
 
     @property
+    def frame_remaining(self) -> int:
+        """(``stream_bodies``) Body bytes of the current frame not received yet."""
+        return self._remaining
+
+    @property
     def failed(self) -> ProtocolError | None:
         return self._failure
 
@@ -604,10 +620,15 @@ class SlaveConnectionProtocol:
         """Decode frames from any chunk of the stream; returns the completed frames' events."""
         if self._failure is not None:
             raise ProtocolError(f"replication connection already failed: {self._failure}") from self._failure
-        view = memoryview(data) if isinstance(data, bytes) else memoryview(bytes(_byte_view(data)))
+        if self._stream_bodies:
+            view = _byte_view(data).toreadonly()
+            decode = self._decode_stream
+        else:
+            view = memoryview(data) if isinstance(data, bytes) else memoryview(bytes(_byte_view(data)))
+            decode = self._decode
         events: list[SlaveEvent] = []
         try:
-            self._decode(view, events)
+            decode(view, events)
         except ProtocolError as exc:
             exc.events = tuple(events)
             self._failure = exc
@@ -634,6 +655,39 @@ class SlaveConnectionProtocol:
             pos = end
         if pos < n:
             self._header += view[pos:]
+
+    def _decode_stream(self, view: memoryview, events: list[SlaveEvent]) -> None:
+        n = len(view)
+        pos = 0
+        header = self._header
+        while pos < n:
+            remaining = self._remaining
+            if remaining:
+                take = min(remaining, n - pos)
+                offset = self._next_offset
+                self._next_offset = offset + take
+                self._remaining = remaining - take
+                events.append(DataReceived(offset, view[pos:pos + take]))
+                pos += take
+                continue
+            if header or n - pos < TRANSFER_HEADER_SIZE:
+                take = min(TRANSFER_HEADER_SIZE - len(header), n - pos)
+                header += view[pos:pos + take]
+                pos += take
+                if len(header) < TRANSFER_HEADER_SIZE:
+                    return
+                offset, size = _HEADER.unpack(header)
+                header.clear()
+            else:
+                offset, size = _HEADER.unpack_from(view, pos)
+                pos += TRANSFER_HEADER_SIZE
+            self._check_header(offset, size)
+            if size == 0:
+                events.append(HeartbeatReceived(offset))
+            else:
+                self._next_offset = offset
+                self._has_data = True
+                self._remaining = size
 
     def _continue_partial(self, view: memoryview, events: list[SlaveEvent]) -> int:
         """Complete the buffered frame from ``view``; returns the bytes used, or -1 if the

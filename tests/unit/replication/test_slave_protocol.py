@@ -147,6 +147,85 @@ class TestDecoding:
         assert total == proto.next_offset == 2048 * len(body)
 
 
+class TestStreamBodies:
+    def test_body_bytes_come_out_as_they_arrive(self) -> None:
+        data = frame(100, b"abcdef") + frame(106, b"gh")
+        proto = SlaveConnectionProtocol(100, stream_bodies=True)
+        assert normalized(proto.receive_data(data[:14])) == [("data", 100, b"ab")]
+        assert proto.next_offset == 102 and proto.frame_remaining == 4 and proto.buffered == 0
+        assert normalized(proto.receive_data(data[14:20])) == [("data", 102, b"cdef")]
+        assert normalized(proto.receive_data(data[20:])) == [("data", 106, b"gh")]
+        assert proto.next_offset == 108 and proto.frame_remaining == 0
+
+    def test_bodies_are_views_of_the_buffer_passed_in(self) -> None:
+        buf = bytearray(frame(0, b"abc") + frame(3, b"defg"))
+        events = SlaveConnectionProtocol(0, stream_bodies=True).receive_data(memoryview(buf))
+        bodies = [e.body for e in events if isinstance(e, DataReceived)]
+        assert all(isinstance(b, memoryview) and b.readonly for b in bodies)
+        buf[12:15] = b"xyz"  # nothing was copied: the caller owns the buffer until it reuses it
+        assert [bytes(b) for b in bodies] == [b"xyz", b"defg"]
+
+    def test_continuity_is_checked_at_each_header(self) -> None:
+        proto = SlaveConnectionProtocol(0, stream_bodies=True)
+        with pytest.raises(ContinuityError) as info:
+            proto.receive_data(frame(0, b"abc") + encode_heartbeat(3) + frame(4, b"d"))
+        assert (info.value.expected, info.value.received) == (3, 4)
+        assert normalized(list(info.value.events)) == [("data", 0, b"abc"), ("heartbeat", 3, b"")]
+        with pytest.raises(ProtocolError):
+            proto.receive_data(frame(3, b"d"))  # dead after an error
+
+    def test_oversized_header_is_rejected_before_any_body(self) -> None:
+        proto = SlaveConnectionProtocol(0, max_body_size=64, stream_bodies=True)
+        with pytest.raises(FrameTooLargeError):
+            proto.receive_data(encode_transfer_header(0, 65) + b"x" * 65)
+
+    @settings(max_examples=200)
+    @given(
+        start=st.integers(0, 2**40),
+        items=st.lists(st.one_of(st.none(), st.binary(min_size=1, max_size=64)), max_size=12),
+        cuts=st.lists(st.integers(0, 2000), max_size=20),
+    )
+    def test_random_splits_give_the_same_bytes_at_the_same_offsets(
+        self, start: int, items: list[bytes | None], cuts: list[int]
+    ) -> None:
+        stream = b""
+        expected: list[tuple[str, int, bytes]] = []
+        offset = start
+        for body in items:
+            if body is None:
+                stream += encode_heartbeat(offset)
+                expected.append(("heartbeat", offset, b""))
+            else:
+                stream += frame(offset, body)
+                expected.append(("data", offset, body))
+                offset += len(body)
+        proto = SlaveConnectionProtocol(start, max_body_size=64, stream_bodies=True)
+        buf = bytearray(len(stream))  # one reused receive buffer, as the slave uses it
+        events: list[tuple[str, int, bytes]] = []
+        bounds = sorted({0, len(stream), *(min(c, len(stream)) for c in cuts)})
+        for lo, hi in itertools.pairwise(bounds):
+            buf[: hi - lo] = stream[lo:hi]
+            got = proto.receive_data(memoryview(buf)[: hi - lo])
+            assert all(len(e.body) > 0 for e in got if isinstance(e, DataReceived))
+            events += normalized(got)  # consumed before the buffer is reused
+            buf[: hi - lo] = bytes(hi - lo)
+        assert merged(events) == merged(expected)
+        assert proto.next_offset == offset
+        assert proto.buffered == 0 and proto.frame_remaining == 0
+
+
+def merged(items: list[tuple[str, int, bytes]]) -> list[tuple[str, int, bytes]]:
+    """Data events with the contiguous pieces joined (streamed frames split anywhere)."""
+    out: list[tuple[str, int, bytes]] = []
+    for kind, offset, body in items:
+        last = out[-1] if out else None
+        if kind == "data" and last is not None and last[0] == "data" and last[1] + len(last[2]) == offset:
+            out[-1] = ("data", last[1], last[2] + body)
+        else:
+            out.append((kind, offset, body))
+    return out
+
+
 class TestValidation:
     def test_negative_offset(self) -> None:
         with pytest.raises(MalformedFrameError, match="negative offset"):
