@@ -14,6 +14,11 @@ NameServers that come and go behind the name are followed round by round. When a
 resolve, the addresses it had last time are kept (or the name itself, handed to gRPC, if it never
 resolved).
 
+Between rounds the names are resolved again every ``discover_s`` (5 s): an address that was not
+there before (a NameServer pod that just started) is registered with at once, so a new
+NameServer knows the brokers within seconds instead of a whole period (a NameServer can report
+itself not ready for that long; see ``readinessWarmUpMills`` in the NameServer config).
+
 NameServers share nothing, so their replies may disagree for a moment (one has not yet seen the
 new master): the registrar takes the master most replies name, ties going to the NameServer listed
 first, and keeps the master it knew when no reply names one.
@@ -41,6 +46,9 @@ from services.common.grpcserver import CHANNEL_OPTIONS
 
 log = logging.getLogger(__name__)
 
+#: How often the NameServer names are resolved between registration rounds, looking for new
+#: NameServers.
+DISCOVER_S = 5.0
 MIN_REGISTER_PERIOD_MS = 10_000
 MAX_REGISTER_PERIOD_MS = 60_000
 #: A restarted NameServer is retried within seconds (gRPC's default backoff grows to 120 s, as
@@ -120,6 +128,12 @@ def _address_order(ip: str) -> tuple[int, int, str]:
     return (parsed.version, int(parsed), ip)
 
 
+def _is_literal_entry(entry: str) -> bool:
+    """Whether a namesrvAddr entry needs no resolution (an IP literal, or unparsable)."""
+    parsed = split_host_port(entry)
+    return parsed is None or is_ip_literal(parsed[0])
+
+
 def clamp_register_period(ms: int) -> float:
     """``registerNameServerPeriod`` in ms -> seconds, clamped to 10..60 s as RocketMQ does."""
     return max(MIN_REGISTER_PERIOD_MS, min(ms, MAX_REGISTER_PERIOD_MS)) / 1000
@@ -184,6 +198,7 @@ class BrokerRegistrar:
         on_master: MasterCallback | None = None,
         retry_s: float = 1.0,
         resolve: Resolver = resolve_host,
+        discover_s: float = DISCOVER_S,
     ) -> None:
         if not namesrv_addrs:
             raise ValueError("at least one NameServer address is required")
@@ -197,6 +212,7 @@ class BrokerRegistrar:
         self.retry_s = min(retry_s, period_s)
         self.on_master = on_master
         self.resolve = resolve
+        self.discover_s = discover_s
         #: entry -> the addresses it resolved to last (kept while it fails to resolve).
         self._resolved: dict[str, list[str]] = {}
         #: Entries whose latest resolution failed.
@@ -210,6 +226,7 @@ class BrokerRegistrar:
         self._lock = asyncio.Lock()
         self._stopping = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._discovery: asyncio.Task[None] | None = None
         self._ever_ok: set[str] = set()
         #: The latest outcome per current NameServer address (resolved).
         self.last_outcomes: dict[str, RegistrationOutcome] = {}
@@ -241,15 +258,18 @@ class BrokerRegistrar:
             raise RuntimeError("registrar already started")
         first = await self.register_now()
         self._task = asyncio.create_task(self._periodic(first), name="broker-registration")
+        if any(not _is_literal_entry(entry) for entry in self.namesrv_addrs):
+            self._discovery = asyncio.create_task(self._discover(), name="namesrv-discovery")
 
     async def stop(self, unregister: bool = True) -> None:
         """Stop the periodic registration; then unregister from every NameServer address of the
         latest round (in parallel, each bounded by ``timeout_s``) unless ``unregister`` is
         false. Never raises."""
         self._stopping.set()
-        if self._task is not None:
-            await self._task
-            self._task = None
+        for task in (self._task, self._discovery):
+            if task is not None:
+                await task
+        self._task = self._discovery = None
         async with self._lock:
             if unregister and self._stubs:
                 await asyncio.gather(*(self._unregister_one(addr) for addr in self._stubs))
@@ -265,7 +285,7 @@ class BrokerRegistrar:
         """The addresses (``ip:port``) of one namesrvAddr entry. Never raises: on failure the
         previous addresses, or ``[entry]`` when it never resolved."""
         parsed = split_host_port(entry)
-        if parsed is None or is_ip_literal(parsed[0]):
+        if parsed is None or _is_literal_entry(entry):
             return [entry]
         host, port = parsed
         try:
@@ -313,6 +333,24 @@ class BrokerRegistrar:
                 self._channels[addr] = channel
                 self._stubs[addr] = namesrv_pb2_grpc.NameServerStub(channel)
         self._targets = targets
+
+    async def _discover(self) -> None:
+        """Every ``discover_s``: resolve the names again and register at once when they name
+        an address the latest round did not register with."""
+        while not self._stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), timeout=self.discover_s)
+                return
+            try:
+                async with self._lock:
+                    resolved = await asyncio.gather(*(self._resolve_entry(e) for e in self.namesrv_addrs))
+                    known = set(self._targets)
+                new = [addr for addrs in resolved for addr in addrs if addr not in known]
+                if new and not self._stopping.is_set():
+                    log.info("new namesrv address; registering now", extra={"namesrv": ";".join(new)})
+                    await self.register_now()
+            except Exception:  # _resolve_entry and register_now never raise; be sure anyway
+                log.exception("namesrv discovery failed")
 
     def _next_delay(self, outcomes: Sequence[RegistrationOutcome], previous: float) -> float:
         """The regular period after a good round; after a failed registration or name

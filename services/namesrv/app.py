@@ -8,6 +8,7 @@ import contextlib
 import logging
 
 import grpc
+from grpc_health.v1 import health_pb2
 
 from pocketmq.namesrv.v1 import namesrv_pb2_grpc
 from services.common.config import to_properties
@@ -32,6 +33,12 @@ class NamesrvApp:
         self._grpc: GrpcServer | None = None
         self._metrics_server: MetricsServer | None = None
         self._scan_task: asyncio.Task[None] | None = None
+        self._warm_up_task: asyncio.Task[None] | None = None
+
+    @property
+    def ready(self) -> bool:
+        """Whether the readiness warm-up (``readinessWarmUpMills``) is over."""
+        return self._grpc is not None and self._warm_up_task is None
 
     @property
     def port(self) -> int:
@@ -56,6 +63,20 @@ class NamesrvApp:
             await self._grpc.stop(0)
             raise
         self._scan_task = asyncio.create_task(self._scan_loop(), name="namesrv-scan")
+        warm_up = self.config.readiness_warm_up_mills / 1000
+        if warm_up > 0:
+            await self._grpc.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.NOT_SERVING)
+            self._warm_up_task = asyncio.create_task(self._warm_up(warm_up), name="namesrv-warm-up")
+            log.info("namesrv warming up: serving, but reporting NOT_SERVING so brokers register first",
+                     extra={"service": SERVICE_NAME, "warm_up_ms": self.config.readiness_warm_up_mills})
+
+    async def _warm_up(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+        assert self._grpc is not None
+        await self._grpc.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+        self._warm_up_task = None
+        log.info("namesrv ready", extra={"service": SERVICE_NAME,
+                                         "brokers": len(self.servicer.table.broker_live_table)})
 
     async def _scan_loop(self) -> None:
         interval = self.config.scan_not_active_broker_interval / 1000
@@ -67,6 +88,11 @@ class NamesrvApp:
                 log.exception("scan for expired brokers failed")
 
     async def stop(self) -> None:
+        if self._warm_up_task is not None:
+            self._warm_up_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._warm_up_task
+            self._warm_up_task = None
         if self._scan_task is not None:
             self._scan_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -35,6 +35,12 @@ class NamesrvConfig:
     relay_enable: bool = True
     #: Deadline of a relayed broker call when the caller names none (ms).
     relay_timeout_mills: int = 10_000
+    #: For this long after start the gRPC health status of the NameServer service
+    #: (``pocketmq.namesrv.v1.NameServer``) is NOT_SERVING while the server already answers
+    #: every call, so brokers register with a new NameServer before a readiness probe on that
+    #: service lets clients ask it for routes (ms; 0 = ready at once). Brokers look for new
+    #: NameServers every 5 s; the Helm chart sets 15000.
+    readiness_warm_up_mills: int = 0
 
     def __post_init__(self) -> None:
         split_listen(self.listen)
@@ -44,6 +50,7 @@ class NamesrvConfig:
         require(self.max_topics_per_registration > 0, "maxTopicsPerRegistration", "must be > 0")
         require(self.shutdown_grace_period >= 0, "shutdownGracePeriod", "must be >= 0")
         require(self.relay_timeout_mills > 0, "relayTimeoutMills", "must be > 0")
+        require(self.readiness_warm_up_mills >= 0, "readinessWarmUpMills", "must be >= 0")
 
     @property
     def listen_host(self) -> str:

@@ -11,11 +11,13 @@ from pathlib import Path
 import grpc
 import pytest
 import pytest_asyncio
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from pocketmq.common.v1 import common_pb2
 from pocketmq.namesrv.v1 import namesrv_pb2 as pb
 from pocketmq.namesrv.v1 import namesrv_pb2_grpc
 from services.broker.registration import BrokerIdentity, BrokerRegistrar
+from services.namesrv.api import SERVICE_NAME
 from services.namesrv.app import NamesrvApp
 from services.namesrv.config import NamesrvConfig
 from services.namesrv.routeinfo import DataVersion, Registration
@@ -348,3 +350,31 @@ async def test_route_answers_follow_every_change(start_app: StartApp) -> None:
         table.clock_ms = lambda: real_clock() + 61_000  # ... and a minute passes: the scan expires it
         await async_wait_until(lambda: not table.broker_live_table, 5)
         assert await route() is None
+
+
+async def test_readiness_warm_up_reports_not_serving_while_brokers_register(start_app: StartApp) -> None:
+    app = await start_app(readiness_warm_up_mills=400)
+    async with grpc.aio.insecure_channel(addr_of(app)) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+
+        async def status(service: str) -> int:
+            reply = await health.Check(health_pb2.HealthCheckRequest(service=service), timeout=2)
+            return int(reply.status)
+
+        assert await status(SERVICE_NAME) == health_pb2.HealthCheckResponse.NOT_SERVING
+        assert await status("") == health_pb2.HealthCheckResponse.SERVING  # alive: liveness passes
+        assert not app.ready
+        # Not ready, but it already takes registrations (and answers route queries).
+        registrar = BrokerRegistrar([addr_of(app)], identity(), Topics("t1"), period_s=60)
+        await registrar.start()
+        try:
+            assert app.servicer.table.route("t1") is not None
+            await async_wait_until(lambda: app.ready, timeout=5)
+            assert await status(SERVICE_NAME) == health_pb2.HealthCheckResponse.SERVING
+        finally:
+            await registrar.stop()
+
+
+async def test_no_warm_up_by_default(start_app: StartApp) -> None:
+    app = await start_app()
+    assert app.ready

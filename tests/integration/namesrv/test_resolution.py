@@ -320,3 +320,40 @@ async def test_periodic_rounds_pick_up_a_new_nameserver_without_restart(namesrvs
     await async_wait_until(lambda: live(apps[1]) == {BROKER}, 5, message="registered with the new one")
     await registrar.stop()
     assert [live(a) for a in apps] == [set(), set()]
+
+
+@pytest.mark.asyncio
+async def test_a_new_nameserver_behind_the_name_is_registered_with_between_rounds(
+    namesrvs: Pair, caplog: pytest.LogCaptureFixture,
+) -> None:
+    port, apps = await namesrvs("127.0.0.1", "127.0.0.2")
+    dns = FakeDNS(**{NAME: ["127.0.0.1"]})
+    registrar = BrokerRegistrar([f"{NAME}:{port}"], identity(), Topics("t1"), period_s=60, resolve=dns,
+                                discover_s=0.05)
+    with caplog.at_level(logging.INFO, logger="services.broker.registration"):
+        await registrar.start()
+        try:
+            await asyncio.sleep(0.3)  # several discovery passes, nothing new: no extra round
+            assert registrar.rounds == 1 and len(dns.calls) > 3
+            assert [live(a) for a in apps] == [{BROKER}, set()]
+            dns.answers[NAME] = ["127.0.0.1", "127.0.0.2"]  # a NameServer pod started (period: 60 s)
+            await async_wait_until(lambda: live(apps[1]) == {BROKER}, timeout=5)
+            assert apps[1].servicer.table.route("t1") is not None
+            assert registrar.rounds == 2
+            assert any(r.getMessage() == "new namesrv address; registering now" for r in caplog.records)
+        finally:
+            await registrar.stop()
+    assert [live(a) for a in apps] == [set(), set()]
+
+
+@pytest.mark.asyncio
+async def test_no_discovery_task_for_ip_literals(namesrvs: Pair) -> None:
+    port, apps = await namesrvs("127.0.0.1")
+    registrar = BrokerRegistrar([f"127.0.0.1:{port}"], identity(), Topics("t1"), period_s=60, discover_s=0.01)
+    await registrar.start()
+    try:
+        assert registrar._discovery is None
+        await asyncio.sleep(0.1)
+        assert registrar.rounds == 1 and live(apps[0]) == {BROKER}
+    finally:
+        await registrar.stop()

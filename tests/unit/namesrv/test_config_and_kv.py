@@ -39,6 +39,7 @@ def test_file_env_and_flags_in_order(tmp_path: Path) -> None:
     (["--metrics-port", "70000"], "metricsPort"),
     (["--listen", "localhost:notaport"], "listen"),
     (["--max-topics-per-registration", "0"], "maxTopicsPerRegistration"),
+    (["--readiness-warm-up-mills", "-1"], "readinessWarmUpMills"),
 ])
 def test_invalid_values_name_the_key(argv: list[str], key: str) -> None:
     with pytest.raises(ConfigError) as info:
