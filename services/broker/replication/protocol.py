@@ -20,6 +20,20 @@ has applied every earlier frame has exactly that offset as its max offset, so th
 can check heartbeats for continuity just like data frames (see
 :class:`SlaveConnectionProtocol`).
 
+Optional authentication (``haAuthSecret``; see :class:`MasterAuthenticator` and
+:class:`SlaveAuthenticator`).  With a secret, the master speaks first, right after accept, and
+nothing else flows until the slave has answered::
+
+    master -> slave   challenge  b"PMQC" · uint8 version · 16-byte nonce          (21 bytes)
+    slave -> master   answer     HMAC-SHA256(secret, challenge · b"pocketmq-ha")  (32 bytes)
+
+and then the stream above, unchanged (the answer and the request offset usually travel in one
+segment).  Without a secret nothing of this is on the wire: the stream is byte for byte the
+original's.  The nonce comes from the I/O layer (``secrets.token_bytes``), so this module stays
+deterministic.  A transfer header can never start with the magic (its offset would exceed
+``0x504D5143 << 32``, about 5.8 EiB), so a slave without a secret recognises a challenge in
+place of its first frame (:class:`AuthRequiredError`) instead of decoding it as garbage.
+
 Decisions worth knowing (each is tested):
 
 * Errors are :class:`ProtocolError` subclasses.  After a ``receive_data`` call raised,
@@ -44,12 +58,20 @@ Decisions worth knowing (each is tested):
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import struct
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Final, NamedTuple
 
 __all__ = [
     "ACK_SIZE",
+    "AUTH_CHALLENGE_SIZE",
+    "AUTH_CONTEXT",
+    "AUTH_MAC_SIZE",
+    "AUTH_MAGIC",
+    "AUTH_NONCE_SIZE",
+    "AUTH_VERSION",
     "DEFAULT_MAX_BODY_SIZE",
     "DEFAULT_SEGMENT_SIZE",
     "DEFAULT_TRANSFER_BATCH_SIZE",
@@ -61,20 +83,29 @@ __all__ = [
     "AckBeyondSentOffsetError",
     "AckReceived",
     "AckRegressionError",
+    "AuthRequiredError",
+    "AuthVersionError",
+    "AuthenticationError",
+    "AuthenticationFailedError",
     "ContinuityError",
     "DataReceived",
     "Event",
     "FrameTooLargeError",
     "HeartbeatReceived",
     "MalformedFrameError",
+    "MasterAuthenticator",
     "MasterConnectionProtocol",
+    "MasterNotAuthenticatingError",
     "ProtocolError",
     "RequestBeyondMaxOffsetError",
     "RequestOffsetUnavailableError",
+    "SlaveAuthenticator",
     "SlaveConnectionProtocol",
     "SlaveEvent",
     "TransferPlan",
+    "auth_mac",
     "encode_ack",
+    "encode_challenge",
     "encode_heartbeat",
     "encode_transfer_header",
     "first_transfer_offset",
@@ -96,6 +127,17 @@ HARD_MAX_BODY_SIZE: Final = 64 * 1024 * 1024
 DEFAULT_SEGMENT_SIZE: Final = 1024 * 1024 * 1024
 MAX_OFFSET: Final = 2**63 - 1
 _MAX_INT32: Final = 2**31 - 1
+
+#: Authentication (only with ``haAuthSecret``): the challenge's magic and version, the nonce and
+#: answer sizes, and the context string appended to the challenge under the MAC.
+AUTH_MAGIC: Final = b"PMQC"
+AUTH_VERSION: Final = 1
+AUTH_NONCE_SIZE: Final = 16
+AUTH_CHALLENGE_SIZE: Final = len(AUTH_MAGIC) + 1 + AUTH_NONCE_SIZE
+AUTH_MAC_SIZE: Final = 32
+AUTH_CONTEXT: Final = b"pocketmq-ha"
+#: A transfer header whose offset has these top 32 bits is the master's challenge.
+_AUTH_MAGIC_HIGH: Final = int.from_bytes(AUTH_MAGIC, "big")
 
 _ACK: Final = struct.Struct(">q")
 _HEADER: Final = struct.Struct(">qi")
@@ -262,6 +304,45 @@ class ContinuityError(ProtocolError):
         self.heartbeat = heartbeat
 
 
+class AuthenticationError(ProtocolError):
+    """The authentication handshake failed (or one side has a secret and the other has none)."""
+
+
+class AuthenticationFailedError(AuthenticationError):
+    """Master side: the peer's answer is not the MAC of this connection's challenge."""
+
+    def __init__(self) -> None:
+        super().__init__("wrong authentication answer: the peer's haAuthSecret differs from this "
+                         "master's (or the peer is not a PocketMQ slave)")
+
+
+class MasterNotAuthenticatingError(AuthenticationError):
+    """Slave side (with a secret): the master's first bytes are not a challenge."""
+
+    def __init__(self, received: bytes) -> None:
+        super().__init__(f"master does not authenticate; check haAuthSecret on both sides (its first bytes "
+                         f"0x{received.hex()} are not an authentication challenge, which starts with "
+                         f"{AUTH_MAGIC!r})")
+        self.received = received
+
+
+class AuthVersionError(AuthenticationError):
+    """Slave side: the master's challenge has a version this slave does not speak."""
+
+    def __init__(self, version: int, supported: Collection[int]) -> None:
+        super().__init__(f"the master's authentication challenge has version {version}; this broker speaks "
+                         f"{', '.join(str(v) for v in sorted(supported))}: upgrade the older broker")
+        self.version = version
+
+
+class AuthRequiredError(AuthenticationError):
+    """Slave side (without a secret): the master sent an authentication challenge."""
+
+    def __init__(self) -> None:
+        super().__init__("the master requires haAuthSecret (it sent an authentication challenge); set the "
+                         "master's haAuthSecret on this slave too")
+
+
 # --------------------------------------------------------------------------- encoding
 
 
@@ -289,6 +370,24 @@ def encode_transfer_header(offset: int, size: int) -> bytes:
 def encode_heartbeat(offset: int) -> bytes:
     """Master -> slave: a heartbeat (size-0 frame) carrying the next transfer offset."""
     return encode_transfer_header(offset, 0)
+
+
+def encode_challenge(nonce: Buffer, version: int = AUTH_VERSION) -> bytes:
+    """Master -> slave: the 21-byte challenge (magic, version, ``nonce``)."""
+    nonce = bytes(nonce)
+    if len(nonce) != AUTH_NONCE_SIZE:
+        raise ValueError(f"the nonce must be {AUTH_NONCE_SIZE} bytes, not {len(nonce)}")
+    if not 0 <= version <= 255:
+        raise ValueError(f"version {version} is outside 0..255")
+    return AUTH_MAGIC + bytes((version,)) + nonce
+
+
+def auth_mac(secret: bytes, challenge: Buffer) -> bytes:
+    """Slave -> master: the 32-byte answer to ``challenge``,
+    HMAC-SHA256(secret, challenge · ``b"pocketmq-ha"``)."""
+    if not secret:
+        raise ValueError("an empty secret authenticates nothing")
+    return hmac.new(secret, bytes(challenge) + AUTH_CONTEXT, hashlib.sha256).digest()
 
 
 def first_transfer_offset(
@@ -329,6 +428,119 @@ def _byte_view(data: Buffer) -> memoryview:
     if view.format != "B" or view.ndim != 1:
         view = view.cast("B")
     return view
+
+
+# --------------------------------------------------------------------------- authentication
+
+
+class MasterAuthenticator:
+    """Master side of the handshake on one connection (only with a secret).
+
+    Send :attr:`challenge` right after accept, then feed received bytes to :meth:`receive_data`
+    until it returns something other than None; only then create the
+    :class:`MasterConnectionProtocol` and feed it what was returned.  Nothing the peer sent is
+    interpreted, and nothing may be sent to it, before the answer is verified.  When the peer
+    closes or the handshake deadline passes first, close with :meth:`incomplete_error`.
+    """
+
+    def __init__(self, secret: bytes, nonce: Buffer, *, version: int = AUTH_VERSION) -> None:
+        self._challenge = encode_challenge(nonce, version)
+        self._expected = auth_mac(secret, self._challenge)
+        self._answer = bytearray()
+        self._authenticated = False
+        self._failure: AuthenticationError | None = None
+
+    @property
+    def challenge(self) -> bytes:
+        return self._challenge
+
+    @property
+    def authenticated(self) -> bool:
+        return self._authenticated
+
+    @property
+    def remaining(self) -> int:
+        """Bytes of the answer still missing (read at most this many to never over-read)."""
+        return AUTH_MAC_SIZE - len(self._answer)
+
+    def receive_data(self, data: Buffer) -> memoryview | None:
+        """Feed bytes of the answer: None while it is incomplete; once complete and correct, the
+        bytes that followed it in ``data`` (a view of ``data``, possibly empty), which belong to
+        the replication stream.  A wrong answer raises :class:`AuthenticationFailedError` (the
+        comparison takes constant time)."""
+        if self._failure is not None:
+            raise ProtocolError(f"authentication already failed: {self._failure}") from self._failure
+        view = _byte_view(data)
+        if self._authenticated:
+            return view
+        take = min(self.remaining, len(view))
+        self._answer += view[:take]
+        if len(self._answer) < AUTH_MAC_SIZE:
+            return None
+        if not hmac.compare_digest(self._answer, self._expected):
+            self._failure = AuthenticationFailedError()
+            raise self._failure
+        self._authenticated = True
+        return view[take:]
+
+    def incomplete_error(self, why: str) -> AuthenticationError:
+        """The error for a peer that did not complete its answer (``why``: it closed, timed out)."""
+        got = len(self._answer)
+        return AuthenticationError(f"no authentication answer ({why} after {got} of {AUTH_MAC_SIZE} bytes): "
+                                   "the peer has no haAuthSecret, or is not a PocketMQ slave")
+
+
+class SlaveAuthenticator:
+    """Slave side of the handshake (only with a secret).
+
+    Before sending anything, read the master's challenge (at most :attr:`remaining` bytes at a
+    time: the master sends nothing else until it has the answer) and feed it to
+    :meth:`receive_data`; once it returns the 32-byte answer, send the answer followed by the
+    request offset.  The first bytes are checked as they arrive, so a peer that is not an
+    authenticating master is recognised without waiting for 21 bytes.
+    """
+
+    def __init__(self, secret: bytes, *, versions: Collection[int] = (AUTH_VERSION,)) -> None:
+        if not secret:
+            raise ValueError("an empty secret authenticates nothing")
+        self._secret = secret
+        self._versions = frozenset(versions)
+        self._challenge = bytearray()
+        self._answer: bytes | None = None
+
+    @property
+    def remaining(self) -> int:
+        return AUTH_CHALLENGE_SIZE - len(self._challenge)
+
+    @property
+    def answer(self) -> bytes | None:
+        return self._answer
+
+    def receive_data(self, data: Buffer) -> bytes | None:
+        """Feed bytes of the challenge: None while it is incomplete, then the answer to send.
+
+        Raises :class:`MasterNotAuthenticatingError` as soon as the bytes cannot be a challenge,
+        :class:`AuthVersionError` for a version not in ``versions``, and
+        :class:`MalformedFrameError` for bytes beyond the challenge."""
+        if self._answer is not None:
+            raise ProtocolError("the challenge was already answered")
+        view = _byte_view(data)
+        take = min(self.remaining, len(view))
+        challenge = self._challenge
+        challenge += view[:take]
+        magic = len(AUTH_MAGIC)
+        head = bytes(challenge[:magic])
+        if head != AUTH_MAGIC[:len(head)]:
+            raise MasterNotAuthenticatingError(bytes(challenge[:8]))
+        if len(challenge) > magic and challenge[magic] not in self._versions:
+            raise AuthVersionError(challenge[magic], self._versions)
+        if take < len(view):
+            raise MalformedFrameError(f"the master sent {len(view) - take} bytes after its authentication "
+                                      "challenge before it was answered")
+        if len(challenge) < AUTH_CHALLENGE_SIZE:
+            return None
+        self._answer = auth_mac(self._secret, challenge)
+        return self._answer
 
 
 # --------------------------------------------------------------------------- master side
@@ -728,6 +940,8 @@ class SlaveConnectionProtocol:
         self._body[: self._filled] = available
 
     def _check_header(self, offset: int, size: int) -> None:
+        if offset >> 32 == _AUTH_MAGIC_HIGH:
+            raise AuthRequiredError()
         if offset < 0:
             raise MalformedFrameError(f"transfer frame has a negative offset {offset}")
         if size < 0:
