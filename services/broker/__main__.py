@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from services.broker.app import run_broker
-from services.broker.config import BrokerConfig
+from services.broker.config import BrokerConfig, mask_secrets
 from services.broker.replication.service import create_replication_service
 from services.broker.storage.config import StoreConfig
 from services.common.config import ConfigError, add_arguments, from_arguments, to_properties
@@ -32,7 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="PocketMQ broker: stores and serves messages of one broker group member.",
     )
     parser.add_argument("--print-config", action="store_true",
-                        help="print the effective configuration as broker.conf lines and exit")
+                        help="print the effective configuration as broker.conf lines and exit "
+                             "(a set haAuthSecret is shown as a comment, not its value)")
     add_arguments(parser, SECTIONS)
     return parser
 
@@ -46,7 +47,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.error("invalid configuration", extra={"key": exc.key, "error": str(exc)})
         return 2
     if args.print_config:
-        sys.stdout.write(to_properties([broker_config, store_config]))
+        # A set haAuthSecret is printed as a comment: the output may end up in logs or tickets.
+        sys.stdout.write(mask_secrets(to_properties([broker_config, store_config])))
         return 0
     return run_service(lambda stop: run_broker(broker_config, store_config, stop,
                                                ha_factory=create_replication_service))

@@ -38,6 +38,34 @@ def parse_delay_levels(text: str, key: str = "messageDelayLevel") -> tuple[int, 
     return tuple(levels)
 
 
+#: Shortest accepted haAuthSecret.
+MIN_SECRET_LENGTH = 16
+#: Keys whose values --print-config and logs never show.
+SECRET_KEYS = frozenset({"haAuthSecret"})
+
+
+def check_secret(secret: str, key: str) -> None:
+    """Reject an obviously weak non-empty secret (the message never contains the value)."""
+    if not secret:
+        return
+    hint = "use a random value, e.g. `openssl rand -hex 32`"
+    require(len(secret) >= MIN_SECRET_LENGTH, key,
+            f"too short: at least {MIN_SECRET_LENGTH} characters are required ({hint})")
+    require(len(set(secret)) >= 4, key, f"too weak: fewer than 4 distinct characters ({hint})")
+
+
+def mask_secrets(properties: str) -> str:
+    """``key=value`` text (``to_properties``) with every set secret replaced by a comment line, so
+    the output can be shown, logged or reused as a config file without disclosing it."""
+    lines = []
+    for line in properties.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key in SECRET_KEYS and value:
+            line = f"# {key}=<hidden: set, not shown>"
+        lines.append(line)
+    return "\n".join(lines) + ("\n" if properties.endswith("\n") else "")
+
+
 def detect_host_ip() -> str:
     """The address this host's name resolves to (in Kubernetes: the pod IP), else loopback."""
     try:
@@ -70,6 +98,12 @@ class BrokerConfig:
     register_broker_timeout_mills: int = 3_000
     #: Slave: replicate from this HA address instead of the one the NameServer reports.
     ha_master_address: str = ""
+    #: Shared secret of the HA port (the same on the master and its slaves): the master
+    #: challenges every connection and serves only peers that answer with an HMAC of the secret.
+    #: Empty = no authentication (the original's wire format). At least 16 characters; never
+    #: shown by repr() or --print-config. Surrounding whitespace (a trailing newline from a
+    #: secret file) is ignored.
+    ha_auth_secret: str = dataclasses.field(default="", repr=False)
     ha_send_heartbeat_interval: int = 5_000
     ha_housekeeping_interval: int = 20_000
     ha_transfer_batch_size: int = 32 * 1024
@@ -125,6 +159,9 @@ class BrokerConfig:
         require(self.shutdown_grace_period >= 0, "shutdownGracePeriod", "must be >= 0")
         if self.ha_master_address:
             parse_address(self.ha_master_address, "haMasterAddress")
+        if self.ha_auth_secret != self.ha_auth_secret.strip():
+            object.__setattr__(self, "ha_auth_secret", self.ha_auth_secret.strip())
+        check_secret(self.ha_auth_secret, "haAuthSecret")
         parse_delay_levels(self.message_delay_level)
 
     @property
