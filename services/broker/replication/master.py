@@ -38,13 +38,29 @@ Errors close only the connection they happened on (logged with the slave's addre
 * a request offset below the earliest retained offset: a heartbeat with the master's min offset,
   then close (the slave logs that it must be rebuilt).
 
-Security: the HA port has no authentication (neither has RocketMQ's).  Everything received is
-validated, at most :data:`MAX_CONNECTIONS` connections are served at once, a connection that
-never sends a request offset is closed by housekeeping, and anything malformed closes the
-connection.  Anyone who can reach the port can still read the whole commit log, and a client
-that behaves like a slave (valid request offset, acks of what it was sent) is indistinguishable
-from one: its acks count for SYNC_MASTER like a real slave's.  Expose the port only to the broker
-group (the Helm chart's NetworkPolicy does).
+Security.  With ``haAuthSecret`` set (the same on the master and its slaves), every accepted
+connection is challenged before anything else happens: the master sends a 21-byte challenge
+(magic ``PMQC``, version, 16 random bytes from :func:`secrets.token_bytes`) and reads exactly the
+32-byte answer, HMAC-SHA256 of the challenge under the secret (see
+:class:`~services.broker.replication.protocol.MasterAuthenticator`), compared in constant time.
+Until the answer is verified the peer is not a slave: it is not listed in the HA status or the
+metrics, nothing it sends is decoded as an offset (so it cannot ack), and not one byte of the
+commit log is sent to it.  A wrong answer, a close, or no answer within ``auth_timeout_s``
+(``min(5 s, haHousekeepingInterval)``) closes the connection with a WARNING naming the peer's
+address and counts in ``pocketmq_ha_auth_failures_total``.  Handshakes in progress count towards
+:data:`MAX_CONNECTIONS`.  A fresh nonce per connection means a recorded answer cannot be
+replayed.  What the handshake does not do: encrypt or authenticate the stream after it (someone
+who can read or alter the traffic between the brokers can still read the commit log or tamper
+with it; keep the port on a private network or use a tunnel), and it does not protect against a
+weak secret (the config refuses one shorter than 16 characters).
+
+Without a secret (the default, RocketMQ's behaviour and wire format) the port is open: everything
+received is still validated, at most :data:`MAX_CONNECTIONS` connections are served at once, a
+connection that never sends a request offset is closed by housekeeping, and anything malformed
+closes the connection; but anyone who can reach the port can read the whole commit log, and a
+client that behaves like a slave (valid request offset, acks of what it was sent) is
+indistinguishable from one: its acks count for SYNC_MASTER like a real slave's.  Either way,
+expose the port only to the broker group (the Helm chart's NetworkPolicy does).
 """
 
 from __future__ import annotations
@@ -52,7 +68,9 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+import dataclasses
 import logging
+import secrets
 import socket
 import threading
 import time
@@ -61,6 +79,10 @@ from dataclasses import dataclass
 from typing import Final
 
 from services.broker.replication.protocol import (
+    AUTH_MAC_SIZE,
+    AUTH_NONCE_SIZE,
+    AuthenticationError,
+    MasterAuthenticator,
     MasterConnectionProtocol,
     ProtocolError,
     RequestBeyondMaxOffsetError,
@@ -100,6 +122,10 @@ class MasterSettings:
     heartbeat_interval_s: float = 5.0
     housekeeping_interval_s: float = 20.0
     fall_behind_max: int = 256 * 1024 * 1024
+    #: haAuthSecret (UTF-8); empty = no authentication.  Never shown by repr().
+    auth_secret: bytes = dataclasses.field(default=b"", repr=False)
+    #: How long a peer has to answer the challenge.
+    auth_timeout_s: float = 5.0
 
 
 @dataclass(frozen=True)
@@ -176,6 +202,37 @@ class SlaveConnection:
                          self.connected_since_ms, self.transferred_bytes, self.last_ack_ms)
 
     # -- lifecycle ------------------------------------------------------------------------------
+
+    async def authenticate(self, secret: bytes, nonce: bytes, timeout_s: float) -> bool:
+        """The handshake (see the module doc): True once the peer answered the challenge
+        correctly; otherwise logs a WARNING naming the peer and returns False (the caller
+        closes).  Reads exactly the answer, so the request offset behind it stays in the socket
+        for the read loop, and sends nothing but the challenge."""
+        auth = MasterAuthenticator(secret, nonce)
+        loop = self._loop
+        view = memoryview(bytearray(AUTH_MAC_SIZE))
+        try:
+            async with asyncio.timeout(timeout_s):
+                await loop.sock_sendall(self.sock, auth.challenge)
+                while not auth.authenticated:
+                    n = await loop.sock_recv_into(self.sock, view[:auth.remaining])
+                    if n == 0:
+                        raise auth.incomplete_error("the peer closed the connection")
+                    auth.receive_data(view[:n])
+        except TimeoutError:
+            error: Exception = auth.incomplete_error(f"no answer within {timeout_s:g}s")
+        except AuthenticationError as exc:
+            error = exc
+        except OSError as exc:
+            error = exc
+        else:
+            self.connected_since_ms = int(time.time() * 1000)
+            self.last_read = self.last_write = loop.time()  # housekeeping counts from here
+            return True
+        self.close_reason = f"authentication failed: {error}"
+        log.warning("HA authentication failed; connection closed", extra={
+            "slave": self.peer, "reason": str(error) or type(error).__name__})
+        return False
 
     async def run(self) -> None:
         """Serve the connection until either task ends or nothing was read for
@@ -402,6 +459,9 @@ class HAMaster:
         self._conn_tasks: set[asyncio.Task[None]] = set()
         self._loop_thread = 0
         self._stopping = False
+        self._handshakes = 0
+        #: Connections closed because the peer failed the haAuthSecret challenge.
+        self.auth_failures = 0
         self.port = 0
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -424,7 +484,8 @@ class HAMaster:
         self.port = sock.getsockname()[1]
         self.store.add_append_listener(self._on_append)
         self._accept_task = asyncio.create_task(self._accept_loop(), name="ha-accept")
-        log.info("HA port listening", extra={"host": self.settings.host, "port": self.port})
+        log.info("HA port listening", extra={"host": self.settings.host, "port": self.port,
+                                             "authentication": bool(self.settings.auth_secret)})
 
     async def stop(self) -> None:
         self._stopping = True
@@ -452,7 +513,7 @@ class HAMaster:
                 await asyncio.sleep(0.1)
                 continue
             peer = _format_addr(addr)
-            if len(self.connections) >= MAX_CONNECTIONS or self._stopping:
+            if len(self.connections) + self._handshakes >= MAX_CONNECTIONS or self._stopping:
                 log.warning("HA connection refused: too many connections", extra={
                     "slave": peer, "limit": MAX_CONNECTIONS})
                 sock.close()
@@ -466,8 +527,22 @@ class HAMaster:
             task.add_done_callback(self._conn_tasks.discard)
 
     async def _serve(self, conn: SlaveConnection) -> None:
+        secret = self.settings.auth_secret
+        if secret:
+            self._handshakes += 1
+            authenticated = False
+            try:
+                authenticated = await conn.authenticate(
+                    secret, secrets.token_bytes(AUTH_NONCE_SIZE), self.settings.auth_timeout_s)
+            finally:
+                self._handshakes -= 1
+                if not authenticated:
+                    conn.sock.close()
+            if not authenticated:
+                self.auth_failures += 1
+                return
         self.connections[conn.peer] = conn
-        log.info("HA connection accepted", extra={"slave": conn.peer})
+        log.info("HA connection accepted", extra={"slave": conn.peer, "authenticated": bool(secret)})
         self._changed()
         try:
             await conn.run()

@@ -9,7 +9,9 @@ Master
     ``pocketmq_ha_connections``, ``pocketmq_ha_slave_ack_offset{slave}``,
     ``pocketmq_ha_replication_lag_bytes{slave}``, ``pocketmq_ha_replication_lag_seconds{slave}``,
     ``pocketmq_ha_transferred_bytes_total{slave}``, ``pocketmq_ha_slave_not_available_total``,
-    ``pocketmq_ha_flush_slave_timeout_total``, ``pocketmq_ha_sync_wait_seconds`` (histogram).
+    ``pocketmq_ha_flush_slave_timeout_total``, ``pocketmq_ha_sync_wait_seconds`` (histogram),
+    ``pocketmq_ha_auth_failures_total`` (connections closed because the peer did not answer the
+    ``haAuthSecret`` challenge correctly or in time; always 0 without a secret).
 Slave
     ``pocketmq_ha_client_max_offset``, ``pocketmq_commitlog_max_offset``,
     ``pocketmq_ha_client_last_data_age_seconds`` (seconds since the last data frame; -1 before
@@ -51,6 +53,7 @@ class MasterSample:
     commitlog_max_offset: int
     push2slave_max_offset: int
     slaves: Sequence[SlaveSeries]
+    auth_failures: int = 0
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,9 @@ class _HACollector(Collector):
                 lag_s.add_metric(values, s.lag_seconds)
                 sent.add_metric(values, s.transferred_bytes)
             yield from (ack, lag, lag_s, sent)
+            yield _counter("pocketmq_ha_auth_failures",
+                           "HA connections closed because the peer failed the haAuthSecret challenge "
+                           "(wrong, missing or late answer).", ident, sample.auth_failures)
         else:
             yield _gauge("pocketmq_ha_client_max_offset", "The slave's commit log max offset.", ident,
                          sample.commitlog_max_offset)

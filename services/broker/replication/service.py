@@ -29,7 +29,10 @@ from services.broker.storage.status import PutMessageStatus
 if TYPE_CHECKING:
     from services.broker.app import BrokerApp, ReplicationService
 
-__all__ = ["BrokerReplication", "create_replication_service"]
+__all__ = ["AUTH_TIMEOUT_S", "BrokerReplication", "create_replication_service"]
+
+#: Deadline of the haAuthSecret handshake on both sides (or haHousekeepingInterval if shorter).
+AUTH_TIMEOUT_S = 5.0
 
 
 class BrokerReplication:
@@ -39,6 +42,8 @@ class BrokerReplication:
         self.is_master = cfg.is_master
         self.store = app.store
         segment_size = app.store_config.mapped_file_size_commit_log
+        auth_secret = cfg.ha_auth_secret.encode()
+        auth_timeout_s = min(AUTH_TIMEOUT_S, cfg.ha_housekeeping_interval / 1000)
         self.master: HAMaster | None = None
         self.slave: HASlave | None = None
         if self.is_master:
@@ -47,7 +52,8 @@ class BrokerReplication:
                 segment_size=segment_size, sync_from_earliest=cfg.ha_sync_from_earliest,
                 heartbeat_interval_s=cfg.ha_send_heartbeat_interval / 1000,
                 housekeeping_interval_s=cfg.ha_housekeeping_interval / 1000,
-                fall_behind_max=cfg.ha_slave_fallbehind_max))
+                fall_behind_max=cfg.ha_slave_fallbehind_max,
+                auth_secret=auth_secret, auth_timeout_s=auth_timeout_s))
         else:
             self.slave = HASlave(app.store, SlaveSettings(
                 master_address_override=cfg.ha_master_address,
@@ -56,7 +62,8 @@ class BrokerReplication:
                 segment_size=segment_size,
                 max_body_size=max(DEFAULT_MAX_BODY_SIZE, cfg.ha_transfer_batch_size),
                 max_truncate=cfg.ha_slave_fallbehind_max,
-                diverged_dir=os.path.join(app.store_config.store_path_root_dir, "ha-diverged")))
+                diverged_dir=os.path.join(app.store_config.store_path_root_dir, "ha-diverged"),
+                auth_secret=auth_secret, auth_timeout_s=auth_timeout_s))
         self.metrics = HAMetrics(app.metrics.registry, cfg.broker_cluster_name, cfg.broker_name,
                                  cfg.broker_id, master=self.is_master)
 
@@ -123,7 +130,8 @@ class BrokerReplication:
                 ack = max(s.ack_offset, 0)
                 series.append(SlaveSeries(s.slave, ack, max(0, max_offset - ack),
                                           master.lag_seconds(ack, max_offset, now), s.transferred_bytes))
-            return MasterSample(max_offset, master.tracker.push2slave_max_offset, series)
+            return MasterSample(max_offset, master.tracker.push2slave_max_offset, series,
+                                auth_failures=master.auth_failures)
         slave = self.slave
         assert slave is not None
         now = time.time()

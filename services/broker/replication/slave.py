@@ -7,6 +7,18 @@ loop:
   registration (:meth:`HASlave.set_master`, called whenever the routes name another master), or
   from ``haMasterAddress``, which then wins over the NameServer.  A new address closes the
   current connection and connects to the new one at once.
+* **Authentication** (only with ``haAuthSecret``): right after connecting, before sending
+  anything, the slave reads the master's 21-byte challenge (at most ``auth_timeout_s``,
+  ``min(5 s, haHousekeepingInterval)``) and sends the 32-byte HMAC answer together with its
+  request offset (see :class:`~services.broker.replication.protocol.SlaveAuthenticator`).  A
+  master without a secret sends no challenge (it waits for the request offset), so the slave
+  gives up after the deadline, or at once if the first bytes are not a challenge, and logs
+  "master does not authenticate; check haAuthSecret on both sides".  The other way round, a
+  slave *without* a secret that meets a challenge says "the master requires haAuthSecret"
+  (the frame decoder recognises the magic) instead of decoding it as a frame.  A master that
+  rejects the answer just closes; the slave then says the secrets probably differ.  All of
+  these are logged at ERROR and retried with the usual backoff: fix the configuration and the
+  slave connects by itself.
 * **Session**: connect (3 s timeout), report the store's max offset (the request offset), then
   read frames with :class:`~services.broker.replication.protocol.SlaveConnectionProtocol`.
   Every read goes into one preallocated buffer (``recv_into``); the body bytes it holds, whole
@@ -41,6 +53,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import socket
@@ -51,10 +64,12 @@ from typing import Final
 
 from services.broker.replication.protocol import (
     DEFAULT_MAX_BODY_SIZE,
+    AuthenticationError,
     ContinuityError,
     DataReceived,
     Event,
     ProtocolError,
+    SlaveAuthenticator,
     SlaveConnectionProtocol,
     encode_ack,
 )
@@ -88,10 +103,23 @@ class SlaveSettings:
     diverged_dir: str = ""
     backoff_min_s: float = BACKOFF_MIN_S
     backoff_max_s: float = BACKOFF_MAX_S
+    #: haAuthSecret (UTF-8); empty = no authentication.  Never shown by repr().
+    auth_secret: bytes = dataclasses.field(default=b"", repr=False)
+    #: How long to wait for the master's challenge.
+    auth_timeout_s: float = 5.0
 
 
 class _SessionEndError(Exception):
     """Why a session ended (logged by the run loop)."""
+
+
+class _AuthFailedError(_SessionEndError):
+    """The authentication handshake failed (a configuration problem: logged at ERROR)."""
+
+
+_NO_CHALLENGE_HINT = "master does not authenticate; check haAuthSecret on both sides"
+_REJECTED = ("the master closed the connection right after the authentication answer: is haAuthSecret "
+             "the same on the master and this slave?")
 
 
 class _MasterAheadError(_SessionEndError):
@@ -193,6 +221,10 @@ class HASlave:
                 if await self._repair(exc):
                     backoff = self.settings.backoff_min_s
                     continue
+            except (_AuthFailedError, AuthenticationError) as exc:
+                log.error("replication authentication failed", extra={
+                    "master_ha_addr": addr, "reason": str(exc), "retry_in_s": round(
+                        min(backoff * 2, self.settings.backoff_max_s), 3)})
             except (_SessionEndError, OSError, ProtocolError, CommitLogError) as exc:
                 log.warning("replication session ended", extra={
                     "master_ha_addr": addr, "reason": str(exc) or type(exc).__name__,
@@ -236,13 +268,15 @@ class HASlave:
     async def _follow(self, sock: socket.socket, addr: str) -> bool:
         loop = asyncio.get_running_loop()
         store = self.store
+        answer = await self._authenticate(sock, loop) if self.settings.auth_secret else b""
         start_offset = store.max_offset
         proto = SlaveConnectionProtocol(start_offset, max_body_size=self.settings.max_body_size,
                                         stream_bodies=True)
-        state = _SessionState(loop.time())
+        state = _SessionState(loop.time(), authenticated=bool(answer))
         self.connected = True
-        log.info("connected to master", extra={"master_ha_addr": addr, "request_offset": start_offset})
-        await self._send_ack(sock, start_offset, state, loop)
+        log.info("connected to master", extra={"master_ha_addr": addr, "request_offset": start_offset,
+                                               "authenticated": bool(answer)})
+        await self._send_ack(sock, start_offset, state, loop, prefix=answer)
         receiver = asyncio.create_task(self._receive(sock, proto, state, loop))
         keeper = asyncio.create_task(self._keep_alive(sock, state, loop))
         try:
@@ -265,10 +299,32 @@ class HASlave:
                 raise exc
         return state.received > 0
 
+    async def _authenticate(self, sock: socket.socket, loop: asyncio.AbstractEventLoop) -> bytes:
+        """Read the master's challenge and return the answer to send before the request offset;
+        raises :class:`_AuthFailedError` or :class:`AuthenticationError` (see the module doc)."""
+        auth = SlaveAuthenticator(self.settings.auth_secret)
+        timeout_s = self.settings.auth_timeout_s
+        view = memoryview(bytearray(auth.remaining))
+        answer: bytes | None = None
+        try:
+            async with asyncio.timeout(timeout_s):
+                while answer is None:
+                    # never more than the challenge: the master sends nothing else before the answer
+                    n = await loop.sock_recv_into(sock, view[:auth.remaining])
+                    if not n:
+                        raise _AuthFailedError(
+                            f"the master closed the connection without sending an authentication "
+                            f"challenge: {_NO_CHALLENGE_HINT}")
+                    answer = auth.receive_data(view[:n])
+        except TimeoutError:
+            raise _AuthFailedError(f"no authentication challenge from the master within {timeout_s:g}s: "
+                                   f"{_NO_CHALLENGE_HINT}") from None
+        return answer
+
     async def _send_ack(self, sock: socket.socket, offset: int, state: _SessionState,
-                        loop: asyncio.AbstractEventLoop) -> None:
+                        loop: asyncio.AbstractEventLoop, prefix: bytes = b"") -> None:
         async with self._ack_lock:  # heartbeats and acks never interleave on the wire
-            await loop.sock_sendall(sock, encode_ack(offset))
+            await loop.sock_sendall(sock, prefix + encode_ack(offset) if prefix else encode_ack(offset))
         state.last_ack = loop.time()
 
     async def _receive(self, sock: socket.socket, proto: SlaveConnectionProtocol, state: _SessionState,
@@ -279,9 +335,17 @@ class HASlave:
         while True:
             # One buffer for the whole session: the protocol's data events are views of it,
             # written to the commit log before the next receive overwrites it.
-            n = await loop.sock_recv_into(sock, buf)
+            try:
+                n = await loop.sock_recv_into(sock, buf)
+            except ConnectionResetError:
+                if state.authenticated and not state.anything_read:
+                    raise _AuthFailedError(_REJECTED) from None  # (closed with our offset unread)
+                raise
             if not n:
+                if state.authenticated and not state.anything_read:
+                    raise _AuthFailedError(_REJECTED)
                 raise _SessionEndError("the master closed the connection")
+            state.anything_read = True
             state.last_read = loop.time()
             self.last_read_ms = int(time.time() * 1000)
             try:
@@ -403,6 +467,9 @@ class _SessionState:
     last_read: float
     last_ack: float = 0.0
     received: int = 0
+    #: The handshake was answered (a close before any byte then means a rejected answer).
+    authenticated: bool = False
+    anything_read: bool = False
 
 
 def is_record_boundary(store: MessageStore, offset: int, segment_size: int) -> bool:
