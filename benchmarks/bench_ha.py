@@ -9,14 +9,18 @@ temporary directory, ASYNC_FLUSH, no NameServer: slaves get ``--ha-master-addres
   of it), then an empty slave starts.  Throughput = bytes / (slave caught up - the master's
   connect time for it).  Next to it, in the same run and on the same page-cached segment file:
   - ``sendfile``: plain Python ``os.sendfile`` of the file over loopback TCP to a process that
-    ``recv_into``s and discards: the ceiling (best of 3);
+    ``recv_into``s and discards: the ceiling (best of 3), and the reference of the ratio;
+  - ``sendfile -> file``: the same, but the receiver writes what it gets to a new file (once,
+    right after the catch-up, like it): what merely storing the bytes costs here.  On this kind
+    of VM the first touch of memory the guest has not used lately is expensive (2-9 us per
+    4 KiB page), so a receiver that keeps the data pays a cost that ``sendfile`` does not;
   - ``HA stream -> sink``: the real master streaming to a process that speaks the slave's side of
     the protocol but discards the data (what the replication channel itself moves, without the
     slave's store; best of 3).
   - ``store append_data``: the slave store alone, in this process, appending the same bytes in
-    32 KiB pieces (no network), and the same until its reput thread has dispatched them all.
-  The slave's own cost on the replication path is the store's ``append_data``: it copies every
-  byte into the mmap'd segment and walks the record headers; the reput thread validates (CRC32
+    1 MiB pieces (no network), and the same until its reput thread has dispatched them all.
+  The slave receives into one 1 MiB buffer and writes the body bytes of each read with one
+  ``append_data`` (``pwritev`` into the commit log, unparsed); the reput thread validates (CRC32
   of the body) and dispatches every record (consume queue entry) behind it, as RocketMQ's slave
   does: the ack (and so catch-up) counts the commit log, not the consume queues.
 * steady-state lag: a master and a caught-up slave under a fixed produce load (``--lag-rate``
