@@ -316,7 +316,7 @@ class LocalCluster:
                 data = self.manifests.get("ConfigMap", volume["configMap"]["name"])["data"]
                 config_files += [(local / key, text) for key, text in data.items()]
             mounts[mount["mountPath"]] = local
-        spec_env = container_env(container, pod_obj)
+        spec_env = container_env(container, pod_obj, secrets=self.manifests.secrets())
         argv = container_argv(container, {**self.image_env, **spec_env})
         pod.env = {**self.image_env, "HOSTNAME": pod.name, "HOME": str(pod.dir),
                    **{k: self._rewrite(pod, v, mounts, f"env {k}", namesrv_list=k == NAMESRV_LIST_ENV)

@@ -4,6 +4,8 @@
   ``$(NAME)`` (``$$`` is a literal ``$``; unresolvable references stay as they are);
 - ``valueFrom.fieldRef`` comes from the pod (downward API): metadata.name, metadata.namespace,
   metadata.uid, status.podIP, metadata.labels['k'] and metadata.annotations['k'];
+- ``valueFrom.secretKeyRef`` / ``configMapKeyRef`` come from the Secrets / ConfigMaps passed in
+  (decoded values); a missing one is an error unless the reference is ``optional``;
 - ``command`` and ``args`` are expanded with the container's whole environment.
 """
 
@@ -51,9 +53,22 @@ def field_ref(path: str, pod: Mapping[str, Any]) -> str:
     raise KeyError(f"unsupported downward API field {path}")
 
 
+def _key_ref(kind: str, name: str, ref: Mapping[str, Any],
+             objects: Mapping[str, Mapping[str, str]] | None) -> str | None:
+    data = (objects or {}).get(ref["name"])
+    if data is None or ref["key"] not in data:
+        if ref.get("optional"):
+            return None
+        raise KeyError(f"env {name}: {kind} {ref['name']!r} key {ref['key']!r} does not exist "
+                       "(the kubelet would not start the container)")
+    return data[ref["key"]]
+
+
 def container_env(container: Mapping[str, Any], pod: Mapping[str, Any],
-                  config_maps: Mapping[str, Mapping[str, str]] | None = None) -> dict[str, str]:
-    """The environment the container starts with (image ENV not included)."""
+                  config_maps: Mapping[str, Mapping[str, str]] | None = None,
+                  secrets: Mapping[str, Mapping[str, str]] | None = None) -> dict[str, str]:
+    """The environment the container starts with (image ENV not included). ``secrets``: Secret
+    name -> decoded data (:meth:`tests.helm.chart.Manifests.secrets` for the rendered ones)."""
     env: dict[str, str] = {}
     for entry in container.get("env", []):
         name = entry["name"]
@@ -61,13 +76,17 @@ def container_env(container: Mapping[str, Any], pod: Mapping[str, Any],
             env[name] = expand(str(entry["value"]), env)
             continue
         source = entry.get("valueFrom", {})
+        value: str | None
         if "fieldRef" in source:
-            env[name] = field_ref(source["fieldRef"]["fieldPath"], pod)
+            value = field_ref(source["fieldRef"]["fieldPath"], pod)
         elif "configMapKeyRef" in source and config_maps is not None:
-            ref = source["configMapKeyRef"]
-            env[name] = config_maps[ref["name"]][ref["key"]]
+            value = _key_ref("ConfigMap", name, source["configMapKeyRef"], config_maps)
+        elif "secretKeyRef" in source:
+            value = _key_ref("Secret", name, source["secretKeyRef"], secrets)
         else:
             raise KeyError(f"unsupported valueFrom for {name}: {sorted(source)}")
+        if value is not None:
+            env[name] = value
     return env
 
 
