@@ -6,6 +6,7 @@ Nothing here talks to a cluster; ``render`` is cached per value set.
 
 from __future__ import annotations
 
+import base64
 import copy
 import dataclasses
 import functools
@@ -24,6 +25,8 @@ NAMESPACE = "mq"
 KUBE_VERSIONS = ("1.30", "1.33")
 
 Obj = dict[str, Any]
+#: broker.haAuth.value of the "ha-auth" value set.
+HA_AUTH_VALUE = "9f4c1e7a2b8d6035-helm-ha-auth"
 
 #: The value sets every offline check runs on (issue 7: 1 group / 3 groups, 0 / 2 slaves,
 #: SYNC_MASTER, metrics off), plus one with every optional object switched on.
@@ -34,6 +37,8 @@ VALUE_SETS: dict[str, Obj] = {
     "sync-master": {"broker": {"masterRole": "SYNC_MASTER", "flushDiskType": "SYNC_FLUSH",
                                "config": {"slaveTimeout": 3000, "haSlaveFallbehindMax": 268435456}}},
     "metrics-off": {"metrics": {"enabled": False}},
+    # the HA port authenticated with a Secret the chart generates
+    "ha-auth": {"broker": {"slavesPerGroup": 2, "haAuth": {"create": True, "value": HA_AUTH_VALUE}}},
     "everything-on": {
         "namesrv": {"kind": "StatefulSet", "replicas": 3},  # the non-default kind
         "broker": {"groups": 2, "slavesPerGroup": 1, "advertise": "podDNS",
@@ -177,6 +182,15 @@ class Manifests:
         Service-style ``{label: value}`` map rather than a LabelSelector."""
         sel: Obj = {"matchLabels": dict(selector or {})} if plain_labels else dict(selector or {})
         return [p for p in self.pods() if selector_matches(sel, p.labels)]
+
+    def secrets(self) -> dict[str, dict[str, str]]:
+        """Secret name -> decoded data (``data`` base64-decoded, ``stringData`` as is)."""
+        out: dict[str, dict[str, str]] = {}
+        for secret in self.of_kind("Secret"):
+            data = {k: base64.b64decode(v).decode() for k, v in (secret.get("data") or {}).items()}
+            data.update(secret.get("stringData") or {})
+            out[secret["metadata"]["name"]] = data
+        return out
 
     def notes(self) -> str:
         return next((text for path, text in self.files.items() if path.endswith("NOTES.txt")), "")

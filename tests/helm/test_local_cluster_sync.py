@@ -1,8 +1,9 @@
 """The SYNC_MASTER value set run as local processes: one NameServer, one group of a master and two
-slaves. The master runs as SYNC_MASTER and the slaves follow it; with replication, sends are
-acknowledged by a slave, and pausing one slave under load raises that slave's lag on the shipped
-dashboard's lag panel (while the other slave keeps sends PUT_OK) until it resumes and catches up,
-when the lag returns to zero."""
+slaves. The master runs as SYNC_MASTER and the slaves follow it over an HA port authenticated with
+the Secret the chart generates (broker.haAuth); with replication, sends are acknowledged by a
+slave, and pausing one slave under load raises that slave's lag on the shipped dashboard's lag
+panel (while the other slave keeps sends PUT_OK) until it resumes and catches up, when the lag
+returns to zero."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 
 from pocketmq.broker.v1 import broker_pb2 as bpb
 from tests.helm import client
-from tests.helm.chart import NAMESPACE, render
+from tests.helm.chart import HA_AUTH_VALUE, NAMESPACE, render
 from tests.helm.e2e import (
     Load,
     brokers,
@@ -28,14 +29,15 @@ from tests.helm.e2e import (
     start_cluster,
     wait_for,
 )
-from tests.helm.localpods import LocalCluster
+from tests.helm.localpods import LocalCluster, LocalPod
 from tests.helm.prom import Prometheus
 
 pytestmark = [pytest.mark.slow, needs_services]
 VALUES: dict[str, Any] = {
     # the StatefulSet kind (not the default): brokers name the NameServer pod by its stable name
     "namesrv": {"kind": "StatefulSet", "replicas": 1},
-    "broker": {"groups": 1, "slavesPerGroup": 2, "masterRole": "SYNC_MASTER"},
+    "broker": {"groups": 1, "slavesPerGroup": 2, "masterRole": "SYNC_MASTER",
+               "haAuth": {"create": True, "value": HA_AUTH_VALUE}},
     "metrics": {"serviceMonitor": {"enabled": True, "interval": "1s"}, "prometheusRule": {"enabled": True}},
 }
 
@@ -89,6 +91,26 @@ def test_sync_sends_are_acknowledged_by_a_slave(cluster: LocalCluster) -> None:
     reply = wait_for(lambda: client.send(master, "HelmSync", [b"sync"], queue_id=0), 10, "send answered")
     wait_for(lambda: client.send(master, "HelmSync", [b"sync"], queue_id=0).status == bpb.PUT_OK, 30,
              f"a SYNC_MASTER send acknowledged by a slave (first: {reply})")
+
+
+@needs_replication
+def test_replication_is_authenticated_with_the_charts_secret(cluster: LocalCluster) -> None:
+    master = masters(cluster)["broker-a"]
+    slaves = [p for p in brokers(cluster) if p.template.ordinal > 0]
+    assert len(slaves) == 2
+    for pod in brokers(cluster):  # from the rendered Secret through secretKeyRef
+        assert pod.env["POCKETMQ_HA_AUTH_SECRET"] == HA_AUTH_VALUE
+
+    def lines(pod: LocalPod, text: str) -> list[str]:
+        return [line for line in pod.log_text().splitlines() if text in line]
+
+    assert "authentication=True" in lines(master, "HA port listening")[0]
+    for slave in slaves:
+        wait_for(lambda s=slave: any("authenticated=True" in x for x in lines(s, "connected to master")),
+                 30, f"{slave.name} authenticated to the master")
+    wait_for(lambda: len(lines(master, "HA connection accepted")) >= 2, 30, "the master accepted both slaves")
+    assert not lines(master, "HA authentication failed")
+    assert all(HA_AUTH_VALUE not in pod.log_text() for pod in cluster.pods), "a pod logged the secret"
 
 
 @needs_prometheus

@@ -65,7 +65,7 @@ def test_every_broker_pod_loads_its_intended_identity(value_set: str, tmp_path: 
     for n, pod in enumerate(brokers):
         ip = f"10.1.0.{n + 10}"
         c = pod.container("broker")
-        env = container_env(c, pod_object(pod, ip))
+        env = container_env(c, pod_object(pod, ip), secrets=m.secrets())
         argv = container_argv(c, env)
         # the container command is the ordinal wrapper; what it execs is the rest
         assert argv[:3] == ["python", "-m", "services.broker.k8s_env"]
@@ -93,6 +93,9 @@ def test_every_broker_pod_loads_its_intended_identity(value_set: str, tmp_path: 
         assert store.store_path_root_dir.startswith(store_mount + "/")
         expected_flush = values.get("broker", {}).get("flushDiskType", "ASYNC_FLUSH")
         assert store.flush_disk_type.name == expected_flush
+        # the HA secret (from the Secret, through the environment) or none
+        expected_secret = values.get("broker", {}).get("haAuth", {}).get("value", "")
+        assert broker.ha_auth_secret == expected_secret
 
 
 @pytest.mark.skipif(NAMESRV_ENTRY_MISSING, reason="services/namesrv/__main__.py does not exist yet")

@@ -167,7 +167,31 @@ pocketmq.io/cluster: {{ .ctx.Values.broker.clusterName | quote }}
 
 {{/* Keys the chart owns in broker.conf; broker.config may not set them. */}}
 {{- define "pocketmq.broker.reservedKeys" -}}
-brokerClusterName brokerName brokerId brokerRole brokerIP1 namesrvAddr listenHost listenPort haListenPort metricsPort storePathRootDir flushDiskType
+brokerClusterName brokerName brokerId brokerRole brokerIP1 namesrvAddr listenHost listenPort haListenPort metricsPort storePathRootDir flushDiskType haAuthSecret
+{{- end -}}
+
+{{/*
+Name of the Secret holding the HA port's shared secret ("" = no HA authentication):
+broker.haAuth.existingSecret, or "<fullname>-ha-auth" generated from broker.haAuth.value when
+broker.haAuth.create. Contradictory values fail here.
+*/}}
+{{- define "pocketmq.broker.haAuthSecretName" -}}
+{{- $a := .Values.broker.haAuth -}}
+{{- if and $a.create $a.existingSecret -}}
+{{- fail "broker.haAuth: set either existingSecret (recommended) or create, not both" -}}
+{{- else if $a.existingSecret -}}
+{{- if $a.value -}}
+{{- fail "broker.haAuth.value is ignored with broker.haAuth.existingSecret; remove it" -}}
+{{- end -}}
+{{- $a.existingSecret -}}
+{{- else if $a.create -}}
+{{- if lt (len (trim $a.value)) 16 -}}
+{{- fail "broker.haAuth.value must be at least 16 characters (random, e.g. openssl rand -hex 32) when broker.haAuth.create is true" -}}
+{{- end -}}
+{{- printf "%s-ha-auth" (include "pocketmq.fullname" .) -}}
+{{- else if $a.value -}}
+{{- fail "broker.haAuth.value is set but broker.haAuth.create is false: set create: true, or use existingSecret" -}}
+{{- end -}}
 {{- end -}}
 
 {{/* broker.conf of one group (also hashed into the pod template's checksum annotation). */}}
@@ -190,7 +214,9 @@ storePathRootDir=/data/store
 flushDiskType={{ $v.flushDiskType }}
 {{- $reserved := splitList " " (include "pocketmq.broker.reservedKeys" .) }}
 {{- range $key, $value := $v.config }}
-{{- if has $key $reserved }}
+{{- if eq $key "haAuthSecret" }}
+{{- fail "broker.config.haAuthSecret would put the secret in a ConfigMap; use broker.haAuth (a Secret) instead" }}
+{{- else if has $key $reserved }}
 {{- fail (printf "broker.config.%s is set by the chart; use the dedicated value instead" $key) }}
 {{- end }}
 {{ $key }}={{ include "pocketmq.confValue" $value }}
