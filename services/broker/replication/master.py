@@ -51,8 +51,12 @@ address and counts in ``pocketmq_ha_auth_failures_total``.  Handshakes in progre
 :data:`MAX_CONNECTIONS`.  A fresh nonce per connection means a recorded answer cannot be
 replayed.  What the handshake does not do: encrypt or authenticate the stream after it (someone
 who can read or alter the traffic between the brokers can still read the commit log or tamper
-with it; keep the port on a private network or use a tunnel), and it does not protect against a
-weak secret (the config refuses one shorter than 16 characters).
+with it; keep the port on a private network or use a tunnel); authenticate the master to the
+slave (the slave proves it knows the secret, the master proves nothing, so whoever makes a slave
+connect to it, e.g. by registering a fake master with the NameServer, which has no
+authentication, can feed it data or relay its answer to the real master; ``haMasterAddress``
+pins a slave's master); and protect a weak secret (the config refuses one shorter than 16
+characters).
 
 Without a secret (the default, RocketMQ's behaviour and wire format) the port is open: everything
 received is still validated, at most :data:`MAX_CONNECTIONS` connections are served at once, a
