@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import socket
+import struct
+import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from pocketmq.broker.v1 import broker_pb2
-from pocketmq.errors import InvalidArgumentError
+from pocketmq.errors import InternalError, InvalidArgumentError
 
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 
@@ -214,38 +217,167 @@ def from_message_ext(ext: broker_pb2.MessageExt, broker_name: str) -> ReceivedMe
     )
 
 
-def decode_records(data: bytes, broker_name: str) -> list[ReceivedMessage]:
+# --------------------------------------------------------------------------------------------
+# Raw records -> ReceivedMessage, fast
+#
+# A consumer decodes every message it receives, so this is the client's per-message hot path.
+# The record format is the broker's (services/broker/storage/record.py: decode_record is the
+# reference, and the unit tests check that both agree). Per record: one precompiled header
+# unpack that skips the fields a ReceivedMessage has no room for, range checks, one body copy
+# and its CRC; topics, queues, hosts and property sets repeat from record to record and are
+# looked up in small caches instead of being decoded again.
+# --------------------------------------------------------------------------------------------
+
+#: TOTALSIZE, MAGICCODE, BODYCRC, QUEUEID, (FLAG), QUEUEOFFSET, PHYSICALOFFSET, (SYSFLAG),
+#: BORNTIMESTAMP, BORNHOST (ip 4 + port 4, raw), STORETIMESTAMP, STOREHOSTADDRESS (raw),
+#: RECONSUMETIMES, (PREPAREDTRANSACTIONOFFSET), BODYLENGTH: the commit-log record header.
+_HEADER = struct.Struct(">iIIi4xqq4xq8sq8si8xi")
+_HEADER_SIZE = 88
+assert _HEADER.size == _HEADER_SIZE
+_MAGIC_CODE = 0xDAA320A7
+_U64 = 0xFFFF_FFFF_FFFF_FFFF
+_CACHE_MAX = 4096
+
+#: raw host (IPv4 4 + port 4) -> ("ip:port", the upper-case hex of the raw bytes: the first half
+#: of an offset message id).
+_hosts: dict[bytes, tuple[str, str]] = {}
+#: raw encoded properties -> (properties, tags, keys) as decode_properties + the KEYS split give.
+_property_sets: dict[bytes, tuple[dict[str, str], str, tuple[str, ...]]] = {}
+
+
+class _ReceivedMessageBuilder:
+    """A mutable twin of :class:`ReceivedMessage` (the same slots in the same order): filled with
+    plain attribute stores, then turned into a ReceivedMessage by assigning ``__class__``.
+    ReceivedMessage is a frozen dataclass, and its generated ``__init__`` has to go through
+    ``object.__setattr__`` once per field (about 1.5 us per message, more than the rest of the
+    decoding); this costs about 0.2 us and gives an identical object."""
+
+    __slots__ = ReceivedMessage.__slots__
+
+    def __init__(self, topic: str, body: bytes, tags: str, keys: tuple[str, ...],
+                 properties: Mapping[str, str], queue: MessageQueue, queue_offset: int,
+                 commit_log_offset: int, msg_id: str, born_timestamp: int, store_timestamp: int,
+                 born_host: str, store_host: str, reconsume_times: int) -> None:
+        self.topic = topic
+        self.body = body
+        self.tags = tags
+        self.keys = keys
+        self.properties = properties
+        self.queue = queue
+        self.queue_offset = queue_offset
+        self.commit_log_offset = commit_log_offset
+        self.msg_id = msg_id
+        self.born_timestamp = born_timestamp
+        self.store_timestamp = store_timestamp
+        self.born_host = born_host
+        self.store_host = store_host
+        self.reconsume_times = reconsume_times
+
+
+assert _ReceivedMessageBuilder.__slots__ == tuple(f.name for f in dataclasses.fields(ReceivedMessage))
+
+
+def _host(raw: bytes) -> tuple[str, str]:
+    """Cached: raw host -> ("ip:port", hex id prefix)."""
+    hit = _hosts.get(raw)
+    if hit is None:
+        if len(_hosts) >= _CACHE_MAX:
+            _hosts.clear()
+        port = int.from_bytes(raw[4:], "big", signed=True)
+        hit = _hosts[raw] = (f"{socket.inet_ntoa(raw[:4])}:{port}", raw.hex().upper())
+    return hit
+
+
+def _property_set(raw: bytes) -> tuple[dict[str, str], str, tuple[str, ...]]:
+    """Cached: encoded properties -> (properties, tags, keys); callers copy the dict."""
+    hit = _property_sets.get(raw)
+    if hit is None:
+        if len(_property_sets) >= _CACHE_MAX:
+            _property_sets.clear()
+        props: dict[str, str] = {}
+        for item in raw.decode("utf-8", "replace").split("\x02"):
+            if item:
+                key, _, value = item.partition("\x01")
+                props[key] = value
+        hit = _property_sets[raw] = (props, props.get(PROPERTY_TAGS, ""),
+                                     _split_keys(props.get(PROPERTY_KEYS, "")))
+    return hit
+
+
+def _corrupt(data: bytes, pos: int) -> InternalError:
+    """The error for the record at ``pos``, worded by the reference decoder."""
+    from services.broker.storage import record
+
+    try:
+        record.decode_record(data, pos)
+    except record.RecordError as exc:
+        return InternalError(f"corrupt record in pull reply at byte {pos}: {exc}")
+    return InternalError(f"corrupt record in pull reply at byte {pos}")  # pragma: no cover
+
+
+def decode_records(data: bytes | bytearray | memoryview, broker_name: str) -> list[ReceivedMessage]:
     """Messages from a ``raw_records`` pull reply: concatenated commit-log records (the broker's
     storage format, CRC-checked here). Raises :class:`~pocketmq.errors.InternalError` on bytes
     that are not valid records."""
-    from pocketmq.errors import InternalError
-    from services.broker.storage import record
-
-    out: list[ReceivedMessage] = []
+    if type(data) is not bytes:
+        data = bytes(data)
+    out: list[_ReceivedMessageBuilder] = []
     append = out.append
+    unpack = _HEADER.unpack_from
+    crc32 = zlib.crc32
+    hosts = _hosts
+    host = _host
+    property_sets = _property_sets
+    property_set = _property_set
+    new = _ReceivedMessageBuilder
+    received = ReceivedMessage
+    magic_code = _MAGIC_CODE
+    u64 = _U64
+    queues: dict[tuple[bytes, int], tuple[str, MessageQueue]] = {}
+    last_topic = b""
+    last_queue_id = -1
+    topic = ""
+    queue = MessageQueue("", broker_name, -1)
+    no_properties: tuple[dict[str, str], str, tuple[str, ...]] = ({}, "", ())
     pos = 0
     end = len(data)
-    view = memoryview(data)
-    queues: dict[tuple[str, int], MessageQueue] = {}
     while pos < end:
         try:
-            rec = record.decode_record(view, pos)
-        except record.RecordError as exc:
-            raise InternalError(f"corrupt record in pull reply at byte {pos}: {exc}") from None
-        props = rec.properties
-        key = (rec.topic, rec.queue_id)
-        queue = queues.get(key)
-        if queue is None:
-            queue = queues[key] = MessageQueue(rec.topic, broker_name, rec.queue_id)
-        store_host = rec.store_host
-        append(ReceivedMessage(
-            topic=rec.topic, body=rec.body, tags=props.get(PROPERTY_TAGS, ""),
-            keys=_split_keys(props.get(PROPERTY_KEYS, "")), properties=props, queue=queue,
-            queue_offset=rec.queue_offset, commit_log_offset=rec.physical_offset,
-            msg_id=record.offset_msg_id(store_host, rec.physical_offset),
-            born_timestamp=rec.born_timestamp, store_timestamp=rec.store_timestamp,
-            born_host=f"{rec.born_host[0]}:{rec.born_host[1]}",
-            store_host=f"{store_host[0]}:{store_host[1]}", reconsume_times=rec.reconsume_times,
-        ))
-        pos += rec.store_size
-    return out
+            (total, magic, crc, queue_id, queue_offset, physical_offset, born_ts, born_raw, store_ts,
+             store_raw, reconsume, body_len) = unpack(data, pos)
+        except struct.error:
+            raise _corrupt(data, pos) from None
+        record_end = pos + total
+        body_end = pos + _HEADER_SIZE + body_len
+        if magic != magic_code or body_len < 0 or body_end + 3 > record_end or record_end > end:
+            raise _corrupt(data, pos)
+        props_at = body_end + 1 + data[body_end]  # after TOPICLENGTH + TOPIC
+        if props_at + 2 > record_end or (props_at + 2 + (data[props_at] << 8 | data[props_at + 1])
+                                         != record_end):
+            raise _corrupt(data, pos)
+        body = data[pos + _HEADER_SIZE:body_end]
+        if crc32(body) != crc:
+            raise _corrupt(data, pos)
+        topic_raw = data[body_end + 1:props_at]
+        if queue_id != last_queue_id or topic_raw != last_topic:
+            key = (topic_raw, queue_id)
+            known = queues.get(key)
+            if known is None:
+                name = topic_raw.decode("utf-8", "replace")
+                known = queues[key] = (name, MessageQueue(name, broker_name, queue_id))
+            topic, queue = known
+            last_topic, last_queue_id = topic_raw, queue_id
+        if props_at + 2 == record_end:
+            props, tags, keys = no_properties
+        else:
+            props_raw = data[props_at + 2:record_end]
+            hit = property_sets.get(props_raw)
+            props, tags, keys = hit if hit is not None else property_set(props_raw)
+        born = hosts.get(born_raw) or host(born_raw)
+        store = hosts.get(store_raw) or host(store_raw)
+        msg = new(topic, body, tags, keys, props.copy(), queue, queue_offset, physical_offset,
+                  f"{store[1]}{physical_offset & u64:016X}", born_ts, store_ts, born[0], store[0], reconsume)
+        msg.__class__ = received  # type: ignore[assignment]
+        append(msg)
+        pos = record_end
+    return out  # type: ignore[return-value]

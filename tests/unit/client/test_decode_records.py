@@ -1,0 +1,218 @@
+"""The consumer's fast raw-record decoder (pocketmq.client.message.decode_records) against the
+reference: the broker's own record decoder (services.broker.storage.record.decode_record), turned
+into ReceivedMessages field by field the straightforward way."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pocketmq.client.message import MessageQueue, ReceivedMessage, decode_records
+from pocketmq.errors import InternalError
+from services.broker.storage import record
+
+
+def reference_decode(data: bytes, broker_name: str) -> list[ReceivedMessage]:
+    """One record at a time with record.decode_record (the decoder the client used to have)."""
+    out: list[ReceivedMessage] = []
+    pos = 0
+    view = memoryview(data)
+    while pos < len(data):
+        try:
+            rec = record.decode_record(view, pos)
+        except record.RecordError as exc:
+            raise InternalError(f"corrupt record in pull reply at byte {pos}: {exc}") from None
+        props = rec.properties
+        keys = props.get("KEYS", "")
+        out.append(ReceivedMessage(
+            topic=rec.topic, body=rec.body, tags=props.get("TAGS", ""),
+            keys=tuple(k for k in keys.split(" ") if k) if keys else (), properties=props,
+            queue=MessageQueue(rec.topic, broker_name, rec.queue_id), queue_offset=rec.queue_offset,
+            commit_log_offset=rec.physical_offset,
+            msg_id=record.offset_msg_id(rec.store_host, rec.physical_offset),
+            born_timestamp=rec.born_timestamp, store_timestamp=rec.store_timestamp,
+            born_host=f"{rec.born_host[0]}:{rec.born_host[1]}",
+            store_host=f"{rec.store_host[0]}:{rec.store_host[1]}", reconsume_times=rec.reconsume_times,
+        ))
+        pos += rec.store_size
+    return out
+
+
+def outcome(decoder: object, data: bytes, broker_name: str = "broker-a") -> object:
+    """The decoded messages, or the error message."""
+    assert callable(decoder)
+    try:
+        result: object = decoder(data, broker_name)
+    except InternalError as exc:
+        return ("error", str(exc))
+    return result
+
+
+# -- strategies ------------------------------------------------------------------------------------
+
+text = st.text(alphabet=st.characters(exclude_characters="\x01\x02", exclude_categories=["Cs"]), max_size=12)
+prop_keys = st.one_of(text.filter(bool),
+                      st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "REAL_TOPIC", "é", "k"]))
+prop_values = st.one_of(text, st.sampled_from(["", " ", "a  b ", "tag"]))
+properties = st.dictionaries(prop_keys, prop_values, max_size=5)
+topics = st.one_of(
+    st.sampled_from(["t", "orders", "%DLQ%g", "topic-ü-東京"]),
+    st.text(alphabet=st.characters(exclude_characters="/\\\x00", exclude_categories=["Cs"]), min_size=1,
+            max_size=30).filter(lambda t: t not in (".", "..") and len(t.encode()) <= 127))
+int32 = st.integers(-(2**31), 2**31 - 1)
+ipv4 = st.tuples(*[st.integers(0, 255)] * 4).map(lambda t: ".".join(map(str, t)))
+hosts = st.one_of(st.just(("127.0.0.1", 10911)), st.tuples(ipv4, int32))
+
+messages = st.builds(
+    record.Message,
+    topic=topics,
+    body=st.one_of(st.binary(max_size=300), st.sampled_from([b"", b"x" * 1024])),
+    queue_id=st.one_of(st.integers(0, 3), st.integers(0, 2**31 - 1)),
+    flag=int32,
+    properties=properties,
+    born_timestamp=st.integers(0, 2**63 - 1),
+    born_host=hosts,
+    sys_flag=st.sampled_from([0, record.COMPRESSED_FLAG, record.MULTI_TAGS_FLAG,
+                              record.TRANSACTION_COMMIT_TYPE]),
+    reconsume_times=int32,
+    prepared_transaction_offset=st.integers(-(2**63), 2**63 - 1),
+)
+
+
+@st.composite
+def replies(draw: st.DrawFn) -> tuple[bytes, list[bytes]]:
+    """A pull reply (concatenated records) and its records one by one."""
+    msgs = draw(st.lists(messages, min_size=1, max_size=12))
+    first_queue_offset = draw(st.integers(0, 2**40))
+    prepared = [record.prepare(m) for m in msgs]
+    queue_offsets = [first_queue_offset + i for i in range(len(msgs))]
+    if draw(st.booleans()):
+        queue_offsets = draw(st.lists(st.integers(-(2**63), 2**63 - 1), min_size=len(msgs),
+                                      max_size=len(msgs)))
+    physical = draw(st.one_of(st.integers(0, 2**40), st.integers(-(2**62), 2**62)))
+    store_ts = draw(st.integers(0, 2**63 - 1))
+    store_ip, store_port = draw(hosts)
+    data = record.encode_batch(prepared, queue_offsets, physical, store_ts, record.host_bytes(store_ip),
+                               store_port)
+    pieces, pos = [], 0
+    for p in prepared:
+        pieces.append(data[pos:pos + p.size])
+        pos += p.size
+    return data, pieces
+
+
+# -- properties ------------------------------------------------------------------------------------
+
+
+@settings(max_examples=300)
+@given(replies(), st.sampled_from(["broker-a", "b-ü"]))
+def test_fast_decoder_yields_exactly_the_reference_messages(
+    reply: tuple[bytes, list[bytes]], broker: str
+) -> None:
+    data, _ = reply
+    fast = decode_records(data, broker)
+    assert fast == reference_decode(data, broker)
+    for msg in fast:
+        assert type(msg) is ReceivedMessage
+        assert type(msg.body) is bytes and type(msg.keys) is tuple and type(msg.properties) is dict
+        assert type(msg.queue) is MessageQueue and msg.queue.broker_name == broker
+        assert repr(msg).startswith("ReceivedMessage(topic=")
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            msg.topic = "x"  # type: ignore[misc]
+    # Equal messages hash equal and compare with fresh constructions.
+    for msg in fast:
+        twin = dataclasses.replace(msg)
+        assert twin == msg and dataclasses.astuple(twin) == dataclasses.astuple(msg)
+
+
+@settings(max_examples=100)
+@given(replies())
+def test_batch_boundaries_and_buffer_types(reply: tuple[bytes, list[bytes]]) -> None:
+    data, pieces = reply
+    whole = decode_records(data, "broker-a")
+    assert [m for piece in pieces for m in decode_records(piece, "broker-a")] == whole
+    assert decode_records(bytearray(data), "broker-a") == whole
+    assert decode_records(memoryview(data), "broker-a") == whole
+    if len(pieces) > 1:  # a reply that starts in the middle of the log
+        rest = b"".join(pieces[1:])
+        assert decode_records(rest, "broker-a") == whole[1:]
+
+
+@settings(max_examples=300)
+@given(replies(), st.data())
+def test_damaged_replies_fail_or_agree_like_the_reference(
+    reply: tuple[bytes, list[bytes]], data: st.DataObject
+) -> None:
+    raw, _ = reply
+    kind = data.draw(st.sampled_from(["flip", "truncate", "append", "set"]))
+    damaged = bytearray(raw)
+    if kind == "flip":
+        at = data.draw(st.integers(0, len(raw) - 1))
+        damaged[at] ^= data.draw(st.integers(1, 255))
+    elif kind == "truncate":
+        del damaged[data.draw(st.integers(0, len(raw) - 1)):]
+    elif kind == "append":
+        damaged += data.draw(st.binary(min_size=1, max_size=120))
+    else:  # overwrite a header field: sizes, lengths, magic
+        at = data.draw(st.sampled_from([0, 4, 84]))
+        damaged[at:at + 4] = data.draw(st.binary(min_size=4, max_size=4))
+    assert outcome(decode_records, bytes(damaged)) == outcome(reference_decode, bytes(damaged))
+
+
+# -- examples --------------------------------------------------------------------------------------
+
+
+def _encode(*msgs: record.Message, physical: int = 0) -> bytes:
+    prepared = [record.prepare(m) for m in msgs]
+    return record.encode_batch(prepared, list(range(len(msgs))), physical, 1_700_000_000_000,
+                               record.host_bytes("10.0.0.1"), 10911)
+
+
+def test_properties_are_a_fresh_dict_per_message() -> None:
+    m = record.Message.of("t", b"x", tags="a", keys="k1  k2", properties={"p": "ü"})
+    data = _encode(m, m)
+    first, second = decode_records(data, "b")
+    assert first.properties == {"p": "ü", "TAGS": "a", "KEYS": "k1  k2"}
+    assert (first.tags, first.keys) == ("a", ("k1", "k2"))
+    assert first.properties is not second.properties
+    first.properties["p"] = "changed"  # type: ignore[index]
+    assert second.properties["p"] == "ü"
+    assert decode_records(data, "b")[0].properties["p"] == "ü"  # the cache kept its own copy
+    empty = decode_records(_encode(record.Message("t", b"")), "b")[0]
+    assert empty.properties == {} and (empty.tags, empty.keys) == ("", ())
+
+
+def test_messages_of_several_topics_and_queues_in_one_reply() -> None:
+    data = _encode(record.Message("a", b"1", 0), record.Message("a", b"2", 1), record.Message("b", b"3", 1),
+                   record.Message("a", b"4", 0))
+    msgs = decode_records(data, "bk")
+    assert [m.queue for m in msgs] == [MessageQueue("a", "bk", 0), MessageQueue("a", "bk", 1),
+                                       MessageQueue("b", "bk", 1), MessageQueue("a", "bk", 0)]
+    assert msgs == reference_decode(data, "bk")
+
+
+def test_msg_id_and_hosts() -> None:
+    m = record.Message("t", b"x", born_host=("192.168.7.9", 61000))
+    msg = decode_records(_encode(m, physical=(1 << 40) + 5), "b")[0]
+    assert msg.msg_id == record.offset_msg_id(("10.0.0.1", 10911), (1 << 40) + 5)
+    assert msg.msg_id == "0A00000100002A9F0000010000000005"
+    assert (msg.born_host, msg.store_host, msg.commit_log_offset) == ("192.168.7.9:61000", "10.0.0.1:10911",
+                                                                       (1 << 40) + 5)
+
+
+def test_corrupt_reply_errors_name_the_record() -> None:
+    data = bytearray(_encode(record.Message("t", b"abc"), record.Message("t", b"def")))
+    second = int.from_bytes(data[:4], "big")
+    data[second + record.HEADER_SIZE] ^= 1  # the second body: CRC mismatch
+    with pytest.raises(InternalError, match=f"in pull reply at byte {second}: body CRC mismatch"):
+        decode_records(bytes(data), "b")
+    with pytest.raises(InternalError, match="at byte 0: truncated record header"):
+        decode_records(b"\x00" * 20, "b")
+    # TOPICLENGTH of the last record pointing past the end of the reply.
+    last = bytearray(_encode(record.Message("t", b"abc")))
+    last[record.HEADER_SIZE + 3] = 255
+    with pytest.raises(InternalError, match="at byte 0: inconsistent record at 0: topic overruns the record"):
+        decode_records(bytes(last), "b")
