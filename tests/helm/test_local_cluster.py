@@ -47,6 +47,9 @@ FULLNAME = f"{RELEASE}-pocketmq"
 TOPIC = "HelmE2E"
 #: 2 NameServers (default), 2 groups x (master + slave), metrics scraped every second.
 VALUES: dict[str, Any] = {
+    # A short readiness warm-up: the NameServers' readiness probe (their NameServer health
+    # service) passes only after it, which start_cluster waits for.
+    "namesrv": {"readinessWarmUpSeconds": 2},
     "broker": {"groups": 2, "slavesPerGroup": 1},
     "metrics": {"serviceMonitor": {"enabled": True, "interval": "1s"}, "prometheusRule": {"enabled": True}},
 }
@@ -87,6 +90,14 @@ def test_every_broker_registers_with_every_nameserver(cluster: LocalCluster) -> 
         wait_for(registered, 10, f"all brokers registered at {ns.name}")
         info = client.cluster_info(ns.addr("grpc"))
         assert list(info.cluster_addr_table["DefaultCluster"].broker_names) == ["broker-a", "broker-b"]
+
+
+def test_nameservers_turned_ready_only_after_their_warm_up(cluster: LocalCluster) -> None:
+    for ns in namesrvs(cluster):
+        assert ns.log_path is not None
+        log = ns.log_path.read_text()
+        assert "namesrv warming up" in log and "warm_up_ms=2000" in log, log[-2000:]
+        assert "namesrv ready" in log  # (start_cluster waited for the rendered readiness probe)
 
 
 def test_group_service_reaches_the_master(cluster: LocalCluster) -> None:

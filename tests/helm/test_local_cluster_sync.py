@@ -35,7 +35,7 @@ from tests.helm.prom import Prometheus
 pytestmark = [pytest.mark.slow, needs_services]
 VALUES: dict[str, Any] = {
     # the StatefulSet kind (not the default): brokers name the NameServer pod by its stable name
-    "namesrv": {"kind": "StatefulSet", "replicas": 1},
+    "namesrv": {"kind": "StatefulSet", "replicas": 1, "readinessWarmUpSeconds": 1},
     "broker": {"groups": 1, "slavesPerGroup": 2, "masterRole": "SYNC_MASTER",
                "haAuth": {"create": True, "value": HA_AUTH_VALUE}},
     "metrics": {"serviceMonitor": {"enabled": True, "interval": "1s"}, "prometheusRule": {"enabled": True}},

@@ -118,6 +118,8 @@ def test_every_nameserver_pod_loads_its_config(value_set: str, tmp_path: Path) -
         assert config.listen == f"0.0.0.0:{pod.port('grpc')}"
         metrics_on = values.get("metrics", {}).get("enabled", True)
         assert config.metrics_port == (pod.port("metrics") if metrics_on else 0)
+        warm_up_s = values.get("namesrv", {}).get("readinessWarmUpSeconds", 15)
+        assert config.readiness_warm_up_mills == warm_up_s * 1000
 
 
 @pytest.mark.skipif(NAMESRV_ENTRY_MISSING, reason="services/namesrv/__main__.py does not exist yet")
@@ -127,13 +129,20 @@ def test_namesrv_config_values_reach_the_nameserver(tmp_path: Path) -> None:
     from services.namesrv.config import NamesrvConfig
 
     m = render({"namesrv": {"config": {"brokerChannelExpiredTime": 60000,
-                                       "scanNotActiveBrokerInterval": 2000}}})
+                                       "scanNotActiveBrokerInterval": 2000},
+                            "readinessWarmUpSeconds": 0}})
     pod = next(p for p in m.pods() if p.labels["app.kubernetes.io/component"] == "namesrv")
     c = pod.container()
     mounts = write_config_maps(m, pod, c, tmp_path)
     (config,) = from_arguments(build_parser().parse_args(localise(container_argv(c, {})[3:], mounts)),
                                [NamesrvConfig], environ={})
     assert (config.broker_channel_expired_time, config.scan_not_active_broker_interval) == (60000, 2000)
+    assert config.readiness_warm_up_mills == 0
+
+
+def test_the_warm_up_is_set_through_its_value_only() -> None:
+    with pytest.raises(Exception, match="readinessWarmUpMills"):
+        render({"namesrv": {"config": {"readinessWarmUpMills": 1000}}})
 
 
 def test_kubernetes_env_expansion_semantics() -> None:

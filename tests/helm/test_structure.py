@@ -114,7 +114,8 @@ def test_namesrv_deployment_brokers_register_through_the_headless_service(replic
     # brokers: the headless Service, which resolves to every ready NameServer pod
     headless = m.get("Service", f"{FULLNAME}-namesrv-headless")
     assert headless["spec"]["clusterIP"] == "None"
-    assert headless["spec"]["publishNotReadyAddresses"] is False
+    # not-ready pods too: brokers register with a NameServer during its readiness warm-up
+    assert headless["spec"]["publishNotReadyAddresses"] is True
     assert [p.name for p in m.pods_selected_by(headless["spec"]["selector"], plain_labels=True)] == pods
     assert broker_conf(m, f"{FULLNAME}-broker-a")["namesrvAddr"] == (
         f"{FULLNAME}-namesrv-headless.{NAMESPACE}.svc.cluster.local:9876")
@@ -303,7 +304,10 @@ def test_probes_are_native_grpc_health_checks_on_the_grpc_port(value_set: str) -
             for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
                 handlers = set(c[probe]) - {"periodSeconds", "timeoutSeconds", "failureThreshold"}
                 assert handlers == {"grpc"}, probe
-                assert c[probe]["grpc"] == {"port": grpc_port}, (pod.owner_name, probe)
+                expected = {"port": grpc_port}
+                if probe == "readinessProbe" and pod.owner_name == f"{FULLNAME}-namesrv":
+                    expected["service"] = "pocketmq.namesrv.v1.NameServer"  # NOT_SERVING in warm-up
+                assert c[probe]["grpc"] == expected, (pod.owner_name, probe)
 
 
 def test_termination_leaves_time_for_prestop_drain_flush_and_unregister() -> None:

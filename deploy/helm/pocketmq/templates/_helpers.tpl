@@ -230,16 +230,23 @@ flushDiskType={{ $v.flushDiskType }}
 {{- if has $key (list "listen" "metricsPort") }}
 {{- fail (printf "namesrv.config.%s is set by the chart; use namesrv.containerPorts instead" $key) }}
 {{- end }}
+{{- if eq $key "readinessWarmUpMills" }}
+{{- fail "namesrv.config.readinessWarmUpMills is set by the chart; use namesrv.readinessWarmUpSeconds instead" }}
+{{- end }}
 {{ $key }}={{ include "pocketmq.confValue" $value }}
 {{- end }}
+readinessWarmUpMills={{ mul (int64 .Values.namesrv.readinessWarmUpSeconds) 1000 }}
 {{- end -}}
 
 {{/* ----- Pod-spec pieces ----- */}}
 
-{{/* A native gRPC probe on grpc.health.v1: (dict "probe" <values> "port" N) */}}
+{{/* A native gRPC probe on grpc.health.v1: (dict "probe" <values> "port" N ["service" name]) */}}
 {{- define "pocketmq.grpcProbe" -}}
 grpc:
   port: {{ int64 .port }}
+  {{- with .service }}
+  service: {{ . }}
+  {{- end }}
 periodSeconds: {{ int64 .probe.periodSeconds }}
 timeoutSeconds: {{ int64 .probe.timeoutSeconds }}
 failureThreshold: {{ int64 .probe.failureThreshold }}
