@@ -39,6 +39,22 @@ def normalized(events: list[SlaveEvent]) -> list[tuple[str, int, bytes]]:
     return out
 
 
+def build_stream(start: int, items: list[bytes | None]) -> tuple[bytes, list[tuple[str, int, bytes]], int]:
+    """Frames (``None`` = a heartbeat) from ``start``: (the stream, its normalized events, end offset)."""
+    stream = b""
+    expected: list[tuple[str, int, bytes]] = []
+    offset = start
+    for body in items:
+        if body is None:
+            stream += encode_heartbeat(offset)
+            expected.append(("heartbeat", offset, b""))
+        else:
+            stream += frame(offset, body)
+            expected.append(("data", offset, body))
+            offset += len(body)
+    return stream, expected, offset
+
+
 class TestDecoding:
     def test_one_frame(self) -> None:
         proto = SlaveConnectionProtocol(100)
@@ -111,17 +127,7 @@ class TestDecoding:
     def test_random_splits_give_the_same_events(
         self, start: int, items: list[bytes | None], cuts: list[int], as_bytearray: bool
     ) -> None:
-        stream = b""
-        expected: list[tuple[str, int, bytes]] = []
-        offset = start
-        for body in items:
-            if body is None:
-                stream += encode_heartbeat(offset)
-                expected.append(("heartbeat", offset, b""))
-            else:
-                stream += frame(offset, body)
-                expected.append(("data", offset, body))
-                offset += len(body)
+        stream, expected, offset = build_stream(start, items)
         proto = SlaveConnectionProtocol(start, max_body_size=64)
         events: list[SlaveEvent] = []
         bounds = sorted({0, len(stream), *(min(c, len(stream)) for c in cuts)})
@@ -188,17 +194,7 @@ class TestStreamBodies:
     def test_random_splits_give_the_same_bytes_at_the_same_offsets(
         self, start: int, items: list[bytes | None], cuts: list[int]
     ) -> None:
-        stream = b""
-        expected: list[tuple[str, int, bytes]] = []
-        offset = start
-        for body in items:
-            if body is None:
-                stream += encode_heartbeat(offset)
-                expected.append(("heartbeat", offset, b""))
-            else:
-                stream += frame(offset, body)
-                expected.append(("data", offset, body))
-                offset += len(body)
+        stream, expected, offset = build_stream(start, items)
         proto = SlaveConnectionProtocol(start, max_body_size=64, stream_bodies=True)
         buf = bytearray(len(stream))  # one reused receive buffer, as the slave uses it
         events: list[tuple[str, int, bytes]] = []
