@@ -7,8 +7,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -25,7 +23,6 @@ from tests.unit.replication.test_ha_io import (
     FakeSlave,
     fill,
     logs_identical,
-    make_store,
     running_master,
     running_slave,
     slave_settings,
@@ -37,15 +34,6 @@ pytestmark = pytest.mark.asyncio
 SECRET = b"0123456789abcdef-replication"
 OTHER = b"fedcba9876543210-replication"
 AUTH_TIMEOUT = 0.3
-
-
-@pytest.fixture
-def pair(tmp_path: Path) -> Iterator[tuple[MessageStore, MessageStore]]:
-    m = make_store(tmp_path / "master")
-    s = make_store(tmp_path / "slave")
-    yield m, s
-    for store in (m, s):
-        store.shutdown()
 
 
 def records(caplog: pytest.LogCaptureFixture, level: int, message: str) -> list[logging.LogRecord]:
@@ -67,8 +55,8 @@ async def read_all(fake: FakeSlave, limit: float = 3.0) -> tuple[bytes, bool]:
 
 
 async def test_same_secret_replicates_byte_identical_and_acks_count(
-        pair: tuple[MessageStore, MessageStore]) -> None:
-    master_store, slave_store = pair
+        stores: tuple[MessageStore, MessageStore]) -> None:
+    master_store, slave_store = stores
     fill(master_store, 120)
     async with running_master(master_store, sync_from_earliest=True, auth_secret=SECRET,
                               auth_timeout_s=AUTH_TIMEOUT) as master, \
@@ -86,8 +74,8 @@ async def test_same_secret_replicates_byte_identical_and_acks_count(
 
 
 async def test_wrong_secret_gets_no_data_and_is_counted_and_logged(
-        pair: tuple[MessageStore, MessageStore], caplog: pytest.LogCaptureFixture) -> None:
-    master_store, slave_store = pair
+        stores: tuple[MessageStore, MessageStore], caplog: pytest.LogCaptureFixture) -> None:
+    master_store, slave_store = stores
     fill(master_store, 20)
     caplog.set_level(logging.INFO)
     async with running_master(master_store, auth_secret=SECRET, auth_timeout_s=AUTH_TIMEOUT) as master:
@@ -104,8 +92,8 @@ async def test_wrong_secret_gets_no_data_and_is_counted_and_logged(
 
 
 async def test_a_raw_client_that_skips_the_challenge_gets_only_the_challenge(
-        pair: tuple[MessageStore, MessageStore]) -> None:
-    master_store, _ = pair
+        stores: tuple[MessageStore, MessageStore]) -> None:
+    master_store, _ = stores
     fill(master_store, 20)
     async with running_master(master_store, sync_from_earliest=True, auth_secret=SECRET,
                               auth_timeout_s=AUTH_TIMEOUT) as master:
@@ -133,8 +121,8 @@ async def test_a_raw_client_that_skips_the_challenge_gets_only_the_challenge(
 
 
 async def test_the_right_answer_from_a_raw_client_starts_the_normal_stream(
-        pair: tuple[MessageStore, MessageStore]) -> None:
-    master_store, _ = pair
+        stores: tuple[MessageStore, MessageStore]) -> None:
+    master_store, _ = stores
     fill(master_store, 2)
     end = master_store.max_offset
     async with running_master(master_store, auth_secret=SECRET, auth_timeout_s=AUTH_TIMEOUT,
@@ -153,8 +141,8 @@ async def test_the_right_answer_from_a_raw_client_starts_the_normal_stream(
 
 
 async def test_slave_with_a_secret_and_a_master_without_one(
-        pair: tuple[MessageStore, MessageStore], caplog: pytest.LogCaptureFixture) -> None:
-    master_store, slave_store = pair
+        stores: tuple[MessageStore, MessageStore], caplog: pytest.LogCaptureFixture) -> None:
+    master_store, slave_store = stores
     fill(master_store, 10)
     async with running_master(master_store, housekeeping_interval_s=5.0) as master:
         settings = slave_settings(f"127.0.0.1:{master.port}", auth_secret=SECRET, auth_timeout_s=AUTH_TIMEOUT)
@@ -170,8 +158,8 @@ async def test_slave_with_a_secret_and_a_master_without_one(
 
 
 async def test_slave_without_a_secret_and_a_master_with_one(
-        pair: tuple[MessageStore, MessageStore], caplog: pytest.LogCaptureFixture) -> None:
-    master_store, slave_store = pair
+        stores: tuple[MessageStore, MessageStore], caplog: pytest.LogCaptureFixture) -> None:
+    master_store, slave_store = stores
     fill(master_store, 10)
     caplog.set_level(logging.WARNING)
     async with running_master(master_store, sync_from_earliest=True, auth_secret=SECRET,
@@ -187,9 +175,9 @@ async def test_slave_without_a_secret_and_a_master_with_one(
     assert warnings and "no authentication answer" in warnings[0].__dict__["reason"]
 
 
-async def test_without_a_secret_the_wire_is_unchanged(pair: tuple[MessageStore, MessageStore]) -> None:
+async def test_without_a_secret_the_wire_is_unchanged(stores: tuple[MessageStore, MessageStore]) -> None:
     """No challenge: the first bytes a client gets after its request offset are a frame header."""
-    master_store, _ = pair
+    master_store, _ = stores
     fill(master_store, 2)
     end = master_store.max_offset
     async with running_master(master_store, heartbeat_interval_s=0.1) as master:

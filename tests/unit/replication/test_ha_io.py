@@ -110,15 +110,6 @@ async def running_slave(store: MessageStore, settings: SlaveSettings) -> AsyncIt
         await slave.stop()
 
 
-@pytest.fixture
-def stores(tmp_path: Path) -> AsyncIterator[tuple[MessageStore, MessageStore]]:
-    m = make_store(tmp_path / "master")
-    s = make_store(tmp_path / "slave")
-    yield m, s
-    for store in (m, s):
-        store.shutdown()
-
-
 class FakeSlave:
     """A raw client of the HA port."""
 
