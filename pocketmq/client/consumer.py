@@ -10,7 +10,9 @@ The members of a consumer group share the queues of the topics they subscribe to
   takes its share of the topic's readable queues (:func:`~pocketmq.client.allocate.allocate_averagely`:
   sorted members, sorted queues, contiguous blocks differing by at most one), so members agree
   without talking to each other;
-* each owned queue is long-polled (``raw_records`` pulls) from the master of its broker group;
+* each owned queue is followed with a ``PullMessageStream`` (``raw_records``: batch after batch
+  as they are stored, the broker waiting at the end of the queue) from the master of its broker
+  group, or long-polled with ``PullMessage`` when broker calls are relayed by a NameServer;
   when the master cannot be reached the queue is read from a slave, and the master is probed
   every ``master_retry_interval`` and used again when it answers;
 * a queue's consumer offset is the offset of its first message not yet processed: a message
@@ -33,6 +35,7 @@ import contextlib
 import enum
 import inspect
 import logging
+import operator
 import os
 import socket
 import time
@@ -41,12 +44,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequen
 from types import TracebackType
 from typing import Any
 
+import grpc
+
 from pocketmq.broker.v1 import broker_pb2
 from pocketmq.client import loop as _loop
 from pocketmq.client.allocate import allocate_averagely
 from pocketmq.client.message import Message, MessageQueue, ReceivedMessage, decode_records, from_message_ext
 from pocketmq.client.producer import AsyncProducer, namesrv_from_env
-from pocketmq.client.routes import RouteCache, TopicRoute
+from pocketmq.client.routes import BrokerGroup, RouteCache, TopicRoute
 from pocketmq.client.tags import TagFilter, parse_subscription
 from pocketmq.client.transport import BrokerCaller, ChannelPool, NamesrvClient, RelayMode
 from pocketmq.errors import (
@@ -58,6 +63,8 @@ from pocketmq.errors import (
     PocketMQError,
     RequestCancelledError,
     RequestTimeoutError,
+    UnimplementedError,
+    from_rpc_error,
 )
 
 log = logging.getLogger("pocketmq.client")
@@ -68,6 +75,9 @@ __all__ = ["AsyncConsumer", "ConsumeFrom", "Consumer", "MessageHandler"]
 _UNREACHABLE = (ConnectionFailedError, RequestTimeoutError, RequestCancelledError)
 MessageHandler = Callable[[ReceivedMessage], "Awaitable[object] | object"]
 DLQ_PREFIX = "%DLQ%"
+#: Pull statuses whose reply _accept() applies.
+_ACCEPTED = frozenset({broker_pb2.FOUND, broker_pb2.NO_NEW_MSG, broker_pb2.NO_MATCHED_MSG})
+_QUEUE_OFFSET = operator.attrgetter("queue_offset")
 
 
 class ConsumeFrom(enum.Enum):
@@ -202,13 +212,22 @@ class AsyncConsumer:
         self._pqs: dict[MessageQueue, _ProcessQueue] = {}
         self._master_down: dict[str, float] = {}
         self._handler: MessageHandler | None = None
-        self._ready: asyncio.Queue[list[ReceivedMessage] | None] | None = None
+        #: Iterator mode: pulled batches of every owned queue, each with its queue's state.
+        self._ready: asyncio.Queue[tuple[_ProcessQueue, list[ReceivedMessage]] | None] | None = None
+        #: The rest of the batch receive() is handing out, and its queue.
         self._current: collections.deque[ReceivedMessage] = collections.deque()
+        self._current_pq: _ProcessQueue | None = None
+        #: The message receive() returned last (processed once receive() is called again) and its
+        #: queue.
         self._last_yielded: ReceivedMessage | None = None
+        self._last_pq: _ProcessQueue | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._rebalance_lock: asyncio.Lock | None = None
         self._rebalance_wakeup: asyncio.Event | None = None
         self._dlq: AsyncProducer | None = None
+        #: Pull with PullMessageStream (direct connections); PullMessage when relayed, or after
+        #: a broker answered UNIMPLEMENTED.
+        self._stream_pulls = True
         self._started = False
         self._closed = False
         self.consumed = 0
@@ -332,40 +351,56 @@ class AsyncConsumer:
         message returned before counts as processed from now on."""
         if self._closed:
             return None
-        self._check_started()
-        if self._ready is None:
+        ready = self._ready
+        if ready is None:
+            self._check_started()
             raise InvalidArgumentError("receive() is for consumers started without a handler")
-        self._ack_last()
-        deadline = None if timeout is None else time.monotonic() + timeout
+        last = self._last_yielded
+        if last is not None:  # _ack_last(), inlined: once per message
+            self._last_yielded = None
+            acked = self._last_pq
+            self._last_pq = None
+            if acked is not None:
+                inflight, offset = acked.inflight, last.queue_offset
+                while inflight and inflight[0] <= offset:
+                    inflight.popleft()
+        current = self._current
+        deadline: float | None = None
         while True:
-            while self._current:
-                msg = self._current.popleft()
-                pq = self._pqs.get(msg.queue)
-                if pq is None or pq.dropped:
-                    continue  # the queue moved to another member: it re-delivers this one
-                self._last_yielded = msg
-                self.consumed += 1
-                return msg
+            if current:
+                pq = self._current_pq
+                assert pq is not None
+                if not pq.dropped:
+                    msg = current.popleft()
+                    self._last_yielded = msg
+                    self._last_pq = pq
+                    self.consumed += 1
+                    return msg
+                current.clear()  # the queue moved to another member: it re-delivers these
             if self._closed:
                 return None
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
+            if ready.empty():
+                if deadline is None and timeout is not None:
+                    deadline = time.monotonic() + timeout
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return None
+                try:
+                    item = await asyncio.wait_for(ready.get(), remaining)
+                except TimeoutError:
+                    return None
+            else:
+                item = ready.get_nowait()
+            if item is None:
                 return None
-            try:
-                batch = await asyncio.wait_for(self._ready.get(), remaining)
-            except TimeoutError:
-                return None
-            if batch is None:
-                return None
-            self._current.extend(batch)
+            self._current_pq, batch = item
+            current.extend(batch)
 
     def _ack_last(self) -> None:
-        msg = self._last_yielded
-        if msg is not None:
-            self._last_yielded = None
-            pq = self._pqs.get(msg.queue)
-            if pq is not None:
-                pq.ack(msg.queue_offset)
+        msg, pq = self._last_yielded, self._last_pq
+        self._last_yielded = self._last_pq = None
+        if msg is not None and pq is not None:
+            pq.ack(msg.queue_offset)
 
     async def commit(self) -> None:
         """Count every message received so far as processed and commit offsets now."""
@@ -533,8 +568,9 @@ class AsyncConsumer:
             except asyncio.CancelledError:
                 pq.consume_task.cancel()
                 raise
-        if self._last_yielded is not None and self._last_yielded.queue == pq.queue:
-            self._last_yielded = None  # not processed for sure: the next owner re-delivers it
+        if self._last_pq is pq:
+            # Not processed for sure: the next owner re-delivers it.
+            self._last_yielded = self._last_pq = None
         if pq.initialized:
             await self._commit(pq)
 
@@ -647,7 +683,10 @@ class AsyncConsumer:
                     pq.next_offset = await self._initial_offset(pq)
                     pq.initialized = True
                     log.debug("queue starts", extra={"queue": str(q), "offset": pq.next_offset})
-                await self._pull_once(pq)
+                if self._stream_pulls and self._caller.mode == "direct":
+                    await self._pull_stream(pq)
+                else:
+                    await self._pull_once(pq)
                 backoff = 0.2
             except asyncio.CancelledError:
                 raise
@@ -664,18 +703,64 @@ class AsyncConsumer:
                 log.exception("pull loop error", extra={"queue": str(q)})
                 await asyncio.sleep(1.0)
 
+    def _pull_request(self, pq: _ProcessQueue, filt: TagFilter) -> broker_pb2.PullMessageRequest:
+        """A pull from ``pq.next_offset`` that also commits the queue's offset when it moved."""
+        q = pq.queue
+        commit = pq.commit_offset()
+        return broker_pb2.PullMessageRequest(
+            consumer_group=self.group, topic=q.topic, queue_id=q.queue_id, queue_offset=pq.next_offset,
+            max_msg_nums=self.pull_batch_size, subscription=filt.expression,
+            suspend_timeout_ms=int(self.long_poll_timeout * 1000), raw_records=True,
+            commit_offset=commit if commit > pq.committed else -1)
+
+    def _accept(self, pq: _ProcessQueue, filt: TagFilter, reply: broker_pb2.PullMessageResponse
+                ) -> list[ReceivedMessage]:
+        """Apply a FOUND / NO_NEW_MSG / NO_MATCHED_MSG reply to ``pq``: advance its next offset
+        and return the messages to deliver (now in flight)."""
+        if reply.status != broker_pb2.FOUND:
+            if reply.next_begin_offset > pq.next_offset:
+                pq.next_offset = reply.next_begin_offset
+            return []
+        records = reply.records  # one copy out of the reply
+        if records:
+            messages = decode_records(records, pq.queue.broker_name)
+        else:
+            messages = [from_message_ext(m, pq.queue.broker_name) for m in reply.messages]
+        if not filt.matches_all:
+            messages = [m for m in messages if filt.matches(m.tags)]
+        next_offset = pq.next_offset
+        messages = [m for m in messages if m.queue_offset >= next_offset]
+        pq.next_offset = max(next_offset, reply.next_begin_offset)
+        if messages:
+            pq.inflight.extend(map(_QUEUE_OFFSET, messages))
+        return messages
+
+    async def _deliver(self, pq: _ProcessQueue, messages: list[ReceivedMessage]) -> None:
+        """Hand pulled messages to the handler task of the queue or to receive() (waits while
+        their buffer is full)."""
+        if self._handler is not None:
+            await pq.buffer.put(messages)
+        else:
+            assert self._ready is not None
+            await self._ready.put((pq, messages))
+
+    async def _offset_illegal(self, pq: _ProcessQueue, reply: broker_pb2.PullMessageResponse) -> None:
+        log.warning("offset illegal; moving on", extra={
+            "queue": str(pq.queue), "offset": pq.next_offset, "next": reply.next_begin_offset,
+            "remark": reply.remark})
+        pq.next_offset = reply.next_begin_offset
+        await self._commit(pq, force=True)
+
     async def _pull_once(self, pq: _ProcessQueue) -> None:
+        """One PullMessage call (long polling): relayed brokers, and brokers without
+        PullMessageStream."""
         q = pq.queue
         filt = self._subs.get(q.topic)
         if filt is None:
             await asyncio.sleep(0.1)
             return
-        commit = pq.commit_offset()
-        request = broker_pb2.PullMessageRequest(
-            consumer_group=self.group, topic=q.topic, queue_id=q.queue_id, queue_offset=pq.next_offset,
-            max_msg_nums=self.pull_batch_size, subscription=filt.expression,
-            suspend_timeout_ms=int(self.long_poll_timeout * 1000), raw_records=True,
-            commit_offset=commit if commit > pq.committed else -1)
+        request = self._pull_request(pq, filt)
+        commit = request.commit_offset
         reply, addr = await self._call_group(pq, "PullMessage", request,
                                              self.long_poll_timeout + self.request_timeout)
         if pq.dropped:
@@ -686,35 +771,119 @@ class AsyncConsumer:
             pq.committed = commit
         pq.suggested_id = int(reply.suggest_which_broker_id)
         status = reply.status
-        if status == broker_pb2.FOUND:
-            if reply.records:
-                messages = decode_records(reply.records, q.broker_name)
-            else:
-                messages = [from_message_ext(m, q.broker_name) for m in reply.messages]
-            if not filt.matches_all:
-                messages = [m for m in messages if filt.matches(m.tags)]
-            messages = [m for m in messages if m.queue_offset >= pq.next_offset]
-            pq.next_offset = max(pq.next_offset, reply.next_begin_offset)
+        if status in _ACCEPTED:
+            messages = self._accept(pq, filt, reply)
             if messages:
-                pq.inflight.extend(m.queue_offset for m in messages)
-                sink = pq.buffer if self._handler is not None else self._ready
-                assert sink is not None
-                await sink.put(messages)
-        elif status in (broker_pb2.NO_NEW_MSG, broker_pb2.NO_MATCHED_MSG):
-            if reply.next_begin_offset > pq.next_offset:
-                pq.next_offset = reply.next_begin_offset
+                await self._deliver(pq, messages)
         elif status == broker_pb2.OFFSET_ILLEGAL:
-            log.warning("offset illegal; moving on", extra={
-                "queue": str(q), "offset": pq.next_offset, "next": reply.next_begin_offset,
-                "remark": reply.remark})
-            pq.next_offset = reply.next_begin_offset
-            await self._commit(pq, force=True)
+            await self._offset_illegal(pq, reply)
         else:
             await asyncio.sleep(0.2)
+
+    async def _pull_stream(self, pq: _ProcessQueue) -> None:
+        """Follow the queue with PullMessageStream calls: the broker sends batch after batch
+        without waiting for a request each time (the cost of a unary call per batch is what
+        limits a consumer), and waits at the end of the queue as a long poll does. The broker is
+        chosen as for PullMessage (a suggested slave, the master, then the slaves); an
+        unreachable one is left for the next at once."""
+        q = pq.queue
+        filt = self._subs.get(q.topic)
+        if filt is None:
+            await asyncio.sleep(0.1)
+            return
+        route = await self._routes.get(q.topic)
+        await self._maybe_restore_master(route, q.broker_name)
+        addrs = self._ordered_addrs(route, q.broker_name, pq.suggested_id)
+        group = route.group(q.broker_name)
+        if not addrs or group is None:
+            await self._routes.get(q.topic, refresh=True)
+            raise NoRouteError(f"broker group {q.broker_name!r} of topic {q.topic!r} is not in the route")
+        last: PocketMQError | None = None
+        for addr in addrs:
+            try:
+                await self._follow(pq, filt, addr, group)
+                return
+            except UnimplementedError:
+                log.info("broker has no PullMessageStream; using PullMessage", extra={"broker": addr})
+                self._stream_pulls = False
+                return
+            except _UNREACHABLE as exc:
+                if pq.dropped:
+                    return
+                last = exc
+                self._mark_master_down(route, q.broker_name, addr)
+                pq.suggested_id = 0
+        assert last is not None
+        raise last
+
+    async def _follow(self, pq: _ProcessQueue, filt: TagFilter, addr: str, group: BrokerGroup) -> None:
+        """One PullMessageStream from ``addr``, until the queue is dropped, its subscription
+        changes, the master suggests a slave, a slave has answered and been read for
+        master_retry_interval (then the broker is chosen again: the master may be back; as with
+        PullMessage, where an idle slave's long poll holds the next choice back until it ends) or
+        the broker ends the stream. No reply for long_poll_timeout + request_timeout (the broker
+        sends an empty one every long_poll_timeout) counts as a timeout."""
+        q = pq.queue
+        request = self._pull_request(pq, filt)
+        commit = request.commit_offset
+        from_master = addr == group.master_addr
+        call = self._caller.stream(addr, "PullMessageStream", request)
+        loop = asyncio.get_running_loop()
+        idle_limit = self.long_poll_timeout + self.request_timeout
+        end_at = None if from_master else loop.time() + self.master_retry_interval
+        answered = False
+        try:
+            async with asyncio.timeout(None) as timer:
+                while True:
+                    deadline = loop.time() + idle_limit
+                    timer.reschedule(deadline if end_at is None or not answered else min(deadline, end_at))
+                    try:
+                        reply = await call.read()
+                    except grpc.aio.AioRpcError as exc:
+                        raise from_rpc_error(exc, addr, "PullMessageStream") from None
+                    except grpc.aio.UsageError as exc:  # the channel was closed under the call
+                        raise ClientClosedError(f"PullMessageStream: {exc}", address=addr) from None
+                    timer.reschedule(None)
+                    if reply is grpc.aio.EOF:
+                        if not answered:  # ended at once (a broker shutting down): not in a loop
+                            await asyncio.sleep(0.2)
+                        return
+                    if pq.dropped:
+                        return
+                    answered = True
+                    pq.last_addr = addr
+                    if commit > pq.committed and from_master:
+                        pq.committed = commit  # the broker committed it when the stream started
+                    status = reply.status
+                    if status in _ACCEPTED:
+                        messages = self._accept(pq, filt, reply)
+                        if messages:
+                            await self._deliver(pq, messages)
+                    elif status == broker_pb2.OFFSET_ILLEGAL:
+                        await self._offset_illegal(pq, reply)
+                        return
+                    else:
+                        await asyncio.sleep(0.2)
+                        return
+                    suggested = int(reply.suggest_which_broker_id)
+                    if from_master and suggested and suggested in group.addrs:
+                        pq.suggested_id = suggested  # the master suggests reading from a slave
+                        return
+                    if self._subs.get(q.topic) is not filt or pq.dropped:
+                        return
+        except TimeoutError:
+            if end_at is not None and answered and loop.time() >= end_at:
+                pq.suggested_id = 0  # ask the master again
+                return
+            raise RequestTimeoutError(f"PullMessageStream: no reply within {idle_limit:g} s",
+                                      address=addr) from None
+        finally:
+            call.cancel()
 
     # -- handling -------------------------------------------------------------------------------
 
     async def _consume_loop(self, pq: _ProcessQueue, handler: MessageHandler) -> None:
+        isawaitable = inspect.isawaitable
         while True:
             batch = await pq.buffer.get()
             if batch is None or pq.dropped:
@@ -722,15 +891,32 @@ class AsyncConsumer:
             for msg in batch:
                 if pq.dropped:
                     return
-                if not await self._handle(pq, handler, msg):
-                    return
+                try:
+                    result = handler(msg)
+                    if result is not None and isawaitable(result):
+                        await result
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    if not await self._retry(pq, handler, msg, exc):
+                        return
                 pq.ack(msg.queue_offset)
                 self.consumed += 1
 
-    async def _handle(self, pq: _ProcessQueue, handler: MessageHandler, msg: ReceivedMessage) -> bool:
-        """Run the handler until it succeeds (True); False when the queue was dropped meanwhile."""
+    async def _retry(self, pq: _ProcessQueue, handler: MessageHandler, msg: ReceivedMessage,
+                     exc: Exception) -> bool:
+        """The handler raised ``exc`` for ``msg``: run it again (backing off) until it succeeds
+        or the message is dead-lettered (True); False when the queue was dropped meanwhile."""
         attempt = 0
         while True:
+            attempt += 1
+            log.warning("handler failed", extra={"queue": str(pq.queue), "offset": msg.queue_offset,
+                                                 "attempt": attempt, "error": repr(exc)})
+            if attempt > self.max_reconsume_times and await self._dead_letter(msg):
+                return True
+            await asyncio.sleep(min(5.0, 0.1 * 2 ** min(attempt, 6)))
+            if pq.dropped:
+                return False
             try:
                 result = handler(msg)
                 if inspect.isawaitable(result):
@@ -738,15 +924,8 @@ class AsyncConsumer:
                 return True
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:
-                attempt += 1
-                log.warning("handler failed", extra={"queue": str(pq.queue), "offset": msg.queue_offset,
-                                                     "attempt": attempt, "error": repr(exc)})
-                if attempt > self.max_reconsume_times and await self._dead_letter(msg):
-                    return True
-            await asyncio.sleep(min(5.0, 0.1 * 2 ** min(attempt, 6)))
-            if pq.dropped:
-                return False
+            except Exception as again:
+                exc = again
 
     async def _dead_letter(self, msg: ReceivedMessage) -> bool:
         topic = DLQ_PREFIX + self.group

@@ -216,6 +216,16 @@ class BrokerCaller:
     def relayed(self) -> bool:
         return self.mode != "direct"
 
+    def stream(self, address: str, method: str, request: ProtoMessage) -> Any:
+        """Start the server-streaming call ``method(request)`` of the Broker service at ``address``
+        (direct connections only: the NameServer relays unary calls). Returns the
+        ``grpc.aio.UnaryStreamCall``; read it with ``await call.read()`` and cancel it when
+        done. Errors surface as ``grpc.aio.AioRpcError`` (see :func:`pocketmq.errors.from_rpc_error`)."""
+        if self.mode != "direct":
+            raise UnimplementedError(f"{method}: streaming calls are not relayed by the NameServer",
+                                     address=address)
+        return getattr(self.pool.broker_stub(address, "Broker"), method)(request)
+
     async def call(self, address: str, method: str, request: ProtoMessage, timeout: float) -> Any:  # noqa: ASYNC109
         """``method(request)`` at ``address`` (``"GetBrokerStatus"`` = Broker.GetBrokerStatus,
         ``"BrokerMetadata/GetAllConsumerOffsets"`` for the other service); returns the reply."""

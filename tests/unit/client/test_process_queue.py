@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from pocketmq.client.consumer import AsyncConsumer, ConsumeFrom, _ProcessQueue
-from pocketmq.client.message import MessageQueue
+from pocketmq.client.message import MessageQueue, ReceivedMessage
 from pocketmq.errors import ClientClosedError, InvalidArgumentError
 
 
@@ -50,3 +52,39 @@ async def test_consumer_lifecycle_errors() -> None:
     assert await c.receive(0.1) is None
     with pytest.raises(ClientClosedError):
         await c.start()
+
+
+def _msg(queue: MessageQueue, offset: int) -> ReceivedMessage:
+    return ReceivedMessage(topic=queue.topic, body=b"", tags="", keys=(), properties={}, queue=queue,
+                           queue_offset=offset, commit_log_offset=0, msg_id="", born_timestamp=0,
+                           store_timestamp=0, born_host="", store_host="")
+
+
+@pytest.mark.asyncio
+async def test_receive_acks_on_the_queue_state_a_message_came_from() -> None:
+    """A queue that moves away and comes back gets a new state: what is still buffered from
+    before is not handed out, and the message returned before is not acked on the new state
+    (that would count messages of the new state as processed before they were delivered)."""
+    c = AsyncConsumer("g", "127.0.0.1:1")
+    c._started = True
+    ready: asyncio.Queue[tuple[_ProcessQueue, list[ReceivedMessage]] | None] = asyncio.Queue()
+    c._ready = ready
+    q = MessageQueue("t", "b", 0)
+    old, new = _ProcessQueue(q, 1), _ProcessQueue(q, 1)
+    old.inflight.extend([5, 6, 7])
+    ready.put_nowait((old, [_msg(q, 5), _msg(q, 6), _msg(q, 7)]))
+    first = await c.receive(0.1)
+    assert first is not None and first.queue_offset == 5
+    old.dropped = True  # rebalanced away and back: 5 is re-delivered by the new state
+    c._pqs[q] = new
+    new.next_offset = 8
+    new.inflight.extend([5, 6])
+    ready.put_nowait((new, [_msg(q, 5), _msg(q, 6)]))
+    again = await c.receive(0.1)
+    assert again is not None and again.queue_offset == 5 and new.commit_offset() == 5
+    third = await c.receive(0.1)
+    assert third is not None and third.queue_offset == 6 and new.commit_offset() == 6
+    assert await c.receive(0.05) is None  # nothing buffered: times out, and 6 counts as processed
+    assert new.commit_offset() == 8 and c.consumed == 3
+    ready.put_nowait(None)  # close() wakes receivers with None
+    assert await c.receive(1.0) is None
