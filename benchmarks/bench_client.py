@@ -8,8 +8,12 @@ Runs, each as a separate CLI process:
 3. consume the backlog of (2) with a new group (drain rate);
 4. produce and consume at the same time (end-to-end latency under load: born -> received).
 
-Prints one table row per run and a last line
-``client_produce_msgs_per_s=<n> client_consume_msgs_per_s=<m> client_e2e_p99_ms=<l>``.
+As a reference for (3), the same backlog is also read here with bare ``PullMessageStream`` calls
+(raw records, every queue at once, nothing decoded): what the broker and gRPC deliver, which the
+client's decoding and bookkeeping bring down to the consume rate.
+
+Prints one table row per run, the reference row, a line ``consume/raw_pull=<ratio>`` and a last
+line ``client_produce_msgs_per_s=<n> client_consume_msgs_per_s=<m> client_e2e_p99_ms=<l>``.
 
     python benchmarks/bench_client.py [--messages 200000] [--size 1024] [--slave]
 """
@@ -17,6 +21,7 @@ Prints one table row per run and a last line
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import shutil
@@ -30,6 +35,8 @@ from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from pocketmq.broker.v1 import broker_pb2, broker_pb2_grpc
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -71,6 +78,42 @@ def bench(namesrv: str, *args: str) -> dict[str, Any]:
     return result
 
 
+async def raw_pull(broker: str, topic: str, messages: int) -> dict[str, Any]:
+    """Read ``messages`` of ``topic`` from offset 0 of every queue with PullMessageStream
+    (raw records, not decoded); msgs/s from the first reply to the last, as ``bench consume``."""
+    options = [("grpc.max_receive_message_length", 64 << 20)]
+    async with grpc.aio.insecure_channel(broker, options=options) as ch:
+        stub = broker_pb2_grpc.BrokerStub(ch)
+        config = (await stub.GetTopic(broker_pb2.GetTopicRequest(topic=topic), timeout=10)).topic_config
+        got = nbytes = 0
+        first: float | None = None
+        last = 0.0
+
+        async def follow(queue_id: int) -> None:
+            nonlocal got, nbytes, first, last
+            call = stub.PullMessageStream(broker_pb2.PullMessageRequest(
+                consumer_group="bench-raw-pull", topic=topic, queue_id=queue_id, queue_offset=0,
+                max_msg_nums=256, subscription="*", raw_records=True, suspend_timeout_ms=2000))
+            offset = 0
+            try:
+                while got < messages:
+                    reply = await call.read()
+                    if reply is grpc.aio.EOF or reply.status != broker_pb2.FOUND:
+                        return
+                    last = time.perf_counter()
+                    first = first or last
+                    got += reply.next_begin_offset - offset
+                    nbytes += len(reply.records)
+                    offset = reply.next_begin_offset
+            finally:
+                call.cancel()
+
+        await asyncio.gather(*(follow(q) for q in range(config.read_queue_nums)))
+    seconds = max(1e-9, last - (first or last))
+    return {"messages": got, "msgs_per_s": got / seconds, "mb_per_s": nbytes / seconds / 1e6,
+            "latency": "-", "p50_ms": 0.0, "p99_ms": 0.0, "errors": 0}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -80,6 +123,7 @@ def main() -> int:
     args = parser.parse_args()
 
     procs: list[subprocess.Popen[bytes]] = []
+    master = ""
     tmp = Path(tempfile.mkdtemp(prefix="pocketmq-bench-client-"))
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("POCKETMQ_") or k.startswith("POCKETMQ_LOG")}
@@ -104,6 +148,7 @@ def main() -> int:
                 "--listen-port", str(port), "--ha-listen-port", str(free_port()), "--metrics-port", "0",
                 "--store-path-root-dir", str(tmp / f"store-{broker_id}"),
             ], addr, f"broker-{broker_id}")
+            master = master or addr
         time.sleep(1.0)  # first registration
         size = str(args.size)
         runs = [
@@ -116,6 +161,7 @@ def main() -> int:
             ("consume backlog", bench(namesrv, "consume", "--topic", "bench-batch", "--messages",
                                       str(args.messages), "--idle", "10")),
         ]
+        reference = asyncio.run(raw_pull(master, "bench-batch", args.messages))
         # Produce and consume together: the consumer joins first, reads only new messages.
         consumer = subprocess.Popen(
             [*cli(), "bench", "consume", "--topic", "bench-live", "--from", "last", "--messages",
@@ -144,9 +190,13 @@ def main() -> int:
     for name, r in runs:
         print(f"{name:<26}{r['messages']:>10}{r['msgs_per_s']:>11,.0f}{r['mb_per_s']:>8.1f}{r['latency']:>9}"
               f"{r['p50_ms']:>9.2f}{r['p99_ms']:>9.2f}{r['errors']:>8}")
+    r = reference
+    print(f"{'raw pull (reference)':<26}{r['messages']:>10}{r['msgs_per_s']:>11,.0f}{r['mb_per_s']:>8.1f}"
+          f"{r['latency']:>9}{'':>9}{'':>9}{r['errors']:>8}")
     produce = runs[1][1]
     drain = runs[2][1]
     live = runs[4][1]
+    print(f"consume/raw_pull={drain['msgs_per_s'] / max(1e-9, r['msgs_per_s']):.2f}")
     print(f"client_produce_msgs_per_s={produce['msgs_per_s']:.0f} "
           f"client_consume_msgs_per_s={drain['msgs_per_s']:.0f} client_e2e_p99_ms={live['p99_ms']:.1f}")
     return 0
