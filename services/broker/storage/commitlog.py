@@ -335,7 +335,7 @@ class CommitLog:
             if self._dispatched != seg.start + pos:  # replicated records not yet dispatched
                 self._dispatch_locked(None, True)
             end = pos + size
-            if end > seg.populate_mark and self._populate_size:
+            if end > seg.populated_pos and self._populate_size:
                 self._populate(seg, end)
             physical_offset = seg.start + pos
             ts = time_ns() // 1_000_000
@@ -417,7 +417,7 @@ class CommitLog:
                         physical_offsets.append(first + total)
                         total += prepared[j].size
                         j += 1
-                    if seg.write_pos + total > seg.populate_mark and self._populate_size:
+                    if seg.write_pos + total > seg.populated_pos and self._populate_size:
                         self._populate(seg, seg.write_pos + total)
                     seg.append(encode_batch(prepared[i:j], queue_offsets[i:j], first, ts,
                                             self._store_ip, self._store_port))
@@ -503,38 +503,25 @@ class CommitLog:
         return new_max
 
     def _populate(self, seg: Segment, end: int) -> None:
-        """The writer passed ``seg.populate_mark``: map the pages up to ``end`` now if the
-        warmer has not (one small step: a big madvise would stall the writer), and wake the
-        warmer to map the next chunk in the background (:meth:`warm_ahead`)."""
-        if end > seg.populated_pos and not seg.populate(
-                end, min(self._populate_size, POPULATE_STEP), write=self._populate_write):
+        if not seg.populate(end, min(self._populate_size, POPULATE_STEP), write=self._populate_write):
             log.info("madvise(MADV_POPULATE_%s) is not supported here; pages fault in one by one",
                      "WRITE" if self._populate_write else "READ")
             self._populate_size = 0
-        seg.populate_mark = seg.populated_pos  # one wake-up per chunk
         wakeup = self.warm_wakeup
         if wakeup is not None:
             wakeup()
 
     def warm_ahead(self) -> None:
-        """Background work ahead of the writer (for a thread that :attr:`warm_wakeup` wakes):
-        put the pages of the next ``warm_size`` bytes in the page cache (:meth:`Segment.warm`),
-        then map the next ``populate_size`` bytes into the writer's mapping
-        (:meth:`Segment.populate`), so the writer takes no page fault and pays for no page
-        allocation. Takes no lock and releases the GIL while the kernel works."""
-        seg = self._queue.active
-        if seg is None or self.closed:
-            return
+        """Put the pages of the next ``warm_size`` bytes past the writer in the page cache
+        (:meth:`Segment.warm`), so the writer's populate finds them allocated and zeroed. For
+        a background thread: takes no lock and releases the GIL while the kernel works."""
         size = self._warm_size
-        if size and not seg.warm(seg.write_pos + size, min(size, WARM_CHUNK)):
+        seg = self._queue.active
+        if not size or seg is None or self.closed:
+            return
+        if not seg.warm(seg.write_pos + size, min(size, WARM_CHUNK)):
             log.info("posix_fadvise(POSIX_FADV_WILLNEED) is not supported here; no warming ahead")
             self._warm_size = 0
-        ahead = self._populate_size
-        if ahead and seg.hold():
-            try:
-                seg.populate(seg.write_pos + ahead, 0, write=self._populate_write)
-            finally:
-                seg.release()
 
     def _new_segment(self, start: int) -> Segment:
         try:

@@ -76,7 +76,7 @@ class Segment:
     """A mapped file covering log offsets ``[start, start + size)``."""
 
     __slots__ = ("_available", "_fd", "_flush_lock", "_ref_lock", "_refs", "flushed_pos", "mm", "path",
-                 "populate_mark", "populated_pos", "size", "start", "view", "warmed_pos", "write_pos")
+                 "populated_pos", "size", "start", "view", "warmed_pos", "write_pos")
 
     def __init__(self, path: str, start: int, size: int, *, create: bool = False) -> None:
         flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
@@ -111,9 +111,6 @@ class Segment:
         self.flushed_pos = 0
         #: Pages mapped ahead of the writer (see :meth:`populate`).
         self.populated_pos = 0
-        #: The writer asks for more pages once it passes this (half way through the last
-        #: populated chunk, so the background warmer maps the next one before it is needed).
-        self.populate_mark = 0
         #: Bytes put in the page cache ahead of the writer by :meth:`warm`.
         self.warmed_pos = 0
         self._refs = 1  # the owner's reference
@@ -196,7 +193,6 @@ class Segment:
         os.ftruncate(self._fd, pos)
         os.ftruncate(self._fd, self.size)
         self.populated_pos = min(self.populated_pos, pos)
-        self.populate_mark = min(self.populate_mark, pos)
 
     def truncate_to(self, pos: int, *, sparse: bool = False) -> None:
         """Cut the written data back to ``pos`` and zero what follows."""
@@ -249,8 +245,7 @@ class Segment:
             self.mm.madvise(MADV_POPULATE_WRITE if write else MADV_POPULATE_READ, aligned, stop - aligned)
         except (OSError, ValueError, AttributeError):
             return False
-        self.populated_pos = max(self.populated_pos, stop)  # (the warmer may have gone further)
-        self.populate_mark = max(self.populate_mark, stop - (stop - start) // 2)
+        self.populated_pos = stop
         return True
 
     def warm(self, end: int, chunk: int) -> bool:
