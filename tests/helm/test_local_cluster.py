@@ -209,7 +209,8 @@ def test_rendered_alert_rules_load_and_are_quiet_on_a_healthy_cluster(cluster: L
                 and not r["lastEvaluation"].startswith("0001")]
     rules = wait_for(loaded, 20, "rules evaluated")
     assert {r["name"] for r in rules} == {"PocketMQReplicationLagHigh", "PocketMQSlaveNotAvailable",
-                                          "PocketMQFlushSlaveTimeout", "PocketMQBrokerMissingFromNameServer"}
+                                          "PocketMQFlushSlaveTimeout", "PocketMQHAAuthFailures",
+                                          "PocketMQBrokerMissingFromNameServer"}
     assert all(r["health"] == "ok" for r in rules), rules
     wait_for(lambda: prometheus.query('up{job="namesrv"}'), 20, "NameServers scraped")
     wait_for(lambda: prometheus.query("pocketmq_namesrv_live_brokers"), 20, "live brokers scraped")

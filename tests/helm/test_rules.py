@@ -38,7 +38,7 @@ def test_rendered_rules_pass_promtool_check(value_set: str, tmp_path: Path) -> N
     path = tmp_path / "rules.yaml"
     path.write_text(yaml.safe_dump({"groups": rule_groups(VALUE_SETS[value_set])}))
     out = promtool("check", "rules", str(path), cwd=tmp_path)
-    assert "SUCCESS: 4 rules found" in out
+    assert "SUCCESS: 5 rules found" in out
 
 
 def test_alert_names_and_severities() -> None:
@@ -47,6 +47,7 @@ def test_alert_names_and_severities() -> None:
         "PocketMQReplicationLagHigh": "warning",
         "PocketMQSlaveNotAvailable": "warning",
         "PocketMQFlushSlaveTimeout": "warning",
+        "PocketMQHAAuthFailures": "warning",
         "PocketMQBrokerMissingFromNameServer": "critical",
     }
     assert all(r["for"] == "5m" for r in group["rules"])
@@ -87,6 +88,8 @@ def test_alerts_fire_on_exported_series(tmp_path: Path) -> None:
                 # broker-a keeps answering SLAVE_NOT_AVAILABLE; FLUSH_SLAVE_TIMEOUT stays flat
                 broker_series("pocketmq_ha_slave_not_available_total", "0+30x14"),
                 broker_series("pocketmq_ha_flush_slave_timeout_total", "0x14"),
+                # a slave with the wrong haAuthSecret retries every few seconds
+                broker_series("pocketmq_ha_auth_failures_total", "0+12x14"),
                 # NameServer -0 sees both brokers, -1 only one, -2 none (its gauge has no cluster series)
                 {"series": f'pocketmq_namesrv_live_brokers{{namespace="{NAMESPACE}", job="namesrv", '
                            'cluster="DefaultCluster", instance="10.0.1.10:9877"}', "values": "2x14"},
@@ -102,6 +105,9 @@ def test_alerts_fire_on_exported_series(tmp_path: Path) -> None:
                 {"eval_time": "10m", "alertname": "PocketMQSlaveNotAvailable", "exp_alerts": [
                     {"exp_labels": {**group, "severity": "warning"}}]},
                 {"eval_time": "10m", "alertname": "PocketMQFlushSlaveTimeout", "exp_alerts": []},
+                {"eval_time": "3m", "alertname": "PocketMQHAAuthFailures", "exp_alerts": []},
+                {"eval_time": "10m", "alertname": "PocketMQHAAuthFailures", "exp_alerts": [
+                    {"exp_labels": {**group, "severity": "warning"}}]},
                 {"eval_time": "10m", "alertname": "PocketMQBrokerMissingFromNameServer", "exp_alerts": [
                     {"exp_labels": {**namesrv, "cluster": "DefaultCluster", "instance": "10.0.1.11:9877"}},
                     {"exp_labels": {**namesrv, "instance": "10.0.1.12:9877"}}]},
@@ -125,6 +131,7 @@ def test_healthy_cluster_raises_no_alert(tmp_path: Path) -> None:
             broker_series("pocketmq_ha_replication_lag_bytes", "0 4096 0 1024 0x10", slave="10.0.0.11:10912"),
             broker_series("pocketmq_ha_slave_not_available_total", "0x14"),
             broker_series("pocketmq_ha_flush_slave_timeout_total", "0x14"),
+            broker_series("pocketmq_ha_auth_failures_total", "0x14"),
             *({"series": f'pocketmq_namesrv_live_brokers{{namespace="{NAMESPACE}", job="namesrv", '
                          f'cluster="DefaultCluster", instance="{i}"}}', "values": "2x14"}
               for i in ("10.0.1.10:9877", "10.0.1.11:9877")),
@@ -132,7 +139,7 @@ def test_healthy_cluster_raises_no_alert(tmp_path: Path) -> None:
         ],
         "alert_rule_test": [{"eval_time": "12m", "alertname": name, "exp_alerts": []} for name in (
             "PocketMQReplicationLagHigh", "PocketMQSlaveNotAvailable", "PocketMQFlushSlaveTimeout",
-            "PocketMQBrokerMissingFromNameServer")],
+            "PocketMQHAAuthFailures", "PocketMQBrokerMissingFromNameServer")],
     }]}
     (tmp_path / "tests.yaml").write_text(yaml.safe_dump(tests, sort_keys=False))
     assert "SUCCESS" in promtool("test", "rules", "tests.yaml", cwd=tmp_path)
