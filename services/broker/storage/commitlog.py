@@ -82,7 +82,7 @@ POPULATE_STEP = 256 * 1024
 #: Records the reput dispatcher indexes per lock acquisition before it lets others run.
 REPUT_BATCH = 256
 
-# Record fields the append-path header walk reads: TOTALSIZE, MAGICCODE, PHYSICALOFFSET.
+# TOTALSIZE and MAGICCODE: the dispatcher's first look at a record.
 _PREFIX = struct.Struct(">iI").unpack_from
 # Record fields the dispatcher needs: TOTALSIZE, MAGICCODE, BODYCRC, QUEUEID, QUEUEOFFSET,
 # PHYSICALOFFSET, SYSFLAG, STORETIMESTAMP, BODYLENGTH.
