@@ -1,12 +1,15 @@
 """``make run``: a local PocketMQ cluster in the foreground.
 
 Starts one NameServer and one broker group (a master and a slave) as child processes on
-loopback with data under ``./data``, prints their addresses and metrics endpoints, prefixes
+loopback with data under ``./data`` (the HA port authenticated with a fresh random
+``haAuthSecret`` each run, handed to the brokers in their environment; ``--ha-auth-secret ""``
+turns it off), prints their addresses and metrics endpoints, prefixes
 their log lines with the process name, and stops everything gracefully on Ctrl-C / SIGTERM
 (each child gets SIGTERM, flushes, unregisters and exits). If a child dies, the others are
 stopped and the exit code is non-zero.
 
     python -m services.local_cluster [--data-dir ./data] [--namesrv-port 9876] [--broker-port 10911]
+                                     [--ha-auth-secret SECRET]
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import asyncio
 import dataclasses
 import importlib.util
 import os
+import secrets
 import signal
 import sys
 from pathlib import Path
@@ -32,9 +36,12 @@ class ChildSpec:
     module: str
     args: tuple[str, ...]
     endpoints: tuple[tuple[str, str], ...]
+    #: Extra environment variables of the child (secrets: not on its command line).
+    env: tuple[tuple[str, str], ...] = ()
 
 
-def cluster_specs(data_dir: Path, host: str, namesrv_port: int, broker_port: int) -> list[ChildSpec]:
+def cluster_specs(data_dir: Path, host: str, namesrv_port: int, broker_port: int,
+                  ha_auth_secret: str = "") -> list[ChildSpec]:
     """The processes of the local cluster, in start order."""
     namesrv = f"{host}:{namesrv_port}"
     specs = [
@@ -53,7 +60,9 @@ def cluster_specs(data_dir: Path, host: str, namesrv_port: int, broker_port: int
              "--broker-ip1", host, "--listen-host", host, "--listen-port", str(port),
              "--store-path-root-dir", str(data_dir / f"broker-a-{broker_id}")),
             (("gRPC", f"{host}:{port}"), ("HA", f"{host}:{port + 1}"),
-             ("metrics", f"http://{host}:{port + 2}/metrics"), ("role", role)),
+             ("metrics", f"http://{host}:{port + 2}/metrics"), ("role", role),
+             ("ha-auth", "on" if ha_auth_secret else "off")),
+            (("POCKETMQ_HA_AUTH_SECRET", ha_auth_secret),),
         ))
     return specs
 
@@ -79,7 +88,7 @@ async def run_cluster(specs: list[ChildSpec], stop: asyncio.Event) -> int:
             continue
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", spec.module, *spec.args,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=env,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env={**env, **dict(spec.env)},
             start_new_session=True,  # Ctrl-C reaches only us; we stop children in order
         )
         assert proc.stdout is not None
@@ -126,10 +135,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--namesrv-port", type=int, default=9876)
     parser.add_argument("--broker-port", type=int, default=10911)
+    parser.add_argument("--ha-auth-secret", default=None,
+                        help="haAuthSecret of the broker group (default: a random one each run; "
+                             "\"\" = no HA authentication)")
     args = parser.parse_args(argv)
+    secret = secrets.token_hex(16) if args.ha_auth_secret is None else args.ha_auth_secret
     setup_logging("local-cluster")
     args.data_dir.mkdir(parents=True, exist_ok=True)
-    specs = cluster_specs(args.data_dir.resolve(), args.host, args.namesrv_port, args.broker_port)
+    specs = cluster_specs(args.data_dir.resolve(), args.host, args.namesrv_port, args.broker_port, secret)
     result = 0
 
     async def service(stop: asyncio.Event) -> None:

@@ -60,6 +60,8 @@ def test_local_cluster_replicates_and_stops_on_ctrl_c(tmp_path: Path) -> None:
         wait_until(lambda: any("local cluster (Ctrl-C" in line for line in lines), timeout=60,
                    message="the cluster banner")
         assert any(f"gRPC={namesrv}" in line for line in lines)
+        # master and slave share a per-run haAuthSecret (in their environment, not their argv)
+        assert sum("ha-auth=on" in line for line in lines) == 2
 
         def both_registered() -> bool:
             out = cli(namesrv, "cluster", "list")
@@ -87,3 +89,4 @@ def test_local_cluster_replicates_and_stops_on_ctrl_c(tmp_path: Path) -> None:
     assert code == 0, "".join(lines[-40:])
     assert any("local cluster stopped" in line for line in lines)
     assert any('msg="broker stopped"' in line for line in lines)
+    assert not any("authentication failed" in line for line in lines)
