@@ -170,6 +170,11 @@ def overview() -> dict[str, Any]:
                    "How long SYNC_MASTER sends wait for a slave's acknowledgement.", "s",
                    [target("A", f"histogram_quantile(0.99, {rate_by('broker, le', sync_wait)})",
                            "{{broker}} p99")], 12, 45),
+        timeseries("HA authentication failures",
+                   "Connections to a master's HA port closed because they failed the haAuthSecret "
+                   "challenge (a slave with a missing or different secret, or a stranger); the master "
+                   "logs each peer.", "short",
+                   [target("A", rate_by("broker", "pocketmq_ha_auth_failures_total"), "{{broker}}")], 0, 53),
     ]
     for number, panel in enumerate(panels, start=1):
         panel["id"] = number
