@@ -538,12 +538,13 @@ class HAMaster:
             try:
                 authenticated = await conn.authenticate(
                     secret, secrets.token_bytes(AUTH_NONCE_SIZE), self.settings.auth_timeout_s)
+                if not authenticated:
+                    self.auth_failures += 1  # counted before the peer can see the close
             finally:
                 self._handshakes -= 1
                 if not authenticated:
                     conn.sock.close()
             if not authenticated:
-                self.auth_failures += 1
                 return
         self.connections[conn.peer] = conn
         log.info("HA connection accepted", extra={"slave": conn.peer, "authenticated": bool(secret)})

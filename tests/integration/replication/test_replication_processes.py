@@ -104,9 +104,12 @@ def test_empty_slave_catches_up_several_segments_byte_identical_and_serves_pulls
     assert metric(slave, "pocketmq_ha_client_max_offset") == status.commit_log_max_offset
 
     # Replicated records are in the slave's consume queues: consumers can pull there.
+    # (The slave's reput thread indexes them behind the ack: wait for it.)
     wait_for_topic(slave)
     for queue_id in (0, 1):
-        assert pull_sequence(slave.client, queue_id) == pull_sequence(master.client, queue_id)
+        expected = pull_sequence(master.client, queue_id)
+        wait_until(lambda q=queue_id, e=expected: pull_sequence(slave.client, q) == e, 10,
+                   message=f"queue {queue_id} dispatched on the slave")
     assert len(pull_sequence(slave.client, 0)) + len(pull_sequence(slave.client, 1)) == n
 
     # Live writes keep flowing.
@@ -159,7 +162,8 @@ def test_sigkilled_slave_resumes_from_its_own_offset_without_gap_or_duplicate(
     assert request > 0
     assert_identical_logs(master, slave)
     wait_for_topic(slave)
-    assert pull_sequence(slave.client, 0) == list(range(sent[0]))
+    wait_until(lambda: pull_sequence(slave.client, 0) == list(range(sent[0])), 10,
+               message="every acknowledged message readable on the slave")
 
 
 # ------------------------------------------------------------------------------------ SYNC_MASTER
@@ -344,4 +348,5 @@ def test_slave_follows_the_master_the_nameserver_names_after_a_restart_elsewhere
     wait_until(lambda: caught_up(moved, slave), 10, message="slave caught up with the moved master")
     assert_identical_logs(moved, slave)
     wait_for_topic(slave)
-    assert pull_sequence(slave.client, 0) == list(range(64))
+    wait_until(lambda: pull_sequence(slave.client, 0) == list(range(64)), 10,
+               message="every message readable on the slave")

@@ -156,7 +156,9 @@ async def test_empty_slave_catches_up_from_the_earliest_offset_byte_for_byte(
                     what="acknowledged")
         assert slave.connected and slave.reconnects == 0
     assert logs_identical(master_store, slave_store)
-    # Replicated records are dispatched: consumers can read them from the slave.
+    # Replicated records are dispatched (by the reput thread, behind the ack): consumers can
+    # read them from the slave.
+    assert await asyncio.to_thread(slave_store.wait_dispatched, master_store.max_offset, 10)
     got = slave_store.get_messages("t", 1, 0, 32)
     assert [m.body for m in got.messages][:2] == [(2 * i + 1).to_bytes(4, "big") * 250 for i in range(2)]
     assert slave_store.max_queue_offset("t", 0) == master_store.max_queue_offset("t", 0) == 125
@@ -193,6 +195,7 @@ async def test_live_appends_stream_and_a_restarted_slave_resumes_without_gap(
         conn_requests = stopped_at
     assert conn_requests > 0
     assert logs_identical(master_store, slave_store)
+    assert await asyncio.to_thread(slave_store.wait_dispatched, master_store.max_offset, 10)
     assert slave_store.max_queue_offset("t", 0) == master_store.max_queue_offset("t", 0)
 
 
@@ -432,6 +435,7 @@ async def test_slave_ahead_of_the_master_is_truncated_back_and_resumes(
     assert "DIVERGED" in caplog.text
     saved = tmp_path / "diverged" / f"{master_end:020d}-{slave_end:020d}.bin"
     assert saved.stat().st_size == slave_end - master_end
+    assert await asyncio.to_thread(slave_store.wait_dispatched, master_store.max_offset, 10)
     assert slave_store.max_queue_offset("t", 0) == master_store.max_queue_offset("t", 0)
     # Equal from the master's end on (the slave's own first 40 records differ in timestamps).
     assert logs_identical(master_store, slave_store, start=master_end)
