@@ -713,6 +713,22 @@ class AsyncConsumer:
             suspend_timeout_ms=int(self.long_poll_timeout * 1000), raw_records=True,
             commit_offset=commit if commit > pq.committed else -1)
 
+    async def _apply_reply(self, pq: _ProcessQueue, filt: TagFilter,
+                           reply: broker_pb2.PullMessageResponse) -> bool:
+        """Deliver what a pull reply (unary or streamed) found; False when its offset was
+        illegal (the queue's offset was corrected: pull again from there)."""
+        status = reply.status
+        if status in _ACCEPTED:
+            messages = self._accept(pq, filt, reply)
+            if messages:
+                await self._deliver(pq, messages)
+        elif status == broker_pb2.OFFSET_ILLEGAL:
+            await self._offset_illegal(pq, reply)
+            return False
+        else:
+            await asyncio.sleep(0.2)
+        return True
+
     def _accept(self, pq: _ProcessQueue, filt: TagFilter, reply: broker_pb2.PullMessageResponse
                 ) -> list[ReceivedMessage]:
         """Apply a FOUND / NO_NEW_MSG / NO_MATCHED_MSG reply to ``pq``: advance its next offset
@@ -770,15 +786,7 @@ class AsyncConsumer:
         if commit > pq.committed and route is not None and route.master_addr(q.broker_name) == addr:
             pq.committed = commit
         pq.suggested_id = int(reply.suggest_which_broker_id)
-        status = reply.status
-        if status in _ACCEPTED:
-            messages = self._accept(pq, filt, reply)
-            if messages:
-                await self._deliver(pq, messages)
-        elif status == broker_pb2.OFFSET_ILLEGAL:
-            await self._offset_illegal(pq, reply)
-        else:
-            await asyncio.sleep(0.2)
+        await self._apply_reply(pq, filt, reply)
 
     async def _pull_stream(self, pq: _ProcessQueue) -> None:
         """Follow the queue with PullMessageStream calls: the broker sends batch after batch
@@ -854,16 +862,8 @@ class AsyncConsumer:
                     pq.last_addr = addr
                     if commit > pq.committed and from_master:
                         pq.committed = commit  # the broker committed it when the stream started
-                    status = reply.status
-                    if status in _ACCEPTED:
-                        messages = self._accept(pq, filt, reply)
-                        if messages:
-                            await self._deliver(pq, messages)
-                    elif status == broker_pb2.OFFSET_ILLEGAL:
-                        await self._offset_illegal(pq, reply)
+                    if not await self._apply_reply(pq, filt, reply):
                         return
-                    else:
-                        await asyncio.sleep(0.2)
                         return
                     suggested = int(reply.suggest_which_broker_id)
                     if from_master and suggested and suggested in group.addrs:
