@@ -38,7 +38,6 @@ import asyncio
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -47,11 +46,11 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import grpc
+from benchlib import ROOT, cpu_seconds, free_port, wait_port
 
 from pocketmq.broker.v1 import broker_pb2 as pb
 from services.broker.storage.record import Message, decode_record, encode_record
 
-ROOT = Path(__file__).resolve().parents[1]
 BODY_SIZE = 1024
 BATCH = 32
 TOPIC = "bench"
@@ -59,30 +58,10 @@ SERVICE = "/pocketmq.broker.v1.Broker/"
 ECHO_SERVICE = "pocketmq.broker.v1.Broker"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (Linux /proc)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def wait_port(port: int, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on port {port} after {timeout}s")
 
 
 # ----------------------------------------------------------------------------- echo server

@@ -25,7 +25,6 @@ import asyncio
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,18 +33,10 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from benchlib import ROOT, free_port
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from pocketmq.broker.v1 import broker_pb2, broker_pb2_grpc
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def wait_healthy(addr: str, proc: subprocess.Popen[bytes], timeout: float = 30) -> None:

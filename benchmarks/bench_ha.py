@@ -63,6 +63,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
+from benchlib import ROOT, free_port, wait_port
 
 from pocketmq.broker.v1 import broker_pb2 as pb
 from pocketmq.broker.v1 import broker_pb2_grpc
@@ -70,8 +71,6 @@ from pocketmq.common.v1 import common_pb2
 from services.broker.storage.config import StoreConfig
 from services.broker.storage.record import Message
 from services.broker.storage.store import MessageStore
-
-ROOT = Path(__file__).resolve().parents[1]
 
 BODY_SIZE = 1024
 BATCH = 32
@@ -82,21 +81,8 @@ MB = 1_000_000
 GIB = 1024 * 1024 * 1024
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
-def wait_port(port: int, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on port {port} after {timeout}s")
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -24,7 +24,6 @@ import concurrent.futures
 import multiprocessing
 import os
 import random
-import socket
 import statistics
 import subprocess
 import sys
@@ -33,12 +32,11 @@ import time
 from pathlib import Path
 
 import grpc
+from benchlib import ROOT, cpu_seconds, free_port
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from pocketmq.common.v1 import common_pb2
 from pocketmq.namesrv.v1 import namesrv_pb2 as pb
-
-ROOT = Path(__file__).resolve().parents[1]
 
 BROKERS = 100
 TOPICS_PER_BROKER = 100
@@ -124,16 +122,8 @@ def client_main(addr: str, phase: str, start_at: float, seconds: float, concurre
 # ---------------------------------------------------------------- server process
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def wait_healthy(addr: str, proc: subprocess.Popen[bytes], log: Path, timeout: float = 30) -> None:

@@ -33,7 +33,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -42,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from benchlib import ROOT, free_port
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from pocketmq.broker.v1 import broker_pb2 as pb
@@ -49,18 +49,12 @@ from pocketmq.broker.v1 import broker_pb2_grpc
 from pocketmq.common.v1 import common_pb2
 from pocketmq.namesrv.v1 import namesrv_pb2, namesrv_pb2_grpc
 
-ROOT = Path(__file__).resolve().parents[1]
 BODY_SIZE = 1024
 SEND_BATCH = 256
 TOPIC = "bench-spark"
 BROKER = "broker-a"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class Processes:
