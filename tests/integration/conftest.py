@@ -25,6 +25,16 @@ def procs(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ProcessGro
 
 
 @pytest.fixture
+def namesrv(procs: ProcessGroup) -> str:
+    """A NameServer (real process) on a free loopback port; its address."""
+    port = free_port()
+    addr = f"127.0.0.1:{port}"
+    procs.start_grpc("services.namesrv", ["--listen", addr, "--metrics-port", "0"], addr, name="namesrv",
+                     service="pocketmq.namesrv.v1.NameServer")
+    return addr
+
+
+@pytest.fixture
 def port() -> Callable[[], int]:
     """A factory of free 127.0.0.1 ports: ``port()``."""
     return free_port

@@ -32,16 +32,6 @@ class Broker:
 
 
 @pytest.fixture
-def namesrv(procs: ProcessGroup) -> str:
-    """A NameServer's address."""
-    port = free_port()
-    addr = f"127.0.0.1:{port}"
-    procs.start_grpc("services.namesrv", ["--listen", addr, "--metrics-port", "0"], addr, name="namesrv",
-                     service="pocketmq.namesrv.v1.NameServer")
-    return addr
-
-
-@pytest.fixture
 def start_broker(procs: ProcessGroup, tmp_path: Path) -> Iterator[Callable[..., Broker]]:
     """``start_broker(name, broker_id=0, namesrv="", store_dir=None, port=None, *flags)``."""
     started: list[Broker] = []

@@ -50,15 +50,6 @@ StartBroker = Callable[..., Broker]
 
 
 @pytest.fixture
-def namesrv(procs: ProcessGroup) -> str:
-    port = free_port()
-    addr = f"127.0.0.1:{port}"
-    procs.start_grpc("services.namesrv", ["--listen", addr, "--metrics-port", "0"], addr, name="namesrv",
-                     service="pocketmq.namesrv.v1.NameServer")
-    return addr
-
-
-@pytest.fixture
 def start_broker(procs: ProcessGroup, tmp_path: Path) -> Iterator[StartBroker]:
     """``start_broker(broker_id=0, *flags, role=None, namesrv="", store_dir=None, port=None)``:
     brokerId 0 is an ASYNC_MASTER unless ``role`` says otherwise; > 0 is a SLAVE."""
