@@ -169,12 +169,18 @@ def test_sigkilled_slave_resumes_from_its_own_offset_without_gap_or_duplicate(
 # ------------------------------------------------------------------------------------ SYNC_MASTER
 
 
-def test_sync_master_killed_under_load_loses_nothing_it_acknowledged(
-        namesrv: str, start_broker: StartBroker) -> None:
+def sync_master_with_slave(namesrv: str, start_broker: StartBroker) -> tuple[Broker, Broker]:
+    """A SYNC_MASTER with the test topic and a connected slave."""
     master = start_broker(0, role="SYNC_MASTER", namesrv=namesrv)
     create_topic(master)
     slave = start_broker(1, namesrv=namesrv)
     wait_until(lambda: len(master.ha_status().slaves) == 1, 10, message="slave connected")
+    return master, slave
+
+
+def test_sync_master_killed_under_load_loses_nothing_it_acknowledged(
+        namesrv: str, start_broker: StartBroker) -> None:
+    master, slave = sync_master_with_slave(namesrv, start_broker)
     acked: list[tuple[str, bytes]] = []  # (msg id, body) of every PUT_OK
     stop = threading.Event()
     lock = threading.Lock()
@@ -227,10 +233,7 @@ def test_sync_master_killed_under_load_loses_nothing_it_acknowledged(
 
 def test_sync_master_answers_slave_not_available_quickly_when_the_slave_is_stopped(
         namesrv: str, start_broker: StartBroker) -> None:
-    master = start_broker(0, role="SYNC_MASTER", namesrv=namesrv)
-    create_topic(master)
-    slave = start_broker(1, namesrv=namesrv)
-    wait_until(lambda: len(master.ha_status().slaves) == 1, 10, message="slave connected")
+    master, slave = sync_master_with_slave(namesrv, start_broker)
     assert send_numbered(master.client, 0, 4).status == pb.PUT_OK
     slave.stop()
     wait_until(lambda: not master.ha_status().slaves, 5, message="master saw the slave leave")
