@@ -384,14 +384,19 @@ async def produce_stream(addr: str, messages: int, window: int = WINDOW) -> tupl
         return calls * BATCH / elapsed, latencies
 
 
+def ready_to_produce(master: Broker) -> None:
+    """Create the benchmark topic on ``master`` and wait until its slave is connected."""
+    asyncio.run(create_topic(master.addr))
+    deadline = time.monotonic() + 20
+    while not master.ha().slaves:
+        if time.monotonic() > deadline:
+            raise RuntimeError("slave did not connect")
+        time.sleep(0.05)
+
+
 def produce_phase(workdir: Path, role: str, messages: int) -> tuple[float, list[float]]:
     with pair(workdir, role, role.lower()) as (master, _slave):
-        asyncio.run(create_topic(master.addr))
-        deadline = time.monotonic() + 20
-        while not master.ha().slaves:
-            if time.monotonic() > deadline:
-                raise RuntimeError("slave did not connect")
-            time.sleep(0.05)
+        ready_to_produce(master)
         asyncio.run(produce_stream(master.addr, min(messages, 20_000)))  # warm-up
         return asyncio.run(produce_stream(master.addr, messages))
 
@@ -422,12 +427,7 @@ def lag_phase(workdir: Path, rate: int, seconds: float) -> dict[str, float]:
     """A fixed produce load on an ASYNC_MASTER with one slave; a separate process samples the
     master's GetHAStatus every ~2 ms (own process: no GIL shared with the load generator)."""
     with pair(workdir, "ASYNC_MASTER", "lag") as (master, _slave):
-        asyncio.run(create_topic(master.addr))
-        deadline = time.monotonic() + 20
-        while not master.ha().slaves:
-            if time.monotonic() > deadline:
-                raise RuntimeError("slave did not connect")
-            time.sleep(0.05)
+        ready_to_produce(master)
         sampler = subprocess.Popen([sys.executable, "-c", _SAMPLER, master.addr, str(seconds), "0.002"],
                                    cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert sampler.stdin is not None and sampler.stdout is not None
