@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import mmap
 import struct
 import threading
 import time
@@ -59,6 +60,7 @@ from services.broker.storage.record import (
     tag_hash_code,
 )
 from services.broker.storage.segment import (
+    DIRECT_MIN,
     PAGE_SIZE,
     Segment,
     SegmentSlice,
@@ -79,6 +81,10 @@ WARM_CHUNK = 4 * 1024 * 1024
 #: mapping 4 MiB writable holds the writer (and the GIL) for ~10 ms; 256 KiB steps bound it to
 #: well under a millisecond (the total work is the same).
 POPULATE_STEP = 256 * 1024
+#: Bytes per direct write of :meth:`CommitLog.append_data` (the staging buffer's size).
+DIRECT_STAGE = 1024 * 1024
+#: Bytes :meth:`CommitLog.prefetch_undispatched` keeps in the page cache past the dispatcher.
+PREFETCH_SIZE = 4 * 1024 * 1024
 #: Records the reput dispatcher indexes per lock acquisition before it lets others run.
 REPUT_BATCH = 256
 
@@ -193,7 +199,7 @@ def now_ms() -> int:
 class CommitLog:
     def __init__(self, directory: str, segment_size: int, *, store_host: Host, dispatcher: Dispatcher,
                  sync: SyncFn = default_sync, populate_size: int = 0, populate_write: bool = False,
-                 warm_size: int = 0) -> None:
+                 warm_size: int = 0, direct_write: bool = False) -> None:
         #: Held while appending, dispatching, truncating; take it to change the log and the
         #: consume queues consistently.
         self.lock = threading.Lock()
@@ -216,6 +222,16 @@ class CommitLog:
         self._populate_write = populate_write
         #: :meth:`warm_ahead` keeps this many bytes past the writer in the page cache.
         self._warm_size = warm_size
+        #: :meth:`append_data` writes the whole blocks of large appends direct, through this
+        #: page-aligned buffer (made on first use; None: always through the page cache).
+        self._direct_write = direct_write
+        self._stage: mmap.mmap | None = None
+        self._stage_view: memoryview | None = None
+        #: :meth:`prefetch_undispatched` has asked for the pages up to here.
+        self._prefetched = 0
+        #: ``time.monotonic()`` of the last :meth:`append_data` of at least ``DIRECT_MIN``
+        #: bytes (a slave receiving in bulk).
+        self.last_bulk_append = 0.0
         #: Called (on the writer's thread, under the lock) each time the writer maps a new
         #: chunk: wakes whoever calls :meth:`warm_ahead` (e.g. ``ServiceThread.wakeup``).
         self.warm_wakeup: Callable[[], None] | None = None
@@ -485,15 +501,22 @@ class CommitLog:
                     runs.append((end, []))
                 runs[-1][1].append(piece)
                 end += n
+            bulk = end - start_offset >= DIRECT_MIN
+            if bulk:
+                self.last_bulk_append = time.monotonic()
+            stage = self._staging() if self._direct_write and bulk else None
+            direct = 0
             for run_start, run in runs:
                 seg = last if last is not None and run_start < last.end else self._new_segment(run_start)
                 if last is None:
                     self._dispatched = run_start
-                seg.write_at(run_start - seg.start, run)
+                direct += seg.write_at(run_start - seg.start, run, stage)
                 last = seg
             new_max = self.max_offset
-            # Keep the warmer ahead of the writer, so pwritev finds the pages allocated.
-            warm = bool(runs) and last is not None and last.warmed_pos < last.write_pos + self._warm_size // 2
+            # Keep the warmer ahead of the writer, so pwritev finds the pages allocated (not
+            # while appends go direct: their pages would only be dropped again).
+            warm = (bool(runs) and not direct and last is not None
+                    and last.warmed_pos < last.write_pos + self._warm_size // 2)
         if runs:
             wakeup = self.reput_wakeup
             if wakeup is not None:
@@ -501,6 +524,12 @@ class CommitLog:
             if warm and (wakeup := self.warm_wakeup) is not None:
                 wakeup()
         return new_max
+
+    def _staging(self) -> memoryview:
+        if self._stage_view is None:
+            self._stage = mmap.mmap(-1, DIRECT_STAGE)
+            self._stage_view = memoryview(self._stage)
+        return self._stage_view
 
     def _populate(self, seg: Segment, end: int) -> None:
         if not seg.populate(end, min(self._populate_size, POPULATE_STEP), write=self._populate_write):
@@ -522,6 +551,21 @@ class CommitLog:
         if not seg.warm(seg.write_pos + size, min(size, WARM_CHUNK)):
             log.info("posix_fadvise(POSIX_FADV_WILLNEED) is not supported here; no warming ahead")
             self._warm_size = 0
+
+    def prefetch_undispatched(self) -> None:
+        """Keep :data:`PREFETCH_SIZE` bytes past the dispatcher in the page cache
+        (:meth:`Segment.prefetch`): what a slave wrote direct is only on disk, and the reput
+        must not wait for the disk while it holds the GIL. For the reput thread: no lock."""
+        offset = self._dispatched
+        if self._prefetched >= offset + PREFETCH_SIZE // 2 or offset >= self._queue.max_offset:
+            return
+        seg = self._queue.find(offset)
+        if seg is None:
+            return
+        pos = max(self._prefetched, offset) - seg.start
+        end = min(seg.size, offset - seg.start + PREFETCH_SIZE)
+        if pos < end and seg.prefetch(pos, end - pos):
+            self._prefetched = seg.start + end
 
     def _new_segment(self, start: int) -> Segment:
         try:
@@ -856,4 +900,8 @@ class CommitLog:
         with self.lock:
             self.closed = True
             self._queue.close()
+            if self._stage is not None and self._stage_view is not None:
+                self._stage_view.release()
+                self._stage.close()
+                self._stage = self._stage_view = None
 

@@ -5,8 +5,8 @@ Every field's camelCase form is the RocketMQ key (``mapped_file_size_commit_log`
 file as :class:`services.broker.config.BrokerConfig`. Units follow RocketMQ: sizes in bytes,
 intervals and timeouts in milliseconds, ``fileReservedTime`` in hours.
 
-Keys that are ours, not RocketMQ's: ``populateAheadSize`` and ``warmAheadSize`` (see
-:class:`StoreConfig`).
+Keys that are ours, not RocketMQ's: ``populateAheadSize``, ``warmAheadSize`` and
+``replicaDirectWrite`` (see :class:`StoreConfig`).
 """
 
 from __future__ import annotations
@@ -76,6 +76,13 @@ class StoreConfig:
     #: so allocating fresh pages, the dearest part of appending, happens off the writer's
     #: thread (the role of RocketMQ's ``AllocateMappedFileService``). 0 disables.
     warm_ahead_size: int = 32 * 1024 * 1024
+    #: Ours: a slave writes the whole 4 KiB blocks of a large replicated append (at least
+    #: 64 KiB of them: catch-up, bursts) with ``O_DIRECT``, past the page cache; small appends
+    #: and the partial blocks at either end go through it. Storing bytes in a new file mostly
+    #: costs allocating a page-cache page for each, and a slave rarely reads what it just
+    #: received. Falls back to the page cache by itself where the file system refuses direct
+    #: I/O. Only replicated appends: a master writes through the mapping.
+    replica_direct_write: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.flush_disk_type, str):  # tolerate plain strings from Python callers
@@ -87,6 +94,8 @@ class StoreConfig:
         require(isinstance(self.flush_disk_type, FlushDiskType), "flushDiskType",
                 "expected ASYNC_FLUSH | SYNC_FLUSH")
         require(bool(str(self.store_path_root_dir).strip()), "storePathRootDir", "must not be empty")
+        require(isinstance(self.replica_direct_write, bool), "replicaDirectWrite",
+                f"must be true or false, got {self.replica_direct_write!r}")
         positive = {
             "mappedFileSizeCommitLog": self.mapped_file_size_commit_log,
             "mappedFileSizeConsumeQueue": self.mapped_file_size_consume_queue,

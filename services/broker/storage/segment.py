@@ -20,6 +20,7 @@ of a segment that keeps it held until released.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import mmap
 import os
@@ -42,6 +43,14 @@ _FADV_WILLNEED: int | None = getattr(os, "POSIX_FADV_WILLNEED", None)
 
 #: Most buffers one ``pwritev`` takes (Linux's IOV_MAX).
 _IOV_MAX = 1024
+#: ``O_DIRECT`` (None where the platform lacks it).
+_O_DIRECT: int | None = getattr(os, "O_DIRECT", None)
+#: Alignment of a direct write's file offset, length and buffer (covers 512 B and 4 KiB
+#: logical blocks).
+DIRECT_ALIGN = 4096
+#: A :meth:`Segment.write_at` with a staging buffer writes its whole aligned blocks directly
+#: only if they add up to at least this much; smaller appends go through the page cache.
+DIRECT_MIN = 64 * 1024
 
 SyncFn = Callable[[int], None]
 #: Data sync of a file descriptor (``os.fdatasync`` where it exists).
@@ -75,8 +84,8 @@ class SegmentError(OSError):
 class Segment:
     """A mapped file covering log offsets ``[start, start + size)``."""
 
-    __slots__ = ("_available", "_fd", "_flush_lock", "_ref_lock", "_refs", "flushed_pos", "mm", "path",
-                 "populated_pos", "size", "start", "view", "warmed_pos", "write_pos")
+    __slots__ = ("_available", "_direct_fd", "_fd", "_flush_lock", "_ref_lock", "_refs", "flushed_pos", "mm",
+                 "path", "populated_pos", "size", "start", "view", "warmed_pos", "write_pos")
 
     def __init__(self, path: str, start: int, size: int, *, create: bool = False) -> None:
         flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
@@ -100,6 +109,9 @@ class Segment:
                 os.unlink(path)
             raise
         self._fd = fd
+        #: Descriptor opened with ``O_DIRECT`` for :meth:`write_at` (-1: not yet; None: the
+        #: file system refuses direct I/O).
+        self._direct_fd: int | None = -1
         self.path = path
         self.start = start
         self.size = size
@@ -150,33 +162,118 @@ class Segment:
         self.write_pos = end
         return pos
 
-    def write_at(self, pos: int, pieces: Sequence[ReadableBuffer]) -> int:
-        """Write ``pieces`` back to back at ``pos`` with ``pwritev`` (through the page cache, not
-        the mapping: the kernel allocates the pages, so the writer takes no page fault, and the
-        shared mapping sees the bytes at once) and move the write position to their end, which
-        must not pass the end of the segment. Returns the new write position. For bulk appends
-        of bytes that already exist elsewhere (a slave's replicated log)."""
-        total = sum(len(piece) for piece in pieces)
+    def write_at(self, pos: int, pieces: Sequence[ReadableBuffer], stage: memoryview | None = None) -> int:
+        """Write ``pieces`` back to back at ``pos`` and move the write position to their end,
+        which must not pass the end of the segment. For bulk appends of bytes that already
+        exist elsewhere (a slave's replicated log). Returns how many bytes went direct.
+
+        The bytes go through the page cache with ``pwritev`` (the kernel allocates the pages,
+        so the writer takes no page fault, and the shared mapping sees the bytes at once) ...
+
+        ... unless ``stage`` (a page-aligned buffer, a multiple of :data:`DIRECT_ALIGN` long)
+        is given and the whole 4 KiB blocks of the write add up to :data:`DIRECT_MIN`: those
+        are copied through ``stage`` and written with ``O_DIRECT``, past the page cache, and
+        only the partial blocks at either end take the page cache. A block is thus always
+        written the same way, so a block cached by an earlier partial write is never written
+        direct. The kernel keeps the two coherent: a direct write first writes back and drops
+        any cached page of its range (clean pages that readers or readahead brought in), so
+        readers of the mapping see the new bytes. It stores the bytes without allocating a
+        page-cache page for each, which is what writing a new file mostly costs, and they are
+        on the device, not only in memory, when it returns."""
+        views = [memoryview(piece) for piece in pieces]
+        total = sum(len(view) for view in views)
         end = pos + total
         if pos < 0 or end > self.size:
             raise SegmentError(f"{total} bytes at {pos} do not fit in {self!r}")
-        views = list(pieces)
+        direct = 0
+        lo = -(-pos // DIRECT_ALIGN) * DIRECT_ALIGN
+        hi = end // DIRECT_ALIGN * DIRECT_ALIGN
+        if stage is not None and hi - lo >= DIRECT_MIN and self._direct_fd is not None:
+            head, middle, tail = split_views(views, lo - pos, hi - pos)
+            self._pwritev(pos, head)
+            if self._pwrite_direct(lo, middle, stage):
+                direct = hi - lo
+            else:
+                self._pwritev(lo, middle)
+            self._pwritev(hi, tail)
+        else:
+            self._pwritev(pos, views)
+        self.write_pos = max(self.write_pos, end)
+        return direct
+
+    def _pwritev(self, at: int, views: list[memoryview]) -> None:
         first = 0
-        at = pos
-        while at < end:
+        while first < len(views):
             written = os.pwritev(self._fd, views[first:first + _IOV_MAX], at)
             if written <= 0:
                 raise SegmentError(f"pwritev wrote nothing at {at} in {self!r}")
             at += written
-            while written >= len(views[first]):
+            while first < len(views) and written >= len(views[first]):
                 written -= len(views[first])
                 first += 1
-                if first == len(views):
-                    break
             if written:  # a short write (rare: a signal; a full disk raises instead)
-                views[first] = memoryview(views[first])[written:]
-        self.write_pos = max(self.write_pos, end)
-        return end
+                views[first] = views[first][written:]
+
+    def _pwrite_direct(self, at: int, views: list[memoryview], stage: memoryview) -> bool:
+        """Write ``views`` (whole blocks in all) at the block-aligned ``at`` with ``O_DIRECT``,
+        ``len(stage)`` bytes per call. False if the file system refuses direct I/O (then this
+        segment never tries again)."""
+        fd = self._open_direct()
+        if fd is None:
+            return False
+        room = len(stage)
+        filled = 0
+        for view in views:
+            used = 0
+            while used < len(view):
+                n = min(len(view) - used, room - filled)
+                stage[filled:filled + n] = view[used:used + n]
+                filled += n
+                used += n
+                if filled == room:
+                    if not self._pwrite_stage(fd, stage, at):
+                        return False
+                    at += filled
+                    filled = 0
+        return not filled or self._pwrite_stage(fd, stage[:filled], at)
+
+    def _pwrite_stage(self, fd: int, data: memoryview, at: int) -> bool:
+        """One staged direct write; False if the file system refuses direct I/O (EINVAL: the
+        caller then writes the same range through the page cache, which is always safe)."""
+        done = 0
+        while done < len(data):
+            try:
+                written = os.pwrite(fd, data[done:], at + done)
+            except OSError as exc:
+                if exc.errno != errno.EINVAL:
+                    raise
+                log.info("direct writes refused in %s (%s); writing through the page cache",
+                         self.path, exc.strerror)
+                self._close_direct()
+                self._direct_fd = None
+                return False
+            if written <= 0:
+                raise SegmentError(f"direct write wrote nothing at {at + done} in {self!r}")
+            done += written
+        return True
+
+    def _open_direct(self) -> int | None:
+        if self._direct_fd is not None and self._direct_fd < 0:
+            if _O_DIRECT is None:
+                self._direct_fd = None
+            else:
+                try:
+                    self._direct_fd = os.open(self.path, os.O_WRONLY | _O_DIRECT)
+                except OSError as exc:
+                    log.info("cannot open %s for direct writes (%s); writing through the page cache",
+                             self.path, exc.strerror)
+                    self._direct_fd = None
+        return self._direct_fd
+
+    def _close_direct(self) -> None:
+        if self._direct_fd is not None and self._direct_fd >= 0:
+            os.close(self._direct_fd)
+            self._direct_fd = -1
 
     def zero(self, start: int, end: int) -> None:
         """Overwrite ``[start, end)`` with zeros through the mapping (safe while others read)."""
@@ -256,22 +353,31 @@ class Segment:
         appending to a new file, so the writer's :meth:`populate` then only maps pages that
         already exist. Past the write position the file is a hole, so this reads nothing from
         disk and dirties nothing. Returns False if ``posix_fadvise`` is not available."""
-        if _FADV_WILLNEED is None:
-            return False
         pos = max(self.warmed_pos, self.write_pos // PAGE_SIZE * PAGE_SIZE)
         end = min(end, self.size)
         while pos < end:
             n = min(chunk, end - pos)
-            if not self.hold():
-                return True  # closed or deleted meanwhile
-            try:
-                os.posix_fadvise(self._fd, pos, n, _FADV_WILLNEED)
-            except OSError:
+            if not self.prefetch(pos, n):
                 return False
-            finally:
-                self.release()
             pos += n
             self.warmed_pos = pos
+        return True
+
+    def prefetch(self, pos: int, size: int) -> bool:
+        """``posix_fadvise(POSIX_FADV_WILLNEED)`` on ``[pos, pos + size)``: the kernel reads
+        what is on disk into the page cache (and allocates zeroed pages for a hole) without
+        holding the GIL, so whoever then reads the mapping takes no fault that waits for the
+        disk. False if ``posix_fadvise`` is not available (True if the segment is gone)."""
+        if _FADV_WILLNEED is None:
+            return False
+        if not self.hold():
+            return True  # closed or deleted meanwhile
+        try:
+            os.posix_fadvise(self._fd, pos, size, _FADV_WILLNEED)
+        except OSError:
+            return False
+        finally:
+            self.release()
         return True
 
     # -- reading -------------------------------------------------------------------------------
@@ -344,7 +450,27 @@ class Segment:
         except BufferError:
             # A caller kept a memoryview derived from a slice; the mapping goes when it does.
             log.warning("segment %s still has exported views at close", self.path)
+        self._close_direct()
         os.close(self._fd)
+
+
+def split_views(views: list[memoryview], *cuts: int) -> list[list[memoryview]]:
+    """``views``, back to back, cut at the byte positions ``cuts`` (ascending): one list of
+    (zero-copy) views per part."""
+    parts: list[list[memoryview]] = [[]]
+    at = 0
+    for view in views:
+        used = 0
+        while used < len(view):
+            if len(parts) <= len(cuts) and at == cuts[len(parts) - 1]:
+                parts.append([])
+                continue
+            stop = len(view) if len(parts) > len(cuts) else min(len(view), used + cuts[len(parts) - 1] - at)
+            parts[-1].append(view[used:stop])
+            at += stop - used
+            used = stop
+    parts.extend([] for _ in range(len(cuts) + 1 - len(parts)))
+    return parts
 
 
 class SegmentSlice:

@@ -105,6 +105,11 @@ MAX_FILTER_SCAN = 16_000
 REPUT_BATCH_STREAMING = 16
 #: ... and how long it sleeps between those batches (the appender gets the GIL back at once) ...
 REPUT_PAUSE_S = 0.0002
+#: ... or, while the slave receives in bulk (an append of at least 64 KiB in the last
+#: :data:`BULK_WINDOW_S`: it is catching up), this long: the commit log, which the ack counts,
+#: comes first, and the consume queues catch up when the stream slows down ...
+REPUT_PAUSE_BULK_S = 0.002
+BULK_WINDOW_S = 0.05
 #: ... and per lock acquisition once the stream pauses (catching up at full speed).
 REPUT_BATCH_IDLE = 256
 
@@ -135,7 +140,8 @@ class MessageStore:
                               store_host=store_host, dispatcher=self._cq, sync=self._sync,
                               populate_size=config.populate_ahead_size,
                               populate_write=config.flush_disk_type is FlushDiskType.ASYNC_FLUSH,
-                              warm_size=config.warm_ahead_size)
+                              warm_size=config.warm_ahead_size,
+                              direct_write=config.replica_direct_write)
         self._checkpoint = CheckpointFile(config.checkpoint_path)
         self._sync_flush = config.flush_disk_type is FlushDiskType.SYNC_FLUSH
         self._sync_timeout = config.sync_flush_timeout / 1000
@@ -452,14 +458,20 @@ class MessageStore:
         commit log, not the consume queues, so the reput catches up when the stream pauses."""
         commit_log = self._log
         reput = commit_log.reput
+        prefetch = commit_log.prefetch_undispatched
         batch = REPUT_BATCH_STREAMING
         while True:
+            prefetch()
             before = commit_log.max_offset
             if not reput(batch):
                 break
             streaming = commit_log.max_offset != before
             batch = REPUT_BATCH_STREAMING if streaming else REPUT_BATCH_IDLE
-            time.sleep(REPUT_PAUSE_S if streaming else 0)
+            pause = 0.0
+            if streaming:
+                bulk = time.monotonic() - commit_log.last_bulk_append < BULK_WINDOW_S
+                pause = REPUT_PAUSE_BULK_S if bulk else REPUT_PAUSE_S
+            time.sleep(pause)
 
     def wait_dispatched(self, offset: int, timeout: float) -> bool:
         """Block until every whole record below ``offset`` is dispatched (readable through the

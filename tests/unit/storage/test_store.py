@@ -52,6 +52,7 @@ def test_config_loads_from_broker_conf_keys() -> None:
     ({"flush_disk_type": "SOMETIMES"}, "flushDiskType"),
     ({"store_path_root_dir": " "}, "storePathRootDir"),
     ({"populate_ahead_size": -1}, "populateAheadSize"),
+    ({"replica_direct_write": "yes"}, "replicaDirectWrite"),
 ])
 def test_config_validation_names_the_key(overrides: dict[str, object], key: str) -> None:
     with pytest.raises(ConfigError) as info:
