@@ -21,13 +21,16 @@ loop:
   slave connects by itself.
 * **Session**: connect (3 s timeout), report the store's max offset (the request offset), then
   read frames with :class:`~services.broker.replication.protocol.SlaveConnectionProtocol`.
-  Every read goes into one preallocated buffer (``recv_into``); the body bytes it holds, whole
-  frames or not, are written with one :meth:`MessageStore.append_data
-  <services.broker.storage.store.MessageStore.append_data>` call (``pwritev`` into the commit
-  log, unparsed; the store's reput thread then validates and dispatches the completed records
-  into the consume queues, so consumers can pull from the slave), and one ack with the new
-  max offset goes back (acks of one read are coalesced; an ack may fall inside a record, as
-  RocketMQ's do).  The ack covers the commit
+  Every read goes into one of two preallocated buffers (``recv_into``); the body bytes it
+  holds, whole frames or not, are written with one :meth:`MessageStore.append_data
+  <services.broker.storage.store.MessageStore.append_data>` call (into the commit log,
+  unparsed: the whole 4 KiB blocks of a large append with ``O_DIRECT`` when
+  ``replicaDirectWrite`` is on, the rest with ``pwritev``; the store's reput thread then
+  validates and dispatches the completed records into the consume queues, so consumers can
+  pull from the slave), and one ack with the new max offset goes back (acks of one read are
+  coalesced; an ack may fall inside a record, as RocketMQ's do).  A read of at least 64 KiB
+  (catching up) is appended on a writer thread while the next read fills the other buffer,
+  and acked as soon as that append returns; appends stay in order, one at a time.  The ack covers the commit
   log, not the consume queues, as in RocketMQ: a SYNC_MASTER PUT_OK means the bytes are in this
   slave's commit log.  Without any append the slave still reports every ``haSendHeartbeatInterval``, and
   it closes the connection after ``haHousekeepingInterval`` without reading anything.
@@ -52,6 +55,7 @@ decides).  A log that diverged *below* the master's max offset cannot be detecte
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import dataclasses
 import logging
@@ -87,6 +91,11 @@ BACKOFF_MAX_S: Final = 5.0
 CONNECT_TIMEOUT_S: Final = 3.0
 #: Receive buffer: a read takes what the socket holds, up to this.
 _RECV_SIZE: Final = 1024 * 1024
+#: A read of at least this many bytes is appended on the writer thread, while the next read
+#: goes on (smaller ones, the steady state, are appended and acked at once).
+_THREADED_APPEND: Final = 64 * 1024
+#: An append running on the writer thread (the bytes it appended).
+_Write = concurrent.futures.Future[int]
 
 
 @dataclass(frozen=True)
@@ -154,6 +163,7 @@ class HASlave:
         self._session_addr = ""
         self._stopping = False
         self._ack_lock = asyncio.Lock()
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -169,6 +179,9 @@ class HASlave:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        if self._executor is not None:
+            self._executor.shutdown()
+            self._executor = None
 
     def set_master(self, master_ha_addr: str) -> None:
         """The NameServer names (another) master; ignored when haMasterAddress is set."""
@@ -329,57 +342,113 @@ class HASlave:
 
     async def _receive(self, sock: socket.socket, proto: SlaveConnectionProtocol, state: _SessionState,
                        loop: asyncio.AbstractEventLoop) -> None:
-        store = self.store
-        buf = bytearray(_RECV_SIZE)
-        view = memoryview(buf)
-        while True:
-            # One buffer for the whole session: the protocol's data events are views of it,
-            # written to the commit log before the next receive overwrites it.
-            try:
-                n = await loop.sock_recv_into(sock, buf)
-            except ConnectionResetError:
-                if state.authenticated and not state.anything_read:
-                    raise _AuthFailedError(_REJECTED) from None  # (closed with our offset unread)
-                raise
-            if not n:
-                if state.authenticated and not state.anything_read:
-                    raise _AuthFailedError(_REJECTED)
-                raise _SessionEndError("the master closed the connection")
-            state.anything_read = True
-            state.last_read = loop.time()
-            self.last_read_ms = int(time.time() * 1000)
-            try:
-                events = proto.receive_data(view[:n])
-            except ContinuityError as exc:
-                self._apply(exc.events, state)
-                if exc.heartbeat and exc.received < exc.expected and not state.received:
-                    raise _MasterAheadError(exc.received, exc.expected) from None
-                log.warning("continuity error: the master's stream does not continue this slave's log",
-                            extra={"expected": exc.expected, "received": exc.received,
-                                   "heartbeat": exc.heartbeat})
-                if exc.heartbeat and exc.received > exc.expected and not state.received:
-                    log.error("the master no longer retains this slave's next offset; the slave must be "
-                              "rebuilt (empty its store and restart it)", extra={
-                                  "slave_max_offset": exc.expected, "master_min_offset": exc.received})
-                raise
-            except ProtocolError as exc:
-                self._apply(exc.events, state)
-                raise
-            if self._apply(events, state):
-                await self._send_ack(sock, store.max_offset, state, loop)
+        # Two buffers in turn: a large append runs on the writer thread (its disk write
+        # releases the GIL) while the next read fills the other buffer. The protocol's data
+        # events are views of a buffer, written before that buffer is read into again.
+        bufs = (memoryview(bytearray(_RECV_SIZE)), memoryview(bytearray(_RECV_SIZE)))
+        turn = 0
+        writing: _Write | None = None
+        try:
+            while True:
+                view = bufs[turn]
+                turn ^= 1
+                if writing is not None and writing.done():
+                    await self._written(writing, sock, state, loop)
+                    writing = None
+                n, writing = await self._recv_into(sock, view, writing, state, loop)
+                state.anything_read = True
+                state.last_read = loop.time()
+                self.last_read_ms = int(time.time() * 1000)
+                try:
+                    events = proto.receive_data(view[:n])
+                except (ContinuityError, ProtocolError) as exc:
+                    if writing is not None:
+                        await self._written(writing, sock, state, loop)
+                        writing = None
+                    self._count(self._append(exc.events), state)
+                    if isinstance(exc, ContinuityError):
+                        self._continuity_failed(exc, state)
+                    raise
+                if not any(type(event) is DataReceived for event in events):
+                    continue
+                if writing is not None:  # appends stay in order
+                    await self._written(writing, sock, state, loop)
+                    writing = None
+                if n >= _THREADED_APPEND:
+                    writing = self._writer().submit(self._append, events)
+                else:
+                    self._count(self._append(events), state)
+                    await self._send_ack(sock, self.store.max_offset, state, loop)
+        finally:
+            if writing is not None:  # the next session starts from the store's max offset
+                with contextlib.suppress(Exception):
+                    writing.result()
 
-    def _apply(self, events: Sequence[Event], state: _SessionState) -> bool:
+    async def _recv_into(self, sock: socket.socket, view: memoryview,
+                         writing: _Write | None, state: _SessionState,
+                         loop: asyncio.AbstractEventLoop) -> tuple[int, _Write | None]:
+        """The next read, and ``writing`` unless it was acked meanwhile: while an append runs
+        on the writer thread, it is acked as soon as it is done (the master may have nothing
+        more to send until it hears of it)."""
+        try:
+            if writing is None:
+                n = await loop.sock_recv_into(sock, view)
+            else:
+                reading = asyncio.ensure_future(loop.sock_recv_into(sock, view))
+                try:
+                    await asyncio.wait({reading, asyncio.wrap_future(writing)},
+                                       return_when=asyncio.FIRST_COMPLETED)
+                    if writing.done():
+                        await self._written(writing, sock, state, loop)
+                        writing = None
+                    n = await reading
+                finally:
+                    reading.cancel()
+        except ConnectionResetError:
+            if state.authenticated and not state.anything_read:
+                raise _AuthFailedError(_REJECTED) from None  # (closed with our offset unread)
+            raise
+        if not n:
+            if state.authenticated and not state.anything_read:
+                raise _AuthFailedError(_REJECTED)
+            raise _SessionEndError("the master closed the connection")
+        return n, writing
+
+    async def _written(self, writing: _Write, sock: socket.socket,
+                       state: _SessionState, loop: asyncio.AbstractEventLoop) -> None:
+        """Wait for an append of the writer thread, count and ack it (raises what it raised)."""
+        self._count(await asyncio.wrap_future(writing), state)
+        await self._send_ack(sock, self.store.max_offset, state, loop)
+
+    def _continuity_failed(self, exc: ContinuityError, state: _SessionState) -> None:
+        if exc.heartbeat and exc.received < exc.expected and not state.received:
+            raise _MasterAheadError(exc.received, exc.expected) from None
+        log.warning("continuity error: the master's stream does not continue this slave's log",
+                    extra={"expected": exc.expected, "received": exc.received, "heartbeat": exc.heartbeat})
+        if exc.heartbeat and exc.received > exc.expected and not state.received:
+            log.error("the master no longer retains this slave's next offset; the slave must be "
+                      "rebuilt (empty its store and restart it)", extra={
+                          "slave_max_offset": exc.expected, "master_min_offset": exc.received})
+
+    def _append(self, events: Sequence[Event]) -> int:
         """Append the received body bytes (contiguous: the protocol checked continuity) in one
-        write; True if anything was appended."""
-        data = [event for event in events if type(event) is DataReceived]
-        if not data:
-            return False
-        start = data[0].offset
-        size = self.store.append_data(start, [event.body for event in data]) - start
-        state.received += size
-        self.received_bytes += size
-        self.last_data_ms = int(time.time() * 1000)
-        return True
+        write; returns how many."""
+        bodies = [event.body for event in events if type(event) is DataReceived]
+        if not bodies:
+            return 0
+        start = next(event for event in events if type(event) is DataReceived).offset
+        return self.store.append_data(start, bodies) - start
+
+    def _count(self, size: int, state: _SessionState) -> None:
+        if size:
+            state.received += size
+            self.received_bytes += size
+            self.last_data_ms = int(time.time() * 1000)
+
+    def _writer(self) -> concurrent.futures.ThreadPoolExecutor:
+        if self._executor is None:
+            self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="HASlaveWriter")
+        return self._executor
 
     async def _keep_alive(self, sock: socket.socket, state: _SessionState,
                           loop: asyncio.AbstractEventLoop) -> None:
