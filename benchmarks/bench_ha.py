@@ -19,10 +19,12 @@ temporary directory, ASYNC_FLUSH, no NameServer: slaves get ``--ha-master-addres
     slave's store; best of 3).
   - ``store append_data``: the slave store alone, in this process, appending the same bytes in
     1 MiB pieces (no network), and the same until its reput thread has dispatched them all.
-  The slave receives into one 1 MiB buffer and writes the body bytes of each read with one
-  ``append_data`` (``pwritev`` into the commit log, unparsed); the reput thread validates (CRC32
-  of the body) and dispatches every record (consume queue entry) behind it, as RocketMQ's slave
-  does: the ack (and so catch-up) counts the commit log, not the consume queues.
+  The slave receives into two 1 MiB buffers in turn and writes the body bytes of each read with
+  one ``append_data`` (into the commit log, unparsed; reads of 64 KiB or more on a writer thread
+  while the next read goes on, their whole 4 KiB blocks with ``O_DIRECT``: replicaDirectWrite);
+  the reput thread validates (CRC32 of the body) and dispatches every record (consume queue
+  entry) behind it, as RocketMQ's slave does: the ack (and so catch-up) counts the commit log,
+  not the consume queues, and the "... and dispatched" row shows when the index caught up.
 * steady-state lag: a master and a caught-up slave under a fixed produce load (``--lag-rate``
   msgs/s of 1 KiB, batches of 32); a thread samples the master's GetHAStatus every ~2 ms.  Lag in
   bytes = max offset - the slave's ack; lag in ms = sample time - the first sample time at which
