@@ -350,8 +350,7 @@ class HASlave:
         writing: _Write | None = None
         try:
             while True:
-                view = bufs[turn]
-                turn ^= 1
+                view = bufs[turn]  # (the writer thread only ever holds the other one)
                 if writing is not None and writing.done():
                     await self._written(writing, sock, state, loop)
                     writing = None
@@ -376,6 +375,7 @@ class HASlave:
                     writing = None
                 if n >= _THREADED_APPEND:
                     writing = self._writer().submit(self._append, events)
+                    turn ^= 1
                 else:
                     self._count(self._append(events), state)
                     await self._send_ack(sock, self.store.max_offset, state, loop)

@@ -506,3 +506,54 @@ async def test_is_record_boundary(tmp_path: Path) -> None:
         assert not is_record_boundary(store, store.max_offset + 1, SEGMENT)
     finally:
         store.shutdown()
+
+
+async def test_a_read_without_data_while_a_large_append_runs_does_not_reuse_its_buffer(
+        stores: tuple[MessageStore, MessageStore], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A large read is appended on the writer thread while the slave reads on; a read that
+    holds only a heartbeat in between must not make the next read land in the buffer the
+    writer is still appending from."""
+    master_store, slave_store = stores
+    fill(master_store, 200)
+    end = master_store.max_offset
+    data = master_store.get_data(0, end)
+    assert data is not None and end > 3 * SEGMENT
+    chunks: list[bytes] = []
+    offset = 0
+    while offset < end:
+        with master_store.get_data(offset, 16 * 1024) as piece:  # type: ignore[union-attr]
+            chunks.append(encode_transfer_header(offset, piece.size) + bytes(piece.data))
+            offset = piece.end_offset
+    data.release()
+    half = len(chunks) // 2
+    cut = sum(len(c) - TRANSFER_HEADER_SIZE for c in chunks[:half])
+
+    async def bursty(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readexactly(8)
+        writer.write(b"".join(chunks[:half]))  # one read of > 64 KiB: appended on the writer thread
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.write(encode_heartbeat(cut))  # a read with no data
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.write(b"".join(chunks[half:]))  # arrives while the first append still runs
+        await writer.drain()
+        with contextlib.suppress(Exception):
+            await reader.read()
+
+    real_append = slave_store.append_data
+    slowed: list[int] = []
+
+    def slow_first_append(start: int, pieces: object) -> int:
+        if not slowed:
+            slowed.append(start)
+            time.sleep(0.3)
+        return real_append(start, pieces)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(slave_store, "append_data", slow_first_append)
+    async with FakeMaster(bursty) as fake, running_slave(slave_store, slave_settings(fake.addr)) as slave:
+        await until(lambda: slave_store.max_offset == end, 5.0, "the slave has everything")
+        sessions = (slave.reconnects, fake.connections)
+    assert sessions == (0, 1)  # one session: a damaged append would have ended it (CRC check)
+    assert logs_identical(master_store, slave_store)
+    assert slave_store.wait_dispatched(end, 5), slave_store.dispatch_error

@@ -231,7 +231,8 @@ def test_split_views_cuts_at_the_given_positions(views: list[bytes], data: st.Da
 @settings(max_examples=20, deadline=None)
 @given(sizes=st.lists(st.integers(1, 300_000), min_size=1, max_size=10), start=st.integers(0, 9000),
        seed=st.integers(0, 2**32))
-def test_write_at_direct_and_cached_blocks_make_the_same_file(sizes: list[int], start: int, seed: int) -> None:
+def test_write_at_direct_and_cached_blocks_make_the_same_file(sizes: list[int], start: int,
+                                                              seed: int) -> None:
     """A slave's appends of any sizes from any offset: the whole blocks of large ones go direct,
     the rest through the page cache, and the file and the mapping always hold exactly the bytes
     written, even where the mapping was read (pages cached) before a direct write covered it."""
