@@ -351,9 +351,6 @@ class HASlave:
         try:
             while True:
                 view = bufs[turn]  # (the writer thread only ever holds the other one)
-                if writing is not None and writing.done():
-                    await self._written(writing, sock, state, loop)
-                    writing = None
                 n, writing = await self._recv_into(sock, view, writing, state, loop)
                 state.anything_read = True
                 state.last_read = loop.time()
