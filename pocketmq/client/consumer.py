@@ -100,13 +100,15 @@ class _ProcessQueue:
     what was committed."""
 
     __slots__ = ("buffer", "committed", "consume_task", "dropped", "inflight", "initialized", "last_addr",
-                 "next_offset", "pull_task", "queue", "suggested_id")
+                 "next_offset", "pull_task", "queue", "started", "suggested_id")
 
     def __init__(self, queue: MessageQueue, buffer_batches: int) -> None:
         self.queue = queue
         self.next_offset = -1
         self.committed = -1
         self.initialized = False
+        #: Set once the starting offset is decided and recorded on the broker.
+        self.started = asyncio.Event()
         self.dropped = False
         #: Offsets delivered to the application and not processed yet, ascending.
         self.inflight: collections.deque[int] = collections.deque()
@@ -554,6 +556,13 @@ class AsyncConsumer:
         committed."""
         pq.dropped = True
         if pq.pull_task is not None:
+            if not pq.started.is_set():
+                # Let a starting offset being decided right now reach the broker, so the next
+                # owner starts where this member would have (bounded: the broker may be away).
+                started = asyncio.ensure_future(pq.started.wait())
+                await asyncio.wait((started, pq.pull_task), timeout=min(timeout, self.request_timeout),
+                                   return_when=asyncio.FIRST_COMPLETED)
+                started.cancel()
             pq.pull_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await pq.pull_task
@@ -682,6 +691,7 @@ class AsyncConsumer:
                 if not pq.initialized:
                     pq.next_offset = await self._initial_offset(pq)
                     pq.initialized = True
+                    pq.started.set()
                     log.debug("queue starts", extra={"queue": str(q), "offset": pq.next_offset})
                 if self._stream_pulls and self._caller.mode == "direct":
                     await self._pull_stream(pq)

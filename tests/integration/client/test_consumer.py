@@ -255,6 +255,30 @@ async def test_consume_from_last_offset_and_timestamp(shared: Cluster) -> None:
 
 
 @pytest.mark.asyncio
+async def test_a_member_closed_at_once_still_records_where_each_queue_starts(shared: Cluster) -> None:
+    topic, group = "c-quick-close", "g-quick-close"
+    await asyncio.to_thread(shared.create_topic, topic, 2)
+    async with AsyncProducer(shared.namesrv) as producer:
+        for i in range(4):
+            await producer.send(Message(topic, f"q{i}"))
+    consumer = AsyncConsumer(group, shared.namesrv, consume_from="last", **FAST)  # type: ignore[arg-type]
+    consumer.subscribe(topic)
+    await consumer.start()
+    owned = len(consumer.assignment())
+    await consumer.close()  # before any pull task got to run
+
+    def read_progress() -> list[Any]:
+        with Admin(shared.namesrv, relay="direct") as admin:
+            return admin.consumer_progress(group, topic)
+
+    progress = await asyncio.to_thread(read_progress)
+    assert owned == len(progress) == 2 * len(shared.masters())
+    # "last" was decided for every queue and kept: a later member does not re-decide it.
+    assert all(p.consumer_offset == p.broker_offset for p in progress), progress
+    assert sum(p.broker_offset for p in progress) == 4
+
+
+@pytest.mark.asyncio
 async def test_failing_handler_is_retried_then_dead_lettered(shared: Cluster) -> None:
     topic, group = "c-poison", "g-poison"
     await asyncio.to_thread(shared.create_topic, topic, 1)
