@@ -21,7 +21,7 @@ loop:
   slave connects by itself.
 * **Session**: connect (3 s timeout), report the store's max offset (the request offset), then
   read frames with :class:`~services.broker.replication.protocol.SlaveConnectionProtocol`.
-  Every read goes into one of two preallocated buffers (``recv_into``); the body bytes it
+  Every read goes into one of four preallocated buffers (``recv_into``); the body bytes it
   holds, whole frames or not, are written with one :meth:`MessageStore.append_data
   <services.broker.storage.store.MessageStore.append_data>` call (into the commit log,
   unparsed: the whole 4 KiB blocks of a large append with ``O_DIRECT`` when
@@ -29,8 +29,9 @@ loop:
   validates and dispatches the completed records into the consume queues, so consumers can
   pull from the slave), and one ack with the new max offset goes back (acks of one read are
   coalesced; an ack may fall inside a record, as RocketMQ's do).  A read of at least 64 KiB
-  (catching up) is appended on a writer thread while the next read fills the other buffer,
-  and acked as soon as that append returns; appends stay in order, one at a time.  The ack covers the commit
+  (catching up) is queued on a writer thread while the next reads fill the other buffers,
+  and acked as soon as that append returns; appends stay in order, one at a time, and the disk
+  never waits for the event loop between two of them.  The ack covers the commit
   log, not the consume queues, as in RocketMQ: a SYNC_MASTER PUT_OK means the bytes are in this
   slave's commit log.  Without any append the slave still reports every ``haSendHeartbeatInterval``, and
   it closes the connection after ``haHousekeepingInterval`` without reading anything.
@@ -55,6 +56,7 @@ decides).  A log that diverged *below* the master's max offset cannot be detecte
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
 import dataclasses
@@ -62,7 +64,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -91,6 +93,8 @@ BACKOFF_MAX_S: Final = 5.0
 CONNECT_TIMEOUT_S: Final = 3.0
 #: Receive buffer: a read takes what the socket holds, up to this.
 _RECV_SIZE: Final = 1024 * 1024
+#: Receive buffers: reads go on while appends of up to this many less one wait for the disk.
+_RECV_BUFFERS: Final = 4
 #: A read of at least this many bytes is appended on the writer thread, while the next read
 #: goes on (smaller ones, the steady state, are appended and acked at once).
 _THREADED_APPEND: Final = 64 * 1024
@@ -342,62 +346,52 @@ class HASlave:
 
     async def _receive(self, sock: socket.socket, proto: SlaveConnectionProtocol, state: _SessionState,
                        loop: asyncio.AbstractEventLoop) -> None:
-        # Two buffers in turn: a large append runs on the writer thread (its disk write
-        # releases the GIL) while the next read fills the other buffer. The protocol's data
-        # events are views of a buffer, written before that buffer is read into again.
-        bufs = (memoryview(bytearray(_RECV_SIZE)), memoryview(bytearray(_RECV_SIZE)))
-        turn = 0
-        writing: _Write | None = None
+        # Large appends queue up on the writer thread (its disk writes release the GIL), in
+        # order, while reads go on into the free buffers; the protocol's data events are views
+        # of a buffer, which is read into again only once its append returned.
+        appends = _Appends(_RECV_BUFFERS, _RECV_SIZE)
         try:
             while True:
-                view = bufs[turn]  # (the writer thread only ever holds the other one)
-                n, writing = await self._recv_into(sock, view, writing, state, loop)
+                if not appends.free:  # every buffer waits for its append
+                    await self._settle(appends, sock, state, loop, wait=True)
+                view = appends.free[0]
+                n = await self._recv_into(sock, view, appends, state, loop)
                 state.anything_read = True
                 state.last_read = loop.time()
                 self.last_read_ms = int(time.time() * 1000)
                 try:
                     events = proto.receive_data(view[:n])
                 except (ContinuityError, ProtocolError) as exc:
-                    if writing is not None:
-                        await self._written(writing, sock, state, loop)
-                        writing = None
+                    while appends.running:  # keep what came before, in order
+                        await self._settle(appends, sock, state, loop, wait=True)
                     self._count(self._append(exc.events), state)
                     if isinstance(exc, ContinuityError):
                         self._continuity_failed(exc, state)
                     raise
                 if not any(type(event) is DataReceived for event in events):
                     continue
-                if writing is not None:  # appends stay in order
-                    await self._written(writing, sock, state, loop)
-                    writing = None
-                if n >= _THREADED_APPEND:
-                    writing = self._writer().submit(self._append, events)
-                    turn ^= 1
+                if n >= _THREADED_APPEND or appends.running:  # (appends stay in order)
+                    appends.submit(self._writer(), self._append, events)
                 else:
                     self._count(self._append(events), state)
                     await self._send_ack(sock, self.store.max_offset, state, loop)
         finally:
-            if writing is not None:  # the next session starts from the store's max offset
-                with contextlib.suppress(Exception):
-                    writing.result()
+            appends.wait_all()  # the next session starts from the store's max offset
 
-    async def _recv_into(self, sock: socket.socket, view: memoryview,
-                         writing: _Write | None, state: _SessionState,
-                         loop: asyncio.AbstractEventLoop) -> tuple[int, _Write | None]:
-        """The next read, and ``writing`` unless it was acked meanwhile: while an append runs
-        on the writer thread, it is acked as soon as it is done (the master may have nothing
-        more to send until it hears of it)."""
+    async def _recv_into(self, sock: socket.socket, view: memoryview, appends: _Appends,
+                         state: _SessionState, loop: asyncio.AbstractEventLoop) -> int:
+        """The next read; meanwhile every append of the writer thread is acked as soon as it
+        is done (the master may have nothing more to send until it hears of it)."""
         try:
-            if writing is None:
+            if not appends.running:
                 n = await loop.sock_recv_into(sock, view)
             else:
                 reading = asyncio.ensure_future(loop.sock_recv_into(sock, view))
                 try:
-                    await asyncio.wait({reading, asyncio.wrap_future(writing)},
-                                       return_when=asyncio.FIRST_COMPLETED)
-                    if writing.done():
-                        await self._written(writing, sock, state, loop)
-                        writing = None
+                    while appends.running and not reading.done():
+                        await asyncio.wait({reading, asyncio.wrap_future(appends.running[0][0])},
+                                           return_when=asyncio.FIRST_COMPLETED)
+                        await self._settle(appends, sock, state, loop)
                     n = await reading
                 finally:
                     reading.cancel()
@@ -409,13 +403,18 @@ class HASlave:
             if state.authenticated and not state.anything_read:
                 raise _AuthFailedError(_REJECTED)
             raise _SessionEndError("the master closed the connection")
-        return n, writing
+        return n
 
-    async def _written(self, writing: _Write, sock: socket.socket,
-                       state: _SessionState, loop: asyncio.AbstractEventLoop) -> None:
-        """Wait for an append of the writer thread, count and ack it (raises what it raised)."""
-        self._count(await asyncio.wrap_future(writing), state)
-        await self._send_ack(sock, self.store.max_offset, state, loop)
+    async def _settle(self, appends: _Appends, sock: socket.socket, state: _SessionState,
+                      loop: asyncio.AbstractEventLoop, wait: bool = False) -> None:
+        """Count and ack the appends the writer thread finished (with ``wait``, at least the
+        oldest one); raises what an append raised."""
+        if wait:
+            await asyncio.wrap_future(appends.running[0][0])
+        size = appends.collect()
+        if size:
+            self._count(size, state)
+            await self._send_ack(sock, self.store.max_offset, state, loop)
 
     def _continuity_failed(self, exc: ContinuityError, state: _SessionState) -> None:
         if exc.heartbeat and exc.received < exc.expected and not state.received:
@@ -526,6 +525,36 @@ class HASlave:
                 return False
         store.truncate_dirty(target)
         return True
+
+
+class _Appends:
+    """A session's receive buffers, and the appends queued on the writer thread (each with the
+    buffer its bytes are views of), oldest first."""
+
+    def __init__(self, count: int, size: int) -> None:
+        self.free = collections.deque(memoryview(bytearray(size)) for _ in range(count))
+        self.running: collections.deque[tuple[_Write, memoryview]] = collections.deque()
+
+    def submit(self, writer: concurrent.futures.Executor, append: Callable[[Sequence[Event]], int],
+               events: Sequence[Event]) -> None:
+        """Queue the append of ``events``, views of the first free buffer."""
+        self.running.append((writer.submit(append, events), self.free.popleft()))
+
+    def collect(self) -> int:
+        """Bytes appended by the finished appends at the head of the queue, whose buffers are
+        free again; raises what one of them raised."""
+        size = 0
+        while self.running and self.running[0][0].done():
+            write, buf = self.running.popleft()
+            self.free.append(buf)
+            size += write.result()
+        return size
+
+    def wait_all(self) -> None:
+        """Wait for every queued append (errors were or will be reported by the session)."""
+        for write, _ in self.running:
+            with contextlib.suppress(Exception):
+                write.result()
 
 
 @dataclass

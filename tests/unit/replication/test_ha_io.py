@@ -5,6 +5,7 @@ slaves and masters."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import socket
@@ -555,5 +556,64 @@ async def test_a_read_without_data_while_a_large_append_runs_does_not_reuse_its_
         await until(lambda: slave_store.max_offset == end, 5.0, "the slave has everything")
         sessions = (slave.reconnects, fake.connections)
     assert sessions == (0, 1)  # one session: a damaged append would have ended it (CRC check)
+    assert logs_identical(master_store, slave_store)
+    assert slave_store.wait_dispatched(end, 5), slave_store.dispatch_error
+
+
+async def test_large_appends_queue_up_while_the_disk_is_slow_and_each_is_acked(
+        stores: tuple[MessageStore, MessageStore], monkeypatch: pytest.MonkeyPatch) -> None:
+    """While one append waits for the disk, the next reads go on into the free buffers and
+    their appends queue up behind it (the writer thread goes from one to the next without
+    waiting for the event loop); once every buffer waits, reading stops until one is free."""
+    master_store, slave_store = stores
+    fill(master_store, 600)
+    end = master_store.max_offset
+    chunks: list[bytes] = []
+    offset = 0
+    while offset < end:
+        with master_store.get_data(offset, 16 * 1024) as piece:  # type: ignore[union-attr]
+            chunks.append(encode_transfer_header(offset, piece.size) + bytes(piece.data))
+            offset = piece.end_offset
+    bursts = [b"".join(chunks[i:i + 5]) for i in range(0, len(chunks), 5)]  # > 64 KiB each
+    assert len(bursts) >= 7 and all(len(b) >= 64 * 1024 for b in bursts[:-1])
+    acks: list[int] = []
+
+    async def bursty(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readexactly(8)
+        for burst in bursts:
+            writer.write(burst)
+            await writer.drain()
+            await asyncio.sleep(0.05)  # one read each
+        with contextlib.suppress(Exception):
+            while True:
+                acks.append(struct.unpack(">q", await reader.readexactly(8))[0])
+
+    real_append = slave_store.append_data
+    queued_behind_first: list[int] = []
+    executor = concurrent.futures.ThreadPoolExecutor(1)
+    submitted: list[int] = []
+
+    class Counting:
+        def submit(self, fn: Callable[..., int], *args: object) -> concurrent.futures.Future[int]:
+            submitted.append(1)
+            return executor.submit(fn, *args)
+
+    def slow_first_append(start: int, pieces: object) -> int:
+        if not queued_behind_first:
+            time.sleep(0.8)  # every burst but the last few arrives meanwhile
+            queued_behind_first.append(len(submitted) - 1)
+        return real_append(start, pieces)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(slave_store, "append_data", slow_first_append)
+    try:
+        async with FakeMaster(bursty) as fake, running_slave(slave_store, slave_settings(fake.addr)) as slave:
+            monkeypatch.setattr(slave, "_writer", Counting)
+            await until(lambda: end in acks, 5.0, "the slave acked everything")
+            sessions = (slave.reconnects, fake.connections)
+    finally:
+        executor.shutdown()
+    assert queued_behind_first == [3]  # four buffers: one being appended, three queued, then no more reads
+    assert sessions == (0, 1)
+    assert acks == sorted(acks) and acks[-1] == end
     assert logs_identical(master_store, slave_store)
     assert slave_store.wait_dispatched(end, 5), slave_store.dispatch_error
