@@ -85,6 +85,9 @@ POPULATE_STEP = 256 * 1024
 DIRECT_STAGE = 1024 * 1024
 #: Bytes :meth:`CommitLog.prefetch_undispatched` keeps in the page cache past the dispatcher.
 PREFETCH_SIZE = 4 * 1024 * 1024
+#: The log is :meth:`~CommitLog.receiving_in_bulk` for this long after an append of at least
+#: ``DIRECT_MIN`` bytes (a slave catching up).
+BULK_WINDOW_S = 0.05
 #: Records the reput dispatcher indexes per lock acquisition before it lets others run.
 REPUT_BATCH = 256
 
@@ -230,8 +233,10 @@ class CommitLog:
         #: :meth:`prefetch_undispatched` has asked for the pages up to here.
         self._prefetched = 0
         #: ``time.monotonic()`` of the last :meth:`append_data` of at least ``DIRECT_MIN``
-        #: bytes (a slave receiving in bulk).
-        self.last_bulk_append = 0.0
+        #: bytes (see :meth:`receiving_in_bulk`).
+        self._last_bulk_append = 0.0
+        #: ... and of the last one that wrote blocks direct.
+        self._last_direct_append = 0.0
         #: Called (on the writer's thread, under the lock) each time the writer maps a new
         #: chunk: wakes whoever calls :meth:`warm_ahead` (e.g. ``ServiceThread.wakeup``).
         self.warm_wakeup: Callable[[], None] | None = None
@@ -503,7 +508,7 @@ class CommitLog:
                 end += n
             bulk = end - start_offset >= DIRECT_MIN
             if bulk:
-                self.last_bulk_append = time.monotonic()
+                self._last_bulk_append = time.monotonic()
             stage = self._staging() if self._direct_write and bulk else None
             direct = 0
             for run_start, run in runs:
@@ -512,6 +517,8 @@ class CommitLog:
                     self._dispatched = run_start
                 direct += seg.write_at(run_start - seg.start, run, stage)
                 last = seg
+            if direct:
+                self._last_direct_append = self._last_bulk_append
             new_max = self.max_offset
             # Keep the warmer ahead of the writer, so pwritev finds the pages allocated (not
             # while appends go direct: their pages would only be dropped again).
@@ -540,13 +547,21 @@ class CommitLog:
         if wakeup is not None:
             wakeup()
 
+    def receiving_in_bulk(self) -> bool:
+        """Whether an :meth:`append_data` of at least ``DIRECT_MIN`` bytes came in the last
+        :data:`BULK_WINDOW_S` (a slave catching up)."""
+        return time.monotonic() - self._last_bulk_append < BULK_WINDOW_S
+
     def warm_ahead(self) -> None:
         """Put the pages of the next ``warm_size`` bytes past the writer in the page cache
         (:meth:`Segment.warm`), so the writer's populate finds them allocated and zeroed. For
-        a background thread: takes no lock and releases the GIL while the kernel works."""
+        a background thread: takes no lock and releases the GIL while the kernel works. Not
+        while bulk appends go direct: the direct writes would only drop those pages again."""
         size = self._warm_size
         seg = self._queue.active
         if not size or seg is None or self.closed:
+            return
+        if time.monotonic() - self._last_direct_append < BULK_WINDOW_S:
             return
         if not seg.warm(seg.write_pos + size, min(size, WARM_CHUNK)):
             log.info("posix_fadvise(POSIX_FADV_WILLNEED) is not supported here; no warming ahead")

@@ -105,11 +105,10 @@ MAX_FILTER_SCAN = 16_000
 REPUT_BATCH_STREAMING = 16
 #: ... and how long it sleeps between those batches (the appender gets the GIL back at once) ...
 REPUT_PAUSE_S = 0.0002
-#: ... or, while the slave receives in bulk (an append of at least 64 KiB in the last
-#: :data:`BULK_WINDOW_S`: it is catching up), this long: the commit log, which the ack counts,
-#: comes first, and the consume queues catch up when the stream slows down ...
+#: ... or, while the slave receives in bulk (``CommitLog.receiving_in_bulk``: it is catching
+#: up), this long: the commit log, which the ack counts, comes first, and the consume queues
+#: catch up when the stream slows down ...
 REPUT_PAUSE_BULK_S = 0.002
-BULK_WINDOW_S = 0.05
 #: ... and per lock acquisition once the stream pauses (catching up at full speed).
 REPUT_BATCH_IDLE = 256
 
@@ -469,8 +468,7 @@ class MessageStore:
             batch = REPUT_BATCH_STREAMING if streaming else REPUT_BATCH_IDLE
             pause = 0.0
             if streaming:
-                bulk = time.monotonic() - commit_log.last_bulk_append < BULK_WINDOW_S
-                pause = REPUT_PAUSE_BULK_S if bulk else REPUT_PAUSE_S
+                pause = REPUT_PAUSE_BULK_S if commit_log.receiving_in_bulk() else REPUT_PAUSE_S
             time.sleep(pause)
 
     def wait_dispatched(self, offset: int, timeout: float) -> bool:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from services.broker.storage import commitlog
 from services.broker.storage import segment as segment_module
 from services.broker.storage.config import FlushDiskType, StoreConfig
 from services.broker.storage.record import Message, tag_hash_code
@@ -303,3 +304,30 @@ def test_warmer_keeps_pages_cached_ahead_of_the_writer(open_store: StoreFactory)
         time.sleep(0.01)
     assert segment.warmed_pos >= segment.write_pos + 8192 - 4096
     assert not any(segment.view[segment.write_pos:])  # warming writes nothing
+
+
+@pytest.mark.parametrize("direct", [True, False])
+def test_warmer_rests_while_bulk_appends_go_direct(open_store: StoreFactory, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch, direct: bool) -> None:
+    """Pages warmed ahead of a slave whose appends go direct would only be dropped again by the
+    next direct write: the warmer waits until the bulk stream stops (or warms as usual when
+    the appends go through the page cache)."""
+    size = 1024 * 1024
+    master = open_store(tmp_path / "master", mapped_file_size_commit_log=size)
+    for i in range(300):
+        master.put_message(msg(i, size=900))
+    slave = open_store(tmp_path / "slave", mapped_file_size_commit_log=size, warm_ahead_size=256 * 1024,
+                       replica_direct_write=direct)
+    with master.get_data(0, master.max_offset) as data:  # type: ignore[union-attr]
+        assert data.size >= 256 * 1024
+        slave.append_data(0, data.data)
+    log = slave._log
+    assert (log._last_direct_append > 0) == direct  # (a file system without O_DIRECT fails here)
+    segment = log.segments[-1]
+    before = segment.warmed_pos
+    monkeypatch.setattr(commitlog, "BULK_WINDOW_S", 60.0)  # still streaming
+    log.warm_ahead()
+    assert (segment.warmed_pos == before) == direct
+    monkeypatch.setattr(commitlog, "BULK_WINDOW_S", 0.0)  # the stream stopped
+    log.warm_ahead()
+    assert segment.warmed_pos >= segment.write_pos + 128 * 1024
