@@ -7,21 +7,25 @@ temporary directory, ASYNC_FLUSH, no NameServer: slaves get ``--ha-master-addres
 * catch-up: a master store is pre-filled in this process with ``--catchup-mib`` of 1 KiB messages
   (1 GiB segments; the master runs with ``haSyncFromEarliest=true`` so an empty slave takes all
   of it), then an empty slave starts.  Throughput = bytes / (slave caught up - the master's
-  connect time for it).  Next to it, in the same run and on the same page-cached segment file:
+  connect time for it).  This is done ``--runs`` times (3), each time with a new empty slave,
+  and the best run counts (the median is printed too); each slave's commit log must be the
+  master's byte for byte.  Next to it, in the same run and on the same page-cached segment file:
   - ``sendfile``: plain Python ``os.sendfile`` of the file over loopback TCP to a process that
-    ``recv_into``s and discards: the ceiling (best of 3), and the reference of the ratio;
+    ``recv_into``s and discards: the ceiling (best of ``--runs``, like the catch-up), and the
+    reference of the ratio;
   - ``sendfile -> file``: the same, but the receiver writes what it gets to a new file (once,
     right after the catch-up, like it): what merely storing the bytes costs here.  On this kind
     of VM the first touch of memory the guest has not used lately is expensive (2-9 us per
     4 KiB page), so a receiver that keeps the data pays a cost that ``sendfile`` does not;
   - ``HA stream -> sink``: the real master streaming to a process that speaks the slave's side of
     the protocol but discards the data (what the replication channel itself moves, without the
-    slave's store; best of 3).
+    slave's store; best of ``--runs``).
   - ``store append_data``: the slave store alone, in this process, appending the same bytes in
     1 MiB pieces (no network), and the same until its reput thread has dispatched them all.
-  The slave receives into two 1 MiB buffers in turn and writes the body bytes of each read with
-  one ``append_data`` (into the commit log, unparsed; reads of 64 KiB or more on a writer thread
-  while the next read goes on, their whole 4 KiB blocks with ``O_DIRECT``: replicaDirectWrite);
+  The slave receives into four 1 MiB buffers in turn and writes the body bytes of each read with
+  one ``append_data`` (into the commit log, unparsed; reads of 64 KiB or more queue on a writer
+  thread while the next reads go on, their whole 4 KiB blocks with ``O_DIRECT``:
+  replicaDirectWrite);
   the reput thread validates (CRC32 of the body) and dispatches every record (consume queue
   entry) behind it, as RocketMQ's slave does: the ack (and so catch-up) counts the commit log,
   not the consume queues, and the "... and dispatched" row shows when the index caught up.
@@ -42,8 +46,8 @@ sync_master_p99_ms=<m> vs_redis_sync=<r>``: ratio = slave catch-up MB/s / plain 
 vs_redis_sync = SYNC_MASTER msgs/s / Redis XADD+WAIT msgs/s.  Other work on the machine skews
 every figure (the load average is printed).
 
-    python benchmarks/bench_ha.py [--catchup-mib 1024] [--messages 200000] [--lag-rate 20000]
-                                  [--catchup-only]
+    python benchmarks/bench_ha.py [--catchup-mib 1024] [--runs 3] [--messages 200000]
+                                  [--lag-rate 20000] [--catchup-only]
 """
 
 from __future__ import annotations
@@ -81,10 +85,6 @@ TOPIC = "bench"
 SERVICE = "/pocketmq.broker.v1.Broker/"
 MB = 1_000_000
 GIB = 1024 * 1024 * 1024
-
-
-
-
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -135,9 +135,8 @@ class Broker:
 
 
 @contextlib.contextmanager
-def pair(workdir: Path, role: str, tag: str, *master_extra: str,
-         master_store: Path | None = None) -> Iterator[tuple[Broker, Broker]]:
-    master = Broker(workdir, f"{tag}-master", role, *master_extra, store=master_store)
+def pair(workdir: Path, role: str, tag: str, *master_extra: str) -> Iterator[tuple[Broker, Broker]]:
+    master = Broker(workdir, f"{tag}-master", role, *master_extra)
     slave: Broker | None = None
     try:
         slave = Broker(workdir, f"{tag}-slave", "SLAVE", "--ha-master-address", f"127.0.0.1:{master.ha_port}")
@@ -248,45 +247,60 @@ def sink_mbps(ha_port: int, total: int) -> float:
     return int(got) / float(elapsed) / MB
 
 
-def catch_up(workdir: Path, size: int) -> dict[str, float]:
+def catch_up(workdir: Path, size: int, runs: int) -> dict[str, float]:
     master_dir = workdir / "catchup-master"
     t = time.perf_counter()
     total = fill_store(master_dir, size)
     print(f"  master store filled: {total / GIB:.2f} GiB in {time.perf_counter() - t:.1f}s", flush=True)
     segments = sorted((master_dir / "commitlog").iterdir())
     results: dict[str, float] = {}
-    with pair(workdir, "ASYNC_MASTER", "catchup", "--ha-sync-from-earliest", "true",
-              master_store=master_dir) as (master, slave):
-        deadline = time.monotonic() + 600
-        while True:
-            status = master.ha()
-            done = [s for s in status.slaves if s.ack_offset >= total]
-            if done:
-                end_ms = time.time() * 1000
-                elapsed = (end_ms - done[0].connected_since_ms) / 1000
-                break
-            if time.monotonic() > deadline:
-                raise RuntimeError("slave did not catch up within 600 s")
-            time.sleep(0.01)
-        results["catchup"] = total / elapsed / MB
-        results["catchup_s"] = elapsed
-        print(f"  (slave caught up: {results['catchup']:.0f} MB/s)", flush=True)
-        slave_total = slave.ha().client_max_offset
-        if slave_total != total:
-            raise RuntimeError(f"slave holds {slave_total} bytes, master {total}")
-        slave.stop()
-        same = all(_same_file(a, slave.store / "commitlog" / a.name) for a in segments)
-        results["identical"] = 1.0 if same else 0.0
-        # Once, like the catch-up, and while the slave's files still hold their pages: a file
-        # that is written gets fresh page-cache pages, which is the dearest part here.
-        results["sendfile_file"] = sendfile_mbps(segments, total, into=workdir / "sendfile-copy")
-        results["sink"] = max(sink_mbps(master.ha_port, total) for _ in range(3))
-    results["sendfile"] = max(sendfile_mbps(segments, total) for _ in range(3))
+    speeds: list[float] = []
+    master = Broker(workdir, "catchup-master", "ASYNC_MASTER", "--ha-sync-from-earliest", "true",
+                    store=master_dir)
+    try:
+        for run in range(runs):
+            started_ms = time.time() * 1000
+            slave = Broker(workdir, f"catchup-slave-{run}", "SLAVE", "--ha-master-address",
+                           f"127.0.0.1:{master.ha_port}")
+            try:
+                elapsed = _caught_up(master, total, started_ms)
+                slave_total = slave.ha().client_max_offset
+                if slave_total != total:
+                    raise RuntimeError(f"slave holds {slave_total} bytes, master {total}")
+            finally:
+                slave.stop()
+            speeds.append(total / elapsed / MB)
+            print(f"  (run {run + 1}: slave caught up at {speeds[-1]:.0f} MB/s in {elapsed:.2f}s)",
+                  flush=True)
+            if not all(_same_file(a, slave.store / "commitlog" / a.name) for a in segments):
+                raise RuntimeError(f"run {run + 1}: the slave's commit log differs from the master's")
+            if not run:
+                # Once, and while the slave's files still hold their pages: a file that is
+                # written gets fresh page-cache pages, which is the dearest part here.
+                results["sendfile_file"] = sendfile_mbps(segments, total, into=workdir / "sendfile-copy")
+            shutil.rmtree(slave.store, ignore_errors=True)
+        results["sink"] = max(sink_mbps(master.ha_port, total) for _ in range(runs))
+    finally:
+        master.stop()
+    results["catchup"] = max(speeds)
+    results["catchup_median"] = sorted(speeds)[len(speeds) // 2]
+    results["sendfile"] = max(sendfile_mbps(segments, total) for _ in range(runs))
     results["append_data"], results["dispatched"] = append_data_mbps(
         master_dir, workdir / "append-only", total)
     shutil.rmtree(master_dir, ignore_errors=True)
-    shutil.rmtree(workdir / "catchup-slave", ignore_errors=True)
     return results
+
+
+def _caught_up(master: Broker, total: int, started_ms: float) -> float:
+    """Seconds from the master's connect time of the slave started at ``started_ms`` until it
+    acked ``total``."""
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        done = [s for s in master.ha().slaves if s.ack_offset >= total and s.connected_since_ms >= started_ms]
+        if done:
+            return (time.time() * 1000 - done[0].connected_since_ms) / 1000
+        time.sleep(0.01)
+    raise RuntimeError("slave did not catch up within 600 s")
 
 
 def append_data_mbps(source: Path, target: Path, total: int, chunk: int = 1024 * 1024) -> tuple[float, float]:
@@ -574,6 +588,9 @@ def main() -> int:
     parser.add_argument("--lag-rate", type=int, default=20_000, help="msgs/s during the lag phase")
     parser.add_argument("--lag-seconds", type=float, default=5.0)
     parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument("--runs", type=int, default=3,
+                        help="catch-ups (each to a new empty slave) and sendfile runs; the best of each "
+                        "counts")
     parser.add_argument("--catchup-only", action="store_true",
                         help="only the catch-up phase (prints ha_catchup_ratio and ha_catchup_mbps)")
     args = parser.parse_args()
@@ -583,16 +600,17 @@ def main() -> int:
     redis: Redis | None = None
     try:
         print(f"catch-up of {args.catchup_mib} MiB (1 KiB messages) to an empty slave ...", flush=True)
-        cu = catch_up(workdir, args.catchup_mib * 1024 * 1024)
-        print(f"  slave catch-up      {cu['catchup']:8.0f} MB/s  ({cu['catchup_s']:.2f}s; commit logs "
-              f"{'byte-identical' if cu['identical'] else 'DIFFER'})")
+        cu = catch_up(workdir, args.catchup_mib * 1024 * 1024, args.runs)
+        print(f"  slave catch-up      {cu['catchup']:8.0f} MB/s  (best of {args.runs}, median "
+              f"{cu['catchup_median']:.0f}; commit logs byte-identical)")
         print(f"  HA stream -> sink   {cu['sink']:8.0f} MB/s  (the channel alone, data discarded)")
         print(f"  store append_data   {cu['append_data']:8.0f} MB/s  (the slave store alone, no network: "
               "the bound on catch-up)")
         print(f"  ... and dispatched  {cu['dispatched']:8.0f} MB/s  (until the reput thread indexed it all)")
         print(f"  sendfile -> file    {cu['sendfile_file']:8.0f} MB/s  (a plain receiver writing a new file: "
               "what storing the bytes costs)")
-        print(f"  plain sendfile      {cu['sendfile']:8.0f} MB/s  (ceiling: the receiver discards)")
+        print(f"  plain sendfile      {cu['sendfile']:8.0f} MB/s  (ceiling: the receiver discards; best of "
+              f"{args.runs})")
         ratio = cu["catchup"] / cu["sendfile"]
         print(f"  ratios: catch-up {ratio:.2f} of sendfile (target >= 0.5), "
               f"{cu['catchup'] / cu['sendfile_file']:.2f} of sendfile -> file; channel "
