@@ -389,7 +389,7 @@ class HASlave:
                 reading = asyncio.ensure_future(loop.sock_recv_into(sock, view))
                 try:
                     while appends.running and not reading.done():
-                        await asyncio.wait({reading, asyncio.wrap_future(appends.running[0][0])},
+                        await asyncio.wait({reading, appends.oldest_done()},
                                            return_when=asyncio.FIRST_COMPLETED)
                         await self._settle(appends, sock, state, loop)
                     n = await reading
@@ -410,7 +410,8 @@ class HASlave:
         """Count and ack the appends the writer thread finished (with ``wait``, at least the
         oldest one); raises what an append raised."""
         if wait:
-            await asyncio.wrap_future(appends.running[0][0])
+            with contextlib.suppress(Exception):  # (collect() raises it)
+                await appends.oldest_done()
         size = appends.collect()
         if size:
             self._count(size, state)
@@ -534,11 +535,23 @@ class _Appends:
     def __init__(self, count: int, size: int) -> None:
         self.free = collections.deque(memoryview(bytearray(size)) for _ in range(count))
         self.running: collections.deque[tuple[_Write, memoryview]] = collections.deque()
+        self._waiter: tuple[_Write, asyncio.Future[int]] | None = None
 
     def submit(self, writer: concurrent.futures.Executor, append: Callable[[Sequence[Event]], int],
                events: Sequence[Event]) -> None:
         """Queue the append of ``events``, views of the first free buffer."""
         self.running.append((writer.submit(append, events), self.free.popleft()))
+
+    def oldest_done(self) -> asyncio.Future[int]:
+        """An asyncio future of the oldest append, the same one for every wait on it (each
+        future made from it wakes the event loop when the append returns)."""
+        write = self.running[0][0]
+        if self._waiter is None or self._waiter[0] is not write:
+            waiter = asyncio.wrap_future(write)
+            # (what it raises is reported by collect(); an unread exception would be logged)
+            waiter.add_done_callback(lambda done: done.cancelled() or done.exception())
+            self._waiter = (write, waiter)
+        return self._waiter[1]
 
     def collect(self) -> int:
         """Bytes appended by the finished appends at the head of the queue, whose buffers are
