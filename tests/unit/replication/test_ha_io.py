@@ -7,15 +7,18 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import gc
 import logging
 import socket
 import struct
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
 
+from services.broker.replication import slave as slave_module
 from services.broker.replication.master import HAMaster, MasterSettings
 from services.broker.replication.protocol import (
     TRANSFER_HEADER_SIZE,
@@ -617,3 +620,37 @@ async def test_large_appends_queue_up_while_the_disk_is_slow_and_each_is_acked(
     assert acks == sorted(acks) and acks[-1] == end
     assert logs_identical(master_store, slave_store)
     assert slave_store.wait_dispatched(end, 5), slave_store.dispatch_error
+
+
+async def test_a_failing_queued_append_ends_the_session_and_is_reported_once(
+        stores: tuple[MessageStore, MessageStore], monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """An append on the writer thread that raises ends the session (logged with its reason);
+    the slave reconnects from its own max offset and gets everything; asyncio has no unread
+    exception of it to complain about."""
+    master_store, slave_store = stores
+    fill(master_store, 300)
+    end = master_store.max_offset
+    real_append = slave_store.append_data
+    failed: list[int] = []
+
+    def fail_once(start: int, pieces: object) -> int:
+        if not failed:
+            assert threading.current_thread().name.startswith("HASlaveWriter")
+            failed.append(start)
+            raise OSError(5, "Input/output error")
+        return real_append(start, pieces)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(slave_store, "append_data", fail_once)
+    monkeypatch.setattr(slave_module, "_THREADED_APPEND", 1)  # every append on the writer thread
+    with caplog.at_level(logging.WARNING):
+        async with running_master(master_store, sync_from_earliest=True) as master, \
+                running_slave(slave_store, slave_settings(f"127.0.0.1:{master.port}")) as slave:
+            await until(lambda: slave_store.max_offset == end, 5.0, "the slave has everything")
+            reconnects = slave.reconnects
+        gc.collect()
+        await asyncio.sleep(0)
+    assert failed and reconnects >= 1
+    assert any("Input/output error" in str(getattr(r, "reason", "")) for r in caplog.records)
+    assert not any("never retrieved" in r.getMessage() for r in caplog.records)
+    assert logs_identical(master_store, slave_store)
