@@ -21,8 +21,8 @@ temporary directory, ASYNC_FLUSH, no NameServer: slaves get ``--ha-master-addres
     the protocol but discards the data (what the replication channel itself moves, without the
     slave's store; best of ``--runs``).
   - ``store append_data``: the slave store alone, in this process, appending the same bytes in
-    1 MiB pieces (no network), and the same until its reput thread has dispatched them all.
-  The slave receives into four 1 MiB buffers in turn and writes the body bytes of each read with
+    2 MiB pieces (no network), and the same until its reput thread has dispatched them all.
+  The slave receives into four 2 MiB buffers in turn and writes the body bytes of each read with
   one ``append_data`` (into the commit log, unparsed; reads of 64 KiB or more queue on a writer
   thread while the next reads go on, their whole 4 KiB blocks with ``O_DIRECT``:
   replicaDirectWrite);
@@ -303,7 +303,8 @@ def _caught_up(master: Broker, total: int, started_ms: float) -> float:
     raise RuntimeError("slave did not catch up within 600 s")
 
 
-def append_data_mbps(source: Path, target: Path, total: int, chunk: int = 1024 * 1024) -> tuple[float, float]:
+def append_data_mbps(source: Path, target: Path, total: int,
+                     chunk: int = 2 * 1024 * 1024) -> tuple[float, float]:
     """The slave store's own ceiling: ``append_data`` of the same bytes in ``chunk``-sized pieces
     (what one socket read of the slave holds at most), in this process, no network; and the
     same until every record is dispatched (the reput thread runs alongside)."""

@@ -92,7 +92,7 @@ BACKOFF_MIN_S: Final = 0.1
 BACKOFF_MAX_S: Final = 5.0
 CONNECT_TIMEOUT_S: Final = 3.0
 #: Receive buffer: a read takes what the socket holds, up to this.
-_RECV_SIZE: Final = 1024 * 1024
+_RECV_SIZE: Final = 2 * 1024 * 1024
 #: Receive buffers: reads go on while appends of up to this many less one wait for the disk.
 _RECV_BUFFERS: Final = 4
 #: A read of at least this many bytes is appended on the writer thread, while the next read

@@ -82,7 +82,7 @@ WARM_CHUNK = 4 * 1024 * 1024
 #: well under a millisecond (the total work is the same).
 POPULATE_STEP = 256 * 1024
 #: Bytes per direct write of :meth:`CommitLog.append_data` (the staging buffer's size).
-DIRECT_STAGE = 1024 * 1024
+DIRECT_STAGE = 2 * 1024 * 1024
 #: Bytes :meth:`CommitLog.prefetch_undispatched` keeps in the page cache past the dispatcher.
 PREFETCH_SIZE = 4 * 1024 * 1024
 #: The log is :meth:`~CommitLog.receiving_in_bulk` for this long after an append of at least
