@@ -258,9 +258,7 @@ async def test_consume_from_last_offset_and_timestamp(shared: Cluster) -> None:
 async def test_a_member_closed_at_once_still_records_where_each_queue_starts(shared: Cluster) -> None:
     topic, group = "c-quick-close", "g-quick-close"
     await asyncio.to_thread(shared.create_topic, topic, 2)
-    async with AsyncProducer(shared.namesrv) as producer:
-        for i in range(4):
-            await producer.send(Message(topic, f"q{i}"))
+    await asyncio.to_thread(produce, shared, topic, [f"q{i}" for i in range(4)])
     consumer = AsyncConsumer(group, shared.namesrv, consume_from="last", **FAST)  # type: ignore[arg-type]
     consumer.subscribe(topic)
     await consumer.start()

@@ -94,6 +94,18 @@ def logs_identical(a: MessageStore, b: MessageStore, start: int = 0) -> bool:
     return True
 
 
+def transfer_frames(store: MessageStore, size: int) -> list[bytes]:
+    """``store``'s whole commit log as a master would send it: frames of at most ``size``
+    bytes, none crossing a segment."""
+    frames: list[bytes] = []
+    offset = store.min_offset
+    while offset < store.max_offset:
+        with store.get_data(offset, size) as piece:  # type: ignore[union-attr]
+            frames.append(encode_transfer_header(offset, piece.size) + bytes(piece.data))
+            offset = piece.end_offset
+    return frames
+
+
 @contextlib.asynccontextmanager
 async def running_master(store: MessageStore, **kw: object) -> AsyncIterator[HAMaster]:
     master = HAMaster(store, master_settings(**kw))
@@ -520,15 +532,8 @@ async def test_a_read_without_data_while_a_large_append_runs_does_not_reuse_its_
     master_store, slave_store = stores
     fill(master_store, 200)
     end = master_store.max_offset
-    data = master_store.get_data(0, end)
-    assert data is not None and end > 3 * SEGMENT
-    chunks: list[bytes] = []
-    offset = 0
-    while offset < end:
-        with master_store.get_data(offset, 16 * 1024) as piece:  # type: ignore[union-attr]
-            chunks.append(encode_transfer_header(offset, piece.size) + bytes(piece.data))
-            offset = piece.end_offset
-    data.release()
+    assert end > 3 * SEGMENT
+    chunks = transfer_frames(master_store, 16 * 1024)
     half = len(chunks) // 2
     cut = sum(len(c) - TRANSFER_HEADER_SIZE for c in chunks[:half])
 
@@ -571,12 +576,7 @@ async def test_large_appends_queue_up_while_the_disk_is_slow_and_each_is_acked(
     master_store, slave_store = stores
     fill(master_store, 600)
     end = master_store.max_offset
-    chunks: list[bytes] = []
-    offset = 0
-    while offset < end:
-        with master_store.get_data(offset, 16 * 1024) as piece:  # type: ignore[union-attr]
-            chunks.append(encode_transfer_header(offset, piece.size) + bytes(piece.data))
-            offset = piece.end_offset
+    chunks = transfer_frames(master_store, 16 * 1024)
     bursts = [b"".join(chunks[i:i + 5]) for i in range(0, len(chunks), 5)]  # > 64 KiB each
     assert len(bursts) >= 7 and all(len(b) >= 64 * 1024 for b in bursts[:-1])
     acks: list[int] = []
