@@ -595,6 +595,8 @@ def main() -> int:
     parser.add_argument("--catchup-only", action="store_true",
                         help="only the catch-up phase (prints ha_catchup_ratio and ha_catchup_mbps)")
     args = parser.parse_args()
+    if args.runs < 1:
+        parser.error("--runs must be at least 1")
     workdir = Path(tempfile.mkdtemp(prefix="bench-ha-", dir=args.workdir))
     print(f"bench-ha: workdir {workdir}, {os.cpu_count()} CPUs, load average "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)

@@ -199,6 +199,11 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def _within_bulk_window(stamp: float) -> bool:
+    """Whether the ``time.monotonic()`` ``stamp`` is less than :data:`BULK_WINDOW_S` ago."""
+    return time.monotonic() - stamp < BULK_WINDOW_S
+
+
 class CommitLog:
     def __init__(self, directory: str, segment_size: int, *, store_host: Host, dispatcher: Dispatcher,
                  sync: SyncFn = default_sync, populate_size: int = 0, populate_write: bool = False,
@@ -229,7 +234,6 @@ class CommitLog:
         #: page-aligned buffer (made on first use; None: always through the page cache).
         self._direct_write = direct_write
         self._stage: mmap.mmap | None = None
-        self._stage_view: memoryview | None = None
         #: :meth:`prefetch_undispatched` has asked for the pages up to here.
         self._prefetched = 0
         #: ``time.monotonic()`` of the last :meth:`append_data` of at least ``DIRECT_MIN``
@@ -533,10 +537,9 @@ class CommitLog:
         return new_max
 
     def _staging(self) -> memoryview:
-        if self._stage_view is None:
+        if self._stage is None:
             self._stage = mmap.mmap(-1, DIRECT_STAGE)
-            self._stage_view = memoryview(self._stage)
-        return self._stage_view
+        return memoryview(self._stage)
 
     def _populate(self, seg: Segment, end: int) -> None:
         if not seg.populate(end, min(self._populate_size, POPULATE_STEP), write=self._populate_write):
@@ -550,7 +553,7 @@ class CommitLog:
     def receiving_in_bulk(self) -> bool:
         """Whether an :meth:`append_data` of at least ``DIRECT_MIN`` bytes came in the last
         :data:`BULK_WINDOW_S` (a slave catching up)."""
-        return time.monotonic() - self._last_bulk_append < BULK_WINDOW_S
+        return _within_bulk_window(self._last_bulk_append)
 
     def warm_ahead(self) -> None:
         """Put the pages of the next ``warm_size`` bytes past the writer in the page cache
@@ -561,7 +564,7 @@ class CommitLog:
         seg = self._queue.active
         if not size or seg is None or self.closed:
             return
-        if time.monotonic() - self._last_direct_append < BULK_WINDOW_S:
+        if _within_bulk_window(self._last_direct_append):
             return
         if not seg.warm(seg.write_pos + size, min(size, WARM_CHUNK)):
             log.info("posix_fadvise(POSIX_FADV_WILLNEED) is not supported here; no warming ahead")
@@ -915,8 +918,7 @@ class CommitLog:
         with self.lock:
             self.closed = True
             self._queue.close()
-            if self._stage is not None and self._stage_view is not None:
-                self._stage_view.release()
+            if self._stage is not None:
                 self._stage.close()
-                self._stage = self._stage_view = None
+                self._stage = None
 
