@@ -33,6 +33,7 @@ from pocketmq.errors import (
     from_rpc_error,
 )
 from pocketmq.namesrv.v1 import namesrv_pb2, namesrv_pb2_grpc
+from pocketmq.wire.address import AddressError, parse_address_list
 
 log = logging.getLogger("pocketmq.client")
 
@@ -69,15 +70,10 @@ def parse_addresses(value: str | Iterable[str] | None, what: str = "namesrv") ->
     """``"h1:9876;h2:9876"`` (also ``,``-separated) or a list -> ``["h1:9876", "h2:9876"]``."""
     if value is None:
         return [DEFAULT_NAMESRV]
-    items = value.replace(",", ";").split(";") if isinstance(value, str) else list(value)
-    addrs = [a.strip() for a in items if a and a.strip()]
-    if not addrs:
-        raise InvalidArgumentError(f"no {what} address given")
-    for addr in addrs:
-        host, sep, port = addr.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise InvalidArgumentError(f"invalid {what} address {addr!r} (expected host:port)")
-    return addrs
+    try:
+        return parse_address_list(value, what)
+    except AddressError as exc:
+        raise InvalidArgumentError(str(exc)) from None
 
 
 class ChannelPool:
