@@ -20,16 +20,11 @@ from types import TracebackType
 
 from pocketmq.broker.v1 import broker_pb2
 from pocketmq.client import loop as _loop
+from pocketmq.client.core import ClientCore
 from pocketmq.client.message import STORED_STATUSES, Message, MessageQueue, SendResult, SendStatus
 from pocketmq.client.routes import AUTO_CREATE_TOPIC, RouteCache, TopicRoute
 from pocketmq.client.selector import HashSelector, QueueSelector, RoundRobin
-from pocketmq.client.transport import (
-    BrokerCaller,
-    ChannelPool,
-    NamesrvClient,
-    RelayMode,
-    parse_addresses,
-)
+from pocketmq.client.transport import BrokerCaller, RelayMode, parse_addresses
 from pocketmq.errors import (
     ClientClosedError,
     ConnectionFailedError,
@@ -102,9 +97,8 @@ class AsyncProducer:
         self._faults: dict[str, float] = {}
         self._started = False
         self._closed = False
-        # Created in start() (they bind to the running loop).
-        self._pool: ChannelPool
-        self._namesrv: NamesrvClient
+        # Created in start() (it binds to the running loop).
+        self._core: ClientCore
         self._routes: RouteCache
         self._caller: BrokerCaller
 
@@ -115,11 +109,11 @@ class AsyncProducer:
             raise ClientClosedError("producer is closed")
         if self._started:
             return
-        self._pool = ChannelPool()
-        self._namesrv = NamesrvClient(self.namesrv_addrs, self._pool)
-        self._routes = RouteCache(self._namesrv, self._route_refresh_interval)
-        self._caller = BrokerCaller(self._pool, self._namesrv, self._relay)
-        self._routes.start()
+        self._core = ClientCore(self.namesrv_addrs, route_refresh_interval=self._route_refresh_interval,
+                                relay=self._relay)
+        self._routes = self._core.routes
+        self._caller = self._core.caller
+        self._core.start_route_refresh()
         self._started = True
 
     async def close(self) -> None:
@@ -127,8 +121,7 @@ class AsyncProducer:
             return
         self._closed = True
         if self._started:
-            await self._routes.close()
-            await self._pool.close()
+            await self._core.close()
 
     async def __aenter__(self) -> AsyncProducer:
         await self.start()
@@ -197,7 +190,7 @@ class AsyncProducer:
         self._check()
         request = broker_pb2.SendMessageRequest(
             message=message.to_proto(), producer_group=self.group, born_timestamp=_now_ms())
-        return await self._send(message.topic, message, request, "SendMessage", timeout, sharding_key,
+        return await self._send(message.topic, message, request, timeout, sharding_key,
                                 selector, queue, require_durable)
 
     async def send_batch(
@@ -227,7 +220,7 @@ class AsyncProducer:
         request = broker_pb2.SendMessageBatchRequest(
             topic=topic, messages=[m.to_proto(topic=False) for m in batch], producer_group=self.group,
             born_timestamp=_now_ms())
-        return await self._send(topic, batch[0], request, "SendMessageBatch", timeout, sharding_key,
+        return await self._send(topic, batch[0], request, timeout, sharding_key,
                                 selector, queue, require_durable)
 
     async def _send(
@@ -235,7 +228,6 @@ class AsyncProducer:
         topic: str,
         first: Message,
         request: broker_pb2.SendMessageRequest | broker_pb2.SendMessageBatchRequest,
-        method: str,
         timeout: float | None,  # noqa: ASYNC109
         sharding_key: str | None,
         selector: QueueSelector | None,
@@ -276,7 +268,11 @@ class AsyncProducer:
             request.queue_id = queue.queue_id
             try:
                 left = max(0.001, deadline - time.monotonic())
-                reply = await self._caller.call(addr, method, request, left)
+                reply: broker_pb2.SendMessageResponse | broker_pb2.SendMessageBatchResponse
+                if isinstance(request, broker_pb2.SendMessageRequest):
+                    reply = await self._caller.send_message(addr, request, left)
+                else:
+                    reply = await self._caller.send_batch(addr, request, left)
             except PocketMQError as exc:
                 last = exc
                 if not self._worth_retrying(exc):
@@ -290,7 +286,8 @@ class AsyncProducer:
                     "ordered": ordered, "error": str(exc)})
                 continue
             stored = STORED_STATUSES.get(reply.status)
-            msg_ids = (reply.msg_id,) if method == "SendMessage" else tuple(reply.msg_ids)
+            msg_ids = ((reply.msg_id,) if isinstance(reply, broker_pb2.SendMessageResponse)
+                       else tuple(reply.msg_ids))
             if stored is not None:
                 result = SendResult(stored, msg_ids, MessageQueue(topic, queue.broker_name, reply.queue_id),
                                     reply.queue_offset, addr, reply.remark)
