@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from pocketmq.wire.errors import AddressError
+from pocketmq.wire.errors import AddressError, InvalidPortError
 
-__all__ = ["AddressError", "join_host_port", "parse_address_list", "parse_host_port", "split_addresses"]
+__all__ = [
+    "AddressError", "InvalidPortError", "join_host_port", "parse_address_list", "parse_host_port",
+    "split_addresses",
+]
 
 
 def parse_host_port(text: str, *, default_host: str | None = None,
@@ -29,10 +32,10 @@ def parse_host_port(text: str, *, default_host: str | None = None,
             raise AddressError(f"invalid address {text!r} (expected host:port)")
         host = default_host
     if not port_text.isdigit():
-        raise AddressError(f"invalid address {text!r} (expected host:port)")
+        raise InvalidPortError(f"invalid address {text!r} (expected host:port)")
     port = int(port_text)
     if not (0 if allow_port_zero else 1) <= port <= 65535:
-        raise AddressError(f"port out of range in {text!r}")
+        raise InvalidPortError(f"port out of range in {text!r}")
     return host, port
 
 

@@ -15,6 +15,10 @@ class AddressError(WireError):
     """Text that is not a ``host:port`` address."""
 
 
+class InvalidPortError(AddressError):
+    """A ``host:port`` whose port is not a number in the allowed range."""
+
+
 class InvalidNameError(WireError):
     """A topic or group name that breaks RocketMQ's naming rules."""
 

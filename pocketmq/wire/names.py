@@ -7,11 +7,12 @@ import re
 
 from pocketmq.wire.errors import InvalidNameError
 
-__all__ = ["GROUP_MAX_LENGTH", "SYSTEM_TOPICS", "TOPIC_MAX_LENGTH", "InvalidNameError",
+__all__ = ["GROUP_MAX_LENGTH", "NAME_CHARS", "SYSTEM_TOPICS", "TOPIC_MAX_LENGTH", "InvalidNameError",
            "validate_group", "validate_send_topic", "validate_topic"]
 
-#: Letters, digits, ``%``, ``|``, ``_`` and ``-``.
-_NAME_CHARS = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+#: The characters of topic and group names: letters, digits, ``%``, ``|``, ``_`` and ``-``
+#: (use ``fullmatch``).
+NAME_CHARS = re.compile(r"[%|a-zA-Z0-9_-]+")
 TOPIC_MAX_LENGTH = 127
 GROUP_MAX_LENGTH = 255
 
@@ -30,7 +31,7 @@ def _check_name(kind: str, name: str, max_length: int) -> str:
         raise InvalidNameError(
             f"{kind} name {name[:40]!r}... is {len(name)} characters long (at most {max_length})"
         )
-    if not _NAME_CHARS.match(name):
+    if not NAME_CHARS.fullmatch(name):
         raise InvalidNameError(
             f"{kind} name {name!r} has illegal characters (allowed: letters, digits, %, |, _ and -)"
         )
