@@ -47,6 +47,7 @@ from pocketmq.client.message import MessageQueue, ReceivedMessage
 from pocketmq.client.offsets import OffsetTracker
 from pocketmq.client.producer import namesrv_from_env
 from pocketmq.client.redelivery import DLQ_PREFIX, MessageHandler, Redelivery
+from pocketmq.client.routes import TopicRoute
 from pocketmq.client.subscription import ConsumeFrom, ConsumerSettings, ProcessQueue, SubscriptionState
 from pocketmq.client.tags import parse_subscription
 from pocketmq.client.transport import RelayMode
@@ -360,10 +361,11 @@ class AsyncConsumer:
 
     # -- membership and owned queues -------------------------------------------------------------
 
-    async def members(self, topic: str) -> list[str]:
-        """The group's members as a broker of ``topic`` reports them, sorted."""
+    async def members(self, topic: str, route: TopicRoute | None = None) -> list[str]:
+        """The group's members as a broker of ``topic`` reports them (the first broker group by
+        name that answers, master first), sorted."""
         self._check_started()
-        return await self._coordinator.members(topic)
+        return await self._coordinator.members(topic, route)
 
     async def rebalance(self) -> None:
         """Recompute this member's queues now (also runs every ``rebalance_interval``)."""

@@ -7,12 +7,15 @@ import re
 
 from pocketmq.wire.errors import InvalidNameError
 
-__all__ = ["GROUP_MAX_LENGTH", "NAME_CHARS", "SYSTEM_TOPICS", "TOPIC_MAX_LENGTH", "InvalidNameError",
-           "validate_group", "validate_send_topic", "validate_topic"]
+__all__ = [
+    "GROUP_MAX_LENGTH", "NAME_CHARS", "NAME_CHARSET", "SYSTEM_TOPICS", "TOPIC_MAX_LENGTH", "InvalidNameError",
+    "validate_group", "validate_send_topic", "validate_topic",
+]
 
 #: The characters of topic and group names: letters, digits, ``%``, ``|``, ``_`` and ``-``
 #: (use ``fullmatch``).
-NAME_CHARS = re.compile(r"[%|a-zA-Z0-9_-]+")
+NAME_CHARSET = "[%|a-zA-Z0-9_-]"
+NAME_CHARS = re.compile(NAME_CHARSET + "+")
 TOPIC_MAX_LENGTH = 127
 GROUP_MAX_LENGTH = 255
 

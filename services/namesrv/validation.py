@@ -10,7 +10,7 @@ import re
 from typing import Any
 
 from pocketmq.wire.address import AddressError, InvalidPortError, parse_host_port
-from pocketmq.wire.names import NAME_CHARS
+from pocketmq.wire.names import NAME_CHARS, NAME_CHARSET
 from services.common.errors import InvalidArgumentError
 
 MAX_NAME_LENGTH = 127
@@ -85,7 +85,7 @@ def validate_register(req: Any, max_topics: int) -> None:
         _explain_topic_table(req.topic_configs)
 
 
-_TOPIC_LINES_RE = re.compile(rf"(?:[A-Za-z0-9_%|-]{{1,{MAX_NAME_LENGTH}}}\n)*")
+_TOPIC_LINES_RE = re.compile(rf"(?:{NAME_CHARSET}{{1,{MAX_NAME_LENGTH}}}\n)*")
 
 
 def _topic_table_ok(configs: Any) -> bool:
