@@ -8,8 +8,8 @@ from typer.testing import CliRunner
 
 from pocketmq.broker.v1 import broker_pb2
 from pocketmq.cli import app, main
-from pocketmq.cli.app import _perm
 from pocketmq.cli.bench import Summary, percentile
+from pocketmq.cli.commands.topic import _perm
 from pocketmq.cli.output import human_bytes, ms_to_iso, proto_dict
 from pocketmq.namesrv.v1 import namesrv_pb2
 
