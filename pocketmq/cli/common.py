@@ -13,7 +13,7 @@ import inspect
 import logging
 import os
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -40,8 +40,11 @@ class StartFrom(enum.StrEnum):
     timestamp = "timestamp"
 
 
-class FailedError(Exception):
+class FailedError(typer.Exit):
     """Ends a command with exit code 1 after its output was printed."""
+
+    def __init__(self) -> None:
+        super().__init__(1)
 
 
 def _option(name: str, annotation: Any, default: Any) -> inspect.Parameter:
@@ -98,6 +101,15 @@ class Conn:
     def run(self, coro_fn: Callable[[], Coroutine[Any, Any, T]]) -> T:
         return run_command(coro_fn, self.output)
 
+    def call(self, fn: Callable[[Any], Awaitable[T]]) -> T:
+        """``fn(admin)`` with an admin client that is closed again before this returns."""
+
+        async def go() -> T:
+            async with self.admin() as admin:
+                return await fn(admin)
+
+        return self.run(go)
+
 
 def connected(*targets: inspect.Parameter, timeout: float = DEFAULT_TIMEOUT) -> Callable[[Command], Command]:
     """Add the shared options to a command: ``targets`` (some of CLUSTER, BROKER, ACCESS,
@@ -136,8 +148,6 @@ def run_command(coro_fn: Callable[[], Coroutine[Any, Any, T]], output: Output) -
         return asyncio.run(coro_fn())
     except PocketMQError as exc:
         _print_error(exc, output)
-        raise typer.Exit(1) from None
-    except FailedError:
         raise typer.Exit(1) from None
     except KeyboardInterrupt:
         raise typer.Exit(130) from None

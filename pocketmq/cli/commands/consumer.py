@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -26,22 +26,21 @@ def consumer_progress(
     """Per queue: the broker's max offset, the group's committed offset, the lag and the member
     that owns the queue."""
 
-    async def go() -> None:
-        async with conn.admin() as admin:
-            topics = [topic] if topic else await admin.consumer_topics(group)
-            if not topics:
-                raise NotFoundError(f"consumer group {group!r} has no committed offset on any master")
-            rows = [row for t in topics for row in await admin.consumer_progress(group, t)]
-        total = sum(r.lag for r in rows)
-        if conn.json:
-            print_json({"group": group, "topics": topics, "total_lag": total,
-                        "queues": [r.to_dict() for r in rows]})
-            return
-        stdout_console().print(table(
-            f"Consumer progress of {group} on {', '.join(topics)} (total lag {total})",
-            ["topic", "broker", "queue", "broker offset", "consumer offset", "lag", "client"],
-            ([r.queue.topic, r.queue.broker_name, r.queue.queue_id, r.broker_offset,
-              "-" if r.consumer_offset is None else r.consumer_offset, r.lag, r.client or "-"] for r in rows),
-            right=["queue", "broker offset", "consumer offset", "lag"]))
+    async def fetch(admin: Any) -> tuple[list[str], list[Any]]:
+        topics = [topic] if topic else await admin.consumer_topics(group)
+        if not topics:
+            raise NotFoundError(f"consumer group {group!r} has no committed offset on any master")
+        return topics, [row for t in topics for row in await admin.consumer_progress(group, t)]
 
-    conn.run(go)
+    topics, rows = conn.call(fetch)
+    total = sum(r.lag for r in rows)
+    if conn.json:
+        print_json({"group": group, "topics": topics, "total_lag": total,
+                    "queues": [r.to_dict() for r in rows]})
+        return
+    stdout_console().print(table(
+        f"Consumer progress of {group} on {', '.join(topics)} (total lag {total})",
+        ["topic", "broker", "queue", "broker offset", "consumer offset", "lag", "client"],
+        ([r.queue.topic, r.queue.broker_name, r.queue.queue_id, r.broker_offset,
+          "-" if r.consumer_offset is None else r.consumer_offset, r.lag, r.client or "-"] for r in rows),
+        right=["queue", "broker offset", "consumer offset", "lag"]))

@@ -68,13 +68,10 @@ def topic_create(
     """Create (or overwrite) a topic on every master broker (of --cluster, or --broker)."""
     perm_bits = _perm(perm)
 
-    async def go() -> None:
-        async with conn.admin() as admin:
-            results = await admin.create_topic(topic, read_queues=read_queues, write_queues=write_queues,
-                                               perm=perm_bits, order=order, cluster=conn.cluster)
-        _print_topic_results("create topic", topic, results, conn)
-
-    conn.run(go)
+    results = conn.call(lambda admin: admin.create_topic(
+        topic, read_queues=read_queues, write_queues=write_queues, perm=perm_bits, order=order,
+        cluster=conn.cluster))
+    _print_topic_results("create topic", topic, results, conn)
 
 
 @app.command("update")
@@ -91,69 +88,51 @@ def topic_update(
     """Change queue counts / permission of a topic on every master that has it."""
     perm_bits = _perm(perm) if perm is not None else None
 
-    async def go() -> None:
-        async with conn.admin() as admin:
-            results = await admin.update_topic(topic, read_queues=read_queues, write_queues=write_queues,
-                                               perm=perm_bits, order=order, cluster=conn.cluster)
-        _print_topic_results("update topic", topic, results, conn)
-
-    conn.run(go)
+    results = conn.call(lambda admin: admin.update_topic(
+        topic, read_queues=read_queues, write_queues=write_queues, perm=perm_bits, order=order,
+        cluster=conn.cluster))
+    _print_topic_results("update topic", topic, results, conn)
 
 
 @app.command("delete")
 @connected(CLUSTER, BROKER, ACCESS)
 def topic_delete(topic: TopicArg, *, conn: Conn) -> None:
     """Delete a topic (its messages and offsets) on every master broker."""
-
-    async def go() -> None:
-        async with conn.admin() as admin:
-            results = await admin.delete_topic(topic, cluster=conn.cluster)
-        _print_topic_results("delete topic", topic, results, conn)
-
-    conn.run(go)
+    results = conn.call(lambda admin: admin.delete_topic(topic, cluster=conn.cluster))
+    _print_topic_results("delete topic", topic, results, conn)
 
 
 @app.command("list")
 @connected(CLUSTER)
 def topic_list(*, conn: Conn) -> None:
     """Topics the NameServer knows (of --cluster)."""
-
-    async def go() -> None:
-        async with conn.admin() as admin:
-            topics = await admin.topics(conn.cluster)
-        if conn.json:
-            print_json({"topics": topics})
-        else:
-            stdout_console().print(table(None, ["topic"], ([t] for t in topics)))
-
-    conn.run(go)
+    topics = conn.call(lambda admin: admin.topics(conn.cluster))
+    if conn.json:
+        print_json({"topics": topics})
+    else:
+        stdout_console().print(table(None, ["topic"], ([t] for t in topics)))
 
 
 @app.command("route")
 @connected()
 def topic_route(topic: TopicArg, *, conn: Conn) -> None:
     """Which broker groups serve a topic, with how many queues, at which addresses."""
+    from pocketmq.client.routes import perm_text
 
-    async def go() -> None:
-        from pocketmq.client.routes import perm_text
-
-        async with conn.admin() as admin:
-            route = await admin.route(topic)
-        if conn.json:
-            print_json(route.to_dict())
-            return
-        console = stdout_console()
-        console.print(table(f"Route of {topic}",
-                            ["broker", "read queues", "write queues", "perm", "sys flag"],
-                            ([q.broker_name, q.read_queue_nums, q.write_queue_nums, perm_text(q.perm),
-                              q.topic_sys_flag] for q in route.queue_datas),
-                            right=["read queues", "write queues"]))
-        console.print(table(None, ["cluster", "broker", "id", "address"],
-                            ([g.cluster, g.broker_name, bid, addr]
-                             for _, g in sorted(route.brokers.items())
-                             for bid, addr in sorted(g.addrs.items())),
-                            right=["id"]))
-        if route.order_topic_conf:
-            console.print(f"order topic conf: {route.order_topic_conf}")
-
-    conn.run(go)
+    route = conn.call(lambda admin: admin.route(topic))
+    if conn.json:
+        print_json(route.to_dict())
+        return
+    console = stdout_console()
+    console.print(table(f"Route of {topic}",
+                        ["broker", "read queues", "write queues", "perm", "sys flag"],
+                        ([q.broker_name, q.read_queue_nums, q.write_queue_nums, perm_text(q.perm),
+                          q.topic_sys_flag] for q in route.queue_datas),
+                        right=["read queues", "write queues"]))
+    console.print(table(None, ["cluster", "broker", "id", "address"],
+                        ([g.cluster, g.broker_name, bid, addr]
+                         for _, g in sorted(route.brokers.items())
+                         for bid, addr in sorted(g.addrs.items())),
+                        right=["id"]))
+    if route.order_topic_conf:
+        console.print(f"order topic conf: {route.order_topic_conf}")
