@@ -51,6 +51,11 @@ def _option(name: str, annotation: Any, default: Any) -> inspect.Parameter:
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
 
 
+def _access(default: Access, text: str) -> inspect.Parameter:
+    return _option("access", Annotated[Access, typer.Option(
+        "--access", envvar="POCKETMQ_ACCESS", case_sensitive=False, help=text)], default)
+
+
 # -- the shared options -----------------------------------------------------------------------
 # Targets a command may take (passed to `connected`), in the order they are listed in its help.
 
@@ -59,15 +64,11 @@ CLUSTER = _option("cluster", Annotated[str | None, typer.Option(
 BROKER = _option("broker", Annotated[str | None, typer.Option(
     "--broker", "-b", help="Talk to this one broker (host:port) directly instead of via the NameServer.")],
     None)
-# Admin calls go through the NameServer's relay unless it has none.
-ACCESS = _option("access", Annotated[Access, typer.Option(
-    "--access", envvar="POCKETMQ_ACCESS", case_sensitive=False,
-    help="How broker calls travel: relay (through the NameServer only), direct (to broker addresses), "
-         "auto (relay, direct if the NameServer has no relay).")], Access.auto)
-# Sending and consuming talk to the brokers directly unless told otherwise.
-CLIENT_ACCESS = _option("access", Annotated[Access, typer.Option(
-    "--access", envvar="POCKETMQ_ACCESS", case_sensitive=False,
-    help="direct (default), relay or auto.")], Access.direct)
+# Admin calls go through the NameServer's relay unless it has none; sending and consuming talk to
+# the brokers directly unless told otherwise.
+ACCESS = _access(Access.auto, "How broker calls travel: relay (through the NameServer only), direct (to "
+                              "broker addresses), auto (relay, direct if the NameServer has no relay).")
+CLIENT_ACCESS = _access(Access.direct, "direct (default), relay or auto.")
 
 # Every command ends with these three.
 _NAMESRV = _option("namesrv", Annotated[str, typer.Option(
