@@ -375,23 +375,6 @@ def test_reads_from_the_slave_while_the_master_is_down_and_back(cluster: Cluster
     asyncio.run(run())
 
 
-def _replication_wired() -> bool:
-    """Brokers replicate once the broker process imports services.broker.replication's
-    master/slave (until then a slave's store stays empty)."""
-    import importlib.util
-    import re
-
-    from tests.integration.procs import ROOT
-
-    if importlib.util.find_spec("services.broker.replication.master") is None:
-        return False
-    pattern = re.compile(r"^\s*(from|import) services\.broker\.replication\b", re.M)
-    return any(pattern.search((ROOT / "services" / "broker" / name).read_text())
-               for name in ("__main__.py", "app.py") if (ROOT / "services" / "broker" / name).exists())
-
-
-@pytest.mark.skipif(not _replication_wired(),
-                    reason="needs commit-log replication (issue 5): the slave has no data to read yet")
 def test_group_keeps_reading_from_the_slave_after_the_master_is_sigkilled(
     cluster: Cluster, tmp_path: Path
 ) -> None:
