@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -13,19 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.procs import wait_until
+from tests.support import ports_free, wait_until
 
 pytestmark = pytest.mark.slow
-
-
-def port_block_free(ports: list[int]) -> bool:
-    for port in ports:
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                return False
-    return True
 
 
 def pick_ports() -> tuple[int, int]:
@@ -33,7 +22,7 @@ def pick_ports() -> tuple[int, int]:
     for base in range(21000, 60000, 37):
         namesrv, broker = base, base + 10
         wanted = [namesrv, namesrv + 1, *range(broker, broker + 3), *range(broker + 10, broker + 13)]
-        if port_block_free(wanted):
+        if ports_free(wanted):
             return namesrv, broker
     raise RuntimeError("no free port block")
 

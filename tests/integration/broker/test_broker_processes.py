@@ -16,7 +16,7 @@ from pocketmq.broker.v1 import broker_pb2 as pb
 from pocketmq.namesrv.v1 import namesrv_pb2, namesrv_pb2_grpc
 from tests.integration.broker.client import BrokerClient, decode_records
 from tests.integration.broker.conftest import Broker
-from tests.integration.procs import wait_until
+from tests.support import wait_until
 
 pytestmark = pytest.mark.slow
 

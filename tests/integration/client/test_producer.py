@@ -10,7 +10,8 @@ import pytest
 
 from pocketmq import AsyncConsumer, AsyncProducer, Message, MessageQueue, Producer, SendStatus
 from pocketmq import errors as e
-from tests.integration.client.cluster import Cluster, wait_for
+from tests.integration.client.cluster import Cluster
+from tests.support import wait_for
 
 pytestmark = pytest.mark.slow
 

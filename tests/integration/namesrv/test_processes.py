@@ -22,16 +22,13 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from pocketmq.common.v1 import common_pb2
 from pocketmq.namesrv.v1 import namesrv_pb2 as pb
 from tests.integration.namesrv.conftest import EXPIRY_MS, REGISTER_PERIOD_S, SCAN_MS, Namesrv, Registrar
-from tests.integration.procs import ROOT, ProcessGroup, free_port, wait_until
+from tests.integration.procs import ProcessGroup
+from tests.support import ROOT, free_port, now_ms, wait_until
 
 pytestmark = pytest.mark.slow
 
 StartNamesrv = Callable[..., Namesrv]
 StartRegistrar = Callable[..., Registrar]
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def test_broker_registers_and_its_topics_appear_in_routes(

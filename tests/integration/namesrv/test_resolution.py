@@ -27,7 +27,7 @@ from services.namesrv.app import NamesrvApp
 from services.namesrv.config import NamesrvConfig
 from services.namesrv.routeinfo import DataVersion, Registration
 from tests.integration.namesrv.test_inprocess import Topics, identity
-from tests.integration.procs import async_wait_until, free_port
+from tests.support import async_wait_until, free_port, ports_free
 
 NAME = "pmq-namesrv-headless.mq.svc.cluster.local"
 BROKER = "127.0.0.1:10911"
@@ -48,21 +48,11 @@ class FakeDNS:
         return list(answer)
 
 
-def _port_free_on(port: int, *hosts: str) -> bool:
-    for host in hosts:
-        with socket.socket() as s:
-            try:
-                s.bind((host, port))
-            except OSError:
-                return False
-    return True
-
-
 def shared_port(*hosts: str) -> int:
     """A port free on every one of ``hosts``."""
     for _ in range(50):
         port = free_port()
-        if _port_free_on(port, *hosts):
+        if ports_free([port], *hosts):
             return port
     raise RuntimeError(f"no port free on all of {hosts}")
 

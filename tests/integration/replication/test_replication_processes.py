@@ -23,9 +23,9 @@ from pocketmq.broker.v1 import broker_pb2 as pb
 from services.broker.replication.protocol import encode_ack
 from services.broker.storage.record import decode_record
 from tests.integration.broker.client import BrokerClient
-from tests.integration.procs import wait_until
 from tests.integration.replication.conftest import SEGMENT, Broker, StartBroker
 from tests.integration.replication.proxy import StallingProxy
+from tests.support import wait_until
 
 pytestmark = pytest.mark.slow
 

@@ -32,6 +32,7 @@ from services.broker.storage.config import StoreConfig
 from services.broker.storage.record import Message
 from services.broker.storage.status import PutMessageStatus
 from services.broker.storage.store import MessageStore
+from tests.support import async_wait_until
 
 pytestmark = pytest.mark.asyncio
 
@@ -70,11 +71,7 @@ def slave_settings(addr: str, tmp: Path | None = None, **kw: object) -> SlaveSet
 
 
 async def until(predicate: Callable[[], object], limit: float = 5.0, what: str = "") -> None:
-    deadline = time.monotonic() + limit
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not true within {limit}s: {what or predicate}")
-        await asyncio.sleep(0.01)
+    await async_wait_until(predicate, limit, what, interval=0.01)
 
 
 def logs_identical(a: MessageStore, b: MessageStore, start: int = 0) -> bool:
