@@ -5,6 +5,7 @@ test failure naming the package, never a skip).
 * :func:`free_port` / :func:`ports_free` - loopback ports nothing listens on.
 * :func:`wait_until` / :func:`async_wait_until` - poll a predicate until it returns something
   truthy (and return that), ``TimeoutError`` naming what was awaited otherwise.
+* :func:`metric_value` - one sample from a service's Prometheus endpoint.
 * :func:`require_executable` - the path of a tool on ``PATH``, or a failure naming its package.
 * :func:`now_ms` - wall-clock milliseconds, the unit of every timestamp on the wire.
 """
@@ -16,6 +17,7 @@ import inspect
 import shutil
 import socket
 import time
+import urllib.request
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import TypeVar
@@ -110,6 +112,16 @@ async def async_wait_until(
         if time.monotonic() >= deadline:
             raise _timed_out(timeout, message, predicate, last_error)
         await asyncio.sleep(interval)
+
+
+def metric_value(port: int, name: str) -> float:
+    """The value of the first sample of ``name`` on the Prometheus endpoint at 127.0.0.1:port."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
+        text = reply.read().decode()
+    for line in text.splitlines():
+        if line.startswith((name + "{", name + " ")):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} not exported on port {port}")
 
 
 def require_executable(name: str, package: str) -> str:

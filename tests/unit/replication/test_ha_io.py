@@ -220,9 +220,9 @@ async def test_wait_replicated_statuses(stores: tuple[MessageStore, MessageStore
     async with running_master(master_store) as master:
         fill(master_store, 1)
         started = time.monotonic()
-        status = await master.wait_replicated(master_store.max_offset, 2.0)
+        status = await master.wait_replicated(master_store.max_offset, 10.0)
         assert status is PutMessageStatus.SLAVE_NOT_AVAILABLE
-        assert time.monotonic() - started < 0.1  # no slave: at once
+        assert time.monotonic() - started < 2.0  # no slave: at once, not after the 10 s timeout
         async with running_slave(slave_store, slave_settings(f"127.0.0.1:{master.port}")):
             await until(lambda: len(master.tracker) == 1)
             fill(master_store, 3)
@@ -245,7 +245,7 @@ async def test_flush_slave_timeout_when_the_slave_stops_acking(
         status = await master.wait_replicated(master_store.max_offset, 0.3)
         elapsed = time.monotonic() - started
         assert status is PutMessageStatus.FLUSH_SLAVE_TIMEOUT
-        assert 0.29 <= elapsed < 0.5  # a real deadline
+        assert 0.29 <= elapsed < 2.0  # a real deadline (the silent slave is only dropped after 10 s)
         fake.close()
 
 
