@@ -82,18 +82,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-from services.broker.replication.protocol import (
-    AUTH_MAC_SIZE,
-    AUTH_NONCE_SIZE,
+from services.broker.replication.auth import MasterAuthenticator
+from services.broker.replication.errors import (
     AuthenticationError,
-    MasterAuthenticator,
-    MasterConnectionProtocol,
     ProtocolError,
     RequestBeyondMaxOffsetError,
     RequestOffsetUnavailableError,
+)
+from services.broker.replication.framing import (
+    AUTH_MAC_SIZE,
+    AUTH_NONCE_SIZE,
     encode_heartbeat,
     encode_transfer_header,
 )
+from services.broker.replication.protocol import MasterConnectionProtocol
 from services.broker.replication.waiter import ReplicationWaiter, SlaveAckTracker, WaiterClosedError
 from services.broker.storage.segment import SegmentSlice
 from services.broker.storage.status import PutMessageStatus

@@ -20,9 +20,9 @@ import time
 from typing import TYPE_CHECKING
 
 from pocketmq.broker.v1 import broker_pb2
+from services.broker.replication.framing import DEFAULT_MAX_BODY_SIZE
 from services.broker.replication.master import HAMaster, MasterSettings
 from services.broker.replication.metrics import HAMetrics, MasterSample, SlaveSample, SlaveSeries
-from services.broker.replication.protocol import DEFAULT_MAX_BODY_SIZE
 from services.broker.replication.slave import HASlave, SlaveSettings
 from services.broker.storage.status import PutMessageStatus
 

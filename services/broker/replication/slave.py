@@ -68,17 +68,21 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from services.broker.replication.protocol import (
-    DEFAULT_MAX_BODY_SIZE,
+from services.broker.replication.auth import SlaveAuthenticator
+from services.broker.replication.errors import (
     AuthenticationError,
     ContinuityError,
+    ProtocolError,
+)
+from services.broker.replication.events import (
     DataReceived,
     Event,
-    ProtocolError,
-    SlaveAuthenticator,
-    SlaveConnectionProtocol,
+)
+from services.broker.replication.framing import (
+    DEFAULT_MAX_BODY_SIZE,
     encode_ack,
 )
+from services.broker.replication.protocol import SlaveConnectionProtocol
 from services.broker.storage.commitlog import CommitLogError
 from services.broker.storage.record import CheckKind, check_record
 from services.broker.storage.store import MessageStore
@@ -287,8 +291,7 @@ class HASlave:
         store = self.store
         answer = await self._authenticate(sock, loop) if self.settings.auth_secret else b""
         start_offset = store.max_offset
-        proto = SlaveConnectionProtocol(start_offset, max_body_size=self.settings.max_body_size,
-                                        stream_bodies=True)
+        proto = SlaveConnectionProtocol(start_offset, max_body_size=self.settings.max_body_size)
         state = _SessionState(loop.time(), authenticated=bool(answer))
         self.connected = True
         log.info("connected to master", extra={"master_ha_addr": addr, "request_offset": start_offset,

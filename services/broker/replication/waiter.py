@@ -17,7 +17,7 @@ import heapq
 import itertools
 from typing import Final
 
-from services.broker.replication.protocol import AckBeyondMaxOffsetError
+from services.broker.replication.errors import AckBeyondMaxOffsetError
 
 __all__ = [
     "DEFAULT_SLAVE_FALLBEHIND_MAX",

@@ -20,7 +20,7 @@ import grpc
 import pytest
 
 from pocketmq.broker.v1 import broker_pb2 as pb
-from services.broker.replication.protocol import encode_ack
+from services.broker.replication import encode_ack
 from services.broker.storage.record import decode_record
 from tests.integration.broker.client import BrokerClient
 from tests.integration.procs import wait_until
