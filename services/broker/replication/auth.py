@@ -30,10 +30,22 @@ from services.broker.replication.framing import (
     byte_view,
 )
 
-__all__ = ["AUTH_TIMEOUT_S", "MasterAuthenticator", "SlaveAuthenticator", "auth_mac", "encode_challenge"]
+__all__ = [
+    "AUTH_TIMEOUT_S",
+    "MasterAuthenticator",
+    "SlaveAuthenticator",
+    "auth_mac",
+    "encode_challenge",
+    "handshake_timeout_s",
+]
 
 #: Deadline of the handshake on both sides (or haHousekeepingInterval if that is shorter).
 AUTH_TIMEOUT_S: Final = 5.0
+
+
+def handshake_timeout_s(housekeeping_interval_s: float) -> float:
+    """How long either side waits for the other's part of the handshake."""
+    return min(AUTH_TIMEOUT_S, housekeeping_interval_s)
 
 
 def encode_challenge(nonce: Buffer, version: int = AUTH_VERSION) -> bytes:

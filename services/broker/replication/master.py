@@ -82,7 +82,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-from services.broker.replication.auth import MasterAuthenticator
+from services.broker.config import BrokerConfig
+from services.broker.replication.auth import MasterAuthenticator, handshake_timeout_s
 from services.broker.replication.errors import (
     AuthenticationError,
     ProtocolError,
@@ -97,6 +98,7 @@ from services.broker.replication.framing import (
 )
 from services.broker.replication.protocol import MasterConnectionProtocol
 from services.broker.replication.waiter import ReplicationWaiter, SlaveAckTracker, WaiterClosedError
+from services.broker.storage.config import StoreConfig
 from services.broker.storage.segment import SegmentSlice
 from services.broker.storage.status import PutMessageStatus
 from services.broker.storage.store import MessageStore
@@ -118,20 +120,40 @@ _HISTORY_RESOLUTION_S: Final = 0.001
 _HISTORY_MAX: Final = 65_536
 
 
+#: The built-in configuration: the one owner of every default below.
+_BROKER: Final = BrokerConfig()
+_STORE: Final = StoreConfig()
+
+
 @dataclass(frozen=True)
 class MasterSettings:
-    host: str = "0.0.0.0"
-    port: int = 10912
-    batch_size: int = 32 * 1024
-    segment_size: int = 1024 * 1024 * 1024
-    sync_from_earliest: bool = False
-    heartbeat_interval_s: float = 5.0
-    housekeeping_interval_s: float = 20.0
-    fall_behind_max: int = 256 * 1024 * 1024
+    """What :class:`HAMaster` needs from the broker's configuration (:meth:`from_config`); the
+    defaults are those of the built-in :class:`~services.broker.config.BrokerConfig` and
+    :class:`~services.broker.storage.config.StoreConfig`."""
+
+    host: str = _BROKER.listen_host
+    port: int = _BROKER.effective_ha_port
+    batch_size: int = _BROKER.ha_transfer_batch_size
+    segment_size: int = _STORE.mapped_file_size_commit_log
+    sync_from_earliest: bool = _BROKER.ha_sync_from_earliest
+    heartbeat_interval_s: float = _BROKER.ha_send_heartbeat_interval / 1000
+    housekeeping_interval_s: float = _BROKER.ha_housekeeping_interval / 1000
+    fall_behind_max: int = _BROKER.ha_slave_fallbehind_max
     #: haAuthSecret (UTF-8); empty = no authentication.  Never shown by repr().
-    auth_secret: bytes = dataclasses.field(default=b"", repr=False)
+    auth_secret: bytes = dataclasses.field(default=_BROKER.ha_auth_secret.encode(), repr=False)
     #: How long a peer has to answer the challenge.
-    auth_timeout_s: float = 5.0
+    auth_timeout_s: float = handshake_timeout_s(_BROKER.ha_housekeeping_interval / 1000)
+
+    @classmethod
+    def from_config(cls, cfg: BrokerConfig, store: StoreConfig) -> MasterSettings:
+        housekeeping_s = cfg.ha_housekeeping_interval / 1000
+        return cls(host=cfg.listen_host, port=cfg.effective_ha_port, batch_size=cfg.ha_transfer_batch_size,
+                   segment_size=store.mapped_file_size_commit_log,
+                   sync_from_earliest=cfg.ha_sync_from_earliest,
+                   heartbeat_interval_s=cfg.ha_send_heartbeat_interval / 1000,
+                   housekeeping_interval_s=housekeeping_s, fall_behind_max=cfg.ha_slave_fallbehind_max,
+                   auth_secret=cfg.ha_auth_secret.encode(),
+                   auth_timeout_s=handshake_timeout_s(housekeeping_s))
 
 
 @dataclass(frozen=True)

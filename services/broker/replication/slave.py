@@ -68,7 +68,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from services.broker.replication.auth import SlaveAuthenticator
+from services.broker.config import BrokerConfig
+from services.broker.replication.auth import SlaveAuthenticator, handshake_timeout_s
 from services.broker.replication.errors import (
     AuthenticationError,
     ContinuityError,
@@ -84,6 +85,7 @@ from services.broker.replication.framing import (
 )
 from services.broker.replication.protocol import SlaveConnectionProtocol
 from services.broker.storage.commitlog import CommitLogError
+from services.broker.storage.config import StoreConfig
 from services.broker.storage.record import CheckKind, check_record
 from services.broker.storage.store import MessageStore
 from services.common.config import ConfigError, parse_address
@@ -106,24 +108,50 @@ _THREADED_APPEND: Final = 64 * 1024
 _Write = concurrent.futures.Future[int]
 
 
+#: The built-in configuration: the one owner of every default below.
+_BROKER: Final = BrokerConfig()
+_STORE: Final = StoreConfig()
+
+
+def _max_body_size(cfg: BrokerConfig) -> int:
+    # The decoder must understand this broker's own haTransferBatchSize, and at least the
+    # protocol's default limit (the master's batch size may be larger than ours).
+    return max(DEFAULT_MAX_BODY_SIZE, cfg.ha_transfer_batch_size)
+
+
 @dataclass(frozen=True)
 class SlaveSettings:
-    master_address_override: str = ""
-    heartbeat_interval_s: float = 5.0
-    housekeeping_interval_s: float = 20.0
-    segment_size: int = 1024 * 1024 * 1024
+    """What :class:`HASlave` needs from the broker's configuration (:meth:`from_config`); the
+    defaults are those of the built-in :class:`~services.broker.config.BrokerConfig` and
+    :class:`~services.broker.storage.config.StoreConfig`."""
+
+    master_address_override: str = _BROKER.ha_master_address
+    heartbeat_interval_s: float = _BROKER.ha_send_heartbeat_interval / 1000
+    housekeeping_interval_s: float = _BROKER.ha_housekeeping_interval / 1000
+    segment_size: int = _STORE.mapped_file_size_commit_log
     #: Largest frame body accepted (the master's haTransferBatchSize must not exceed it).
-    max_body_size: int = DEFAULT_MAX_BODY_SIZE
+    max_body_size: int = _max_body_size(_BROKER)
     #: Divergence repair drops at most this many bytes (haSlaveFallbehindMax).
-    max_truncate: int = 256 * 1024 * 1024
+    max_truncate: int = _BROKER.ha_slave_fallbehind_max
     #: Where divergence repair saves the bytes it drops ("" = do not save).
     diverged_dir: str = ""
     backoff_min_s: float = BACKOFF_MIN_S
     backoff_max_s: float = BACKOFF_MAX_S
     #: haAuthSecret (UTF-8); empty = no authentication.  Never shown by repr().
-    auth_secret: bytes = dataclasses.field(default=b"", repr=False)
+    auth_secret: bytes = dataclasses.field(default=_BROKER.ha_auth_secret.encode(), repr=False)
     #: How long to wait for the master's challenge.
-    auth_timeout_s: float = 5.0
+    auth_timeout_s: float = handshake_timeout_s(_BROKER.ha_housekeeping_interval / 1000)
+
+    @classmethod
+    def from_config(cls, cfg: BrokerConfig, store: StoreConfig) -> SlaveSettings:
+        housekeeping_s = cfg.ha_housekeeping_interval / 1000
+        return cls(master_address_override=cfg.ha_master_address,
+                   heartbeat_interval_s=cfg.ha_send_heartbeat_interval / 1000,
+                   housekeeping_interval_s=housekeeping_s, segment_size=store.mapped_file_size_commit_log,
+                   max_body_size=_max_body_size(cfg), max_truncate=cfg.ha_slave_fallbehind_max,
+                   diverged_dir=os.path.join(store.store_path_root_dir, "ha-diverged"),
+                   auth_secret=cfg.ha_auth_secret.encode(),
+                   auth_timeout_s=handshake_timeout_s(housekeeping_s))
 
 
 class _SessionEndError(Exception):
