@@ -59,6 +59,7 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Future
 from types import TracebackType
+from typing import NamedTuple
 
 from services.broker.storage.checkpoint import (
     Checkpoint,
@@ -114,6 +115,23 @@ REPUT_BATCH_IDLE = 256
 
 AppendListener = Callable[[int], None]
 DispatchListener = Callable[[int], None]
+
+
+class QueueSelection(NamedTuple):
+    """The records a pull takes from one consume queue (:meth:`MessageStore.select_entries`)."""
+
+    #: FOUND when records were picked, else why none were (out of range, filtered, removed).
+    status: GetMessageStatus
+    #: Commit log offsets and sizes of the picked records, in queue order.
+    offsets: list[int]
+    sizes: list[int]
+    #: Sum of ``sizes``.
+    total: int
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    #: The status to report if none of the picked records can be read after all.
+    miss_status: GetMessageStatus
 
 
 class StoreError(Exception):
@@ -324,20 +342,8 @@ class MessageStore:
 
     def put_message(self, msg: Message) -> PutResult:
         """Append one message; under SYNC_FLUSH wait until it is on disk."""
-        # Same as append_message, inlined: this is the hottest path of the broker.
-        if not self._running:
-            return _not_available()
-        try:
-            result = self._log.append(msg, self._max_message_size)
-        except RecordError as exc:
-            return _refused(exc)
-        except Exception as exc:
-            return _append_failed(exc)
-        if self._listeners:
-            self._notify(self._log.max_offset)
-        if self._dispatch_listeners:
-            self._notify_dispatched(result.end_offset)
-        if self._sync_flush:
+        result = self.append_message(msg)
+        if self._sync_flush and result.status is PutMessageStatus.PUT_OK:
             return self._wait_flushed(result)
         return result
 
@@ -440,9 +446,6 @@ class MessageStore:
         reput thread dispatched (on that thread). Keep it cheap and non-blocking."""
         self._dispatch_listeners = (*self._dispatch_listeners, listener)
 
-    def remove_dispatch_listener(self, listener: DispatchListener) -> None:
-        self._dispatch_listeners = tuple(x for x in self._dispatch_listeners if x != listener)
-
     def _notify_dispatched(self, offset: int) -> None:
         for listener in self._dispatch_listeners:
             try:
@@ -491,20 +494,34 @@ class MessageStore:
     def get_messages(self, topic: str, queue_id: int, queue_offset: int, max_count: int = 32,
                      max_bytes: int | None = None, tag_hashes: Collection[int] | None = None) -> GetResult:
         """Pull up to ``max_count`` messages (and ``max_bytes``; at least one) of a queue from
-        ``queue_offset``; both capped by ``maxTransferCount/BytesOnMessageInMemory``.
-        ``tag_hashes``: keep only messages whose tag hash code (see
-        :func:`~services.broker.storage.record.tag_hash_code`) is in it (None = all).
-        Continue from ``next_begin_offset``."""
+        ``queue_offset``, chosen by :meth:`select_entries`. Continue from ``next_begin_offset``."""
+        sel = self.select_entries(topic, queue_id, queue_offset, max_count, max_bytes, tag_hashes)
+        if not sel.offsets:
+            return GetResult(sel.status, [], sel.next_begin_offset, sel.min_offset, sel.max_offset)
+        messages = [m for m in self._log.read_many(sel.offsets) if m is not None]
+        return GetResult(GetMessageStatus.FOUND if messages else sel.miss_status, messages,
+                         sel.next_begin_offset, sel.min_offset, sel.max_offset)
+
+    def select_entries(self, topic: str, queue_id: int, queue_offset: int, max_count: int = 32,
+                       max_bytes: int | None = None,
+                       tag_hashes: Collection[int] | None = None) -> QueueSelection:
+        """Choose the records a pull of a queue from ``queue_offset`` returns (the one place
+        that does, for decoded and raw pulls alike): up to ``max_count`` and ``max_bytes`` (at
+        least one record), both capped by ``maxTransferCount/BytesOnMessageInMemory``.
+        ``tag_hashes``: keep only records whose tag hash code (see
+        :func:`~services.broker.storage.record.tag_hash_code`) is in it (None = all); a filtered
+        pull scans at most :data:`MAX_FILTER_SCAN` entries. Filler entries and records below the
+        commit log's min offset (deleted) are skipped."""
         cq = self._cq.get(topic, queue_id)
         if cq is None or cq.max_offset == 0:
-            return GetResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, [], 0, 0, 0)
+            return _selection(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, 0, 0)
         min_offset, max_offset = cq.min_offset, cq.max_offset
         if queue_offset < min_offset:
-            return GetResult(GetMessageStatus.OFFSET_TOO_SMALL, [], min_offset, min_offset, max_offset)
+            return _selection(GetMessageStatus.OFFSET_TOO_SMALL, min_offset, min_offset, max_offset)
         if queue_offset == max_offset:
-            return GetResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, [], queue_offset, min_offset, max_offset)
+            return _selection(GetMessageStatus.OFFSET_OVERFLOW_ONE, queue_offset, min_offset, max_offset)
         if queue_offset > max_offset:
-            return GetResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, [], max_offset, min_offset, max_offset)
+            return _selection(GetMessageStatus.OFFSET_OVERFLOW_BADLY, max_offset, min_offset, max_offset)
         cfg = self.config
         max_count = max(1, min(max_count, cfg.max_transfer_count_on_message_in_memory))
         byte_cap = cfg.max_transfer_bytes_on_message_in_memory
@@ -512,7 +529,8 @@ class MessageStore:
         scan_limit = max(max_count, MAX_FILTER_SCAN) if tag_hashes is not None else max_count
         log_min = self._log.min_offset
         offset = queue_offset
-        picked: list[int] = []
+        offsets: list[int] = []
+        sizes: list[int] = []
         total = scanned = filtered = removed = 0
         full = False
         while not full and offset < max_offset and scanned < scan_limit:
@@ -527,26 +545,25 @@ class MessageStore:
                 elif tag_hashes is not None and tags_code not in tag_hashes:
                     filtered += 1
                 else:
-                    if picked and total + size > max_bytes:
+                    if offsets and total + size > max_bytes:
                         full = True
                         break
-                    picked.append(physical_offset)
+                    offsets.append(physical_offset)
+                    sizes.append(size)
                     total += size
                 offset += 1
                 scanned += 1
-                if len(picked) >= max_count:
+                if len(offsets) >= max_count:
                     full = True
                     break
-        messages = [m for m in self._log.read_many(picked) if m is not None]
-        if messages:
-            status = GetMessageStatus.FOUND
-        elif filtered:
-            status = GetMessageStatus.NO_MATCHED_MESSAGE
+        if filtered:
+            miss = GetMessageStatus.NO_MATCHED_MESSAGE
         elif removed:
-            status = GetMessageStatus.MESSAGE_WAS_REMOVING
+            miss = GetMessageStatus.MESSAGE_WAS_REMOVING
         else:
-            status = GetMessageStatus.OFFSET_FOUND_NULL
-        return GetResult(status, messages, offset, min_offset, max_offset)
+            miss = GetMessageStatus.OFFSET_FOUND_NULL
+        return QueueSelection(GetMessageStatus.FOUND if offsets else miss, offsets, sizes, total, offset,
+                              min_offset, max_offset, miss)
 
     def read_message(self, physical_offset: int) -> MessageRecord | None:
         """The record at a commit log offset (e.g. from an offset message id)."""
@@ -688,6 +705,11 @@ class MessageStore:
         self._cq.flush(0)
         self._checkpoint.save(Checkpoint(physic_msg_timestamp=physic_ts, logics_msg_timestamp=now_ms(),
                                          physic_offset=physic_offset, logics_offset=logics_offset))
+
+
+def _selection(status: GetMessageStatus, next_begin: int, min_offset: int, max_offset: int) -> QueueSelection:
+    """A selection that picked nothing because the offset is outside the queue."""
+    return QueueSelection(status, [], [], 0, next_begin, min_offset, max_offset, status)
 
 
 def _not_available() -> PutResult:
