@@ -184,19 +184,14 @@ class PullService:
         if not sel.offsets:
             return RawResult(sel.status, b"", 0, sel.next_begin_offset, sel.min_offset, sel.max_offset)
         parts: list[bytes] = []
-        run_start = run_end = sel.offsets[0]
-        for physical_offset, size in zip(sel.offsets, sel.sizes, strict=True):
-            if physical_offset != run_end:
-                self._copy(run_start, run_end, parts)
-                run_start = run_end = physical_offset
-            run_end += size
-        self._copy(run_start, run_end, parts)
+        for start, end in sel.runs:
+            self._copy(start, end, parts)
         data = b"".join(parts)
         if len(data) != sel.total:  # a segment vanished under us: report what is left to read again
             return RawResult(GetMessageStatus.OFFSET_FOUND_NULL, b"", 0, queue_offset, sel.min_offset,
                              sel.max_offset)
         return RawResult(GetMessageStatus.FOUND, data, len(sel.offsets), sel.next_begin_offset,
-                         sel.min_offset, sel.max_offset, run_end)
+                         sel.min_offset, sel.max_offset, sel.runs[-1][1])
 
     async def pull(
         self, q: PullQuery, suspend_s: float, stopping: StopFlag

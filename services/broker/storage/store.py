@@ -122,10 +122,11 @@ class QueueSelection(NamedTuple):
 
     #: FOUND when records were picked, else why none were (out of range, filtered, removed).
     status: GetMessageStatus
-    #: Commit log offsets and sizes of the picked records, in queue order.
+    #: Commit log offsets of the picked records, in queue order.
     offsets: list[int]
-    sizes: list[int]
-    #: Sum of ``sizes``.
+    #: The same records as ``(start, end)`` commit log ranges, contiguous records merged.
+    runs: list[tuple[int, int]]
+    #: Bytes of the picked records.
     total: int
     next_begin_offset: int
     min_offset: int
@@ -530,7 +531,8 @@ class MessageStore:
         log_min = self._log.min_offset
         offset = queue_offset
         offsets: list[int] = []
-        sizes: list[int] = []
+        runs: list[tuple[int, int]] = []
+        run_start = run_end = -1
         total = scanned = filtered = removed = 0
         full = False
         while not full and offset < max_offset and scanned < scan_limit:
@@ -549,20 +551,26 @@ class MessageStore:
                         full = True
                         break
                     offsets.append(physical_offset)
-                    sizes.append(size)
+                    if physical_offset != run_end:
+                        if run_start >= 0:
+                            runs.append((run_start, run_end))
+                        run_start = run_end = physical_offset
+                    run_end += size
                     total += size
                 offset += 1
                 scanned += 1
                 if len(offsets) >= max_count:
                     full = True
                     break
+        if run_start >= 0:
+            runs.append((run_start, run_end))
         if filtered:
             miss = GetMessageStatus.NO_MATCHED_MESSAGE
         elif removed:
             miss = GetMessageStatus.MESSAGE_WAS_REMOVING
         else:
             miss = GetMessageStatus.OFFSET_FOUND_NULL
-        return QueueSelection(GetMessageStatus.FOUND if offsets else miss, offsets, sizes, total, offset,
+        return QueueSelection(GetMessageStatus.FOUND if offsets else miss, offsets, runs, total, offset,
                               min_offset, max_offset, miss)
 
     def read_message(self, physical_offset: int) -> MessageRecord | None:
