@@ -1,70 +1,11 @@
 """Master side of commit-log replication: the HA port, one connection per slave.
 
-:class:`HAMaster` listens on the HA port (``haListenPort``, default ``listenPort + 1``) and
-runs one :class:`SlaveConnection` per accepted socket.  Each connection has two tasks on the
-broker's event loop:
-
-* the **reader** decodes the slave's 8-byte offset reports with
-  :class:`~services.broker.replication.protocol.MasterConnectionProtocol`.  The first one is the
-  request offset; every later one is an ack that goes to the shared
-  :class:`~services.broker.replication.waiter.SlaveAckTracker` (per-slave acks and
-  ``push2SlaveMaxOffset``), which releases SYNC_MASTER sends waiting in the
-  :class:`~services.broker.replication.waiter.ReplicationWaiter`.
-* the **writer** streams the commit log from the first transfer offset.  It sleeps on an
-  :class:`asyncio.Event` set by the store's append listener (no polling), then plans as many
-  frames as are available (each at most ``haTransferBatchSize`` bytes and never crossing a
-  segment, so each body is one zero-copy ``memoryview`` of the mmap'd segment) and hands up to
-  :data:`ROUND_MAX_BYTES` of them to the kernel in one ``sendmsg`` (scatter/gather: header,
-  body, header, body, ...).  No byte of commit-log data is copied in user space, and the segment
-  slices are held (so the segment cannot be unmapped) until the kernel took every byte.  After
-  ``haSendHeartbeatInterval`` without sending anything it sends a heartbeat (a size-0 frame with
-  the next transfer offset).
-
-The connection ends when either task ends or after ``haHousekeepingInterval`` without reading
-anything (checked by :meth:`SlaveConnection.run`, so a writer blocked on a slave that stopped
-reading cannot hold the connection, and its segment slices, forever).
-
-Catch-up therefore uses the configured frame size unchanged (the wire contract "body <=
-haTransferBatchSize" holds); throughput comes from writing many frames per system call.
-
-Errors close only the connection they happened on (logged with the slave's address):
-
-* an ack beyond the master's max offset (or beyond what this connection sent, or going
-  backwards), a negative offset: the protocol rejects it before any bookkeeping, so
-  ``push2SlaveMaxOffset`` never moves on a bogus ack;
-* a request offset beyond the master's max offset (the slave's log is ahead of ours: it
-  diverged): before closing, the master sends one heartbeat carrying its own max offset, which
-  the slave reads as "my log is ahead of the master's" and can repair (see ``slave.py``);
-* a request offset below the earliest retained offset: a heartbeat with the master's min offset,
-  then close (the slave logs that it must be rebuilt).
-
-Security.  With ``haAuthSecret`` set (the same on the master and its slaves), every accepted
-connection is challenged before anything else happens: the master sends a 21-byte challenge
-(magic ``PMQC``, version, 16 random bytes from :func:`secrets.token_bytes`) and reads exactly the
-32-byte answer, HMAC-SHA256 of the challenge under the secret (see
-:class:`~services.broker.replication.protocol.MasterAuthenticator`), compared in constant time.
-Until the answer is verified the peer is not a slave: it is not listed in the HA status or the
-metrics, nothing it sends is decoded as an offset (so it cannot ack), and not one byte of the
-commit log is sent to it.  A wrong answer, a close, or no answer within ``auth_timeout_s``
-(``min(5 s, haHousekeepingInterval)``) closes the connection with a WARNING naming the peer's
-address and counts in ``pocketmq_ha_auth_failures_total``.  Handshakes in progress count towards
-:data:`MAX_CONNECTIONS`.  A fresh nonce per connection means a recorded answer cannot be
-replayed.  What the handshake does not do: encrypt or authenticate the stream after it (someone
-who can read or alter the traffic between the brokers can still read the commit log or tamper
-with it; keep the port on a private network or use a tunnel); authenticate the master to the
-slave (the slave proves it knows the secret, the master proves nothing, so whoever makes a slave
-connect to it, e.g. by registering a fake master with the NameServer, which has no
-authentication, can feed it data or relay its answer to the real master; ``haMasterAddress``
-pins a slave's master); and protect a weak secret (the config refuses one shorter than 16
-characters).
-
-Without a secret (the default, RocketMQ's behaviour and wire format) the port is open: everything
-received is still validated, at most :data:`MAX_CONNECTIONS` connections are served at once, a
-connection that never sends a request offset is closed by housekeeping, and anything malformed
-closes the connection; but anyone who can reach the port can read the whole commit log, and a
-client that behaves like a slave (valid request offset, acks of what it was sent) is
-indistinguishable from one: its acks count for SYNC_MASTER like a real slave's.  Either way,
-expose the port only to the broker group (the Helm chart's NetworkPolicy does).
+:class:`HAMaster` accepts slaves on ``haListenPort``; each :class:`SlaveConnection` runs a reader
+(the slave's acks, through :class:`~services.broker.replication.protocol.MasterConnectionProtocol`,
+into the shared :class:`~services.broker.replication.waiter.SlaveAckTracker`) and a writer that
+streams the commit log with zero-copy ``sendmsg`` rounds.  With ``haAuthSecret`` every connection
+is challenged first.  Design, error handling and threat model: ``docs/replication.md`` and
+``docs/ha-authentication.md``.
 """
 
 from __future__ import annotations

@@ -2,15 +2,8 @@
 (ASYNC_MASTER, SYNC_MASTER), an :class:`HASlave` on slaves, plus metrics and the admin status.
 
 Wired in by the entry point: ``run_broker(..., ha_factory=create_replication_service)``.
-
-SYNC_MASTER (:meth:`BrokerReplication.wait_replicated`, after the local write and, under
-SYNC_FLUSH, the local flush): if no slave is connected, or the best connected slave is
-``haSlaveFallbehindMax`` or more behind the message's end offset, the answer is
-SLAVE_NOT_AVAILABLE at once (the send path's error text says the message is stored on the
-master); otherwise the send waits, with a real deadline of ``slaveTimeout``, for an ack reaching
-the end offset: PUT_OK, or FLUSH_SLAVE_TIMEOUT.  Waiting is a future in a heap keyed by offset
-that an ack resolves (:class:`~services.broker.replication.waiter.ReplicationWaiter`): one ack
-wakes every send it covers, nothing polls.  ASYNC_MASTER never calls it.
+SYNC_MASTER semantics (:meth:`BrokerReplication.wait_replicated`) are described in
+``docs/replication.md``.
 """
 
 from __future__ import annotations

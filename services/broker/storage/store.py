@@ -1,13 +1,5 @@
 """``MessageStore``: the broker's storage facade (RocketMQ's ``DefaultMessageStore``).
 
-Layout under ``storePathRootDir``::
-
-    commitlog/<20-digit offset>                     all messages, 1 GiB segments
-    consumequeue/<topic>/<queueId>/<20-digit pos>   20-byte index entries per queue
-    checkpoint                                      flushed offsets and timestamps
-    abort                                           present while the store is open
-    lock                                            flock: one process per store
-
 Usage::
 
     with MessageStore(StoreConfig(store_path_root_dir="/data/store")) as store:
@@ -15,39 +7,8 @@ Usage::
         assert r.status is PutMessageStatus.PUT_OK
         got = store.get_messages("orders", 1, queue_offset=0, max_count=32)
 
-All methods are thread-safe. Writes serialise on the commit log lock (one lock acquisition per
-put, also for a batch); reads do not take it. Threads: one flush thread (``FlushRealTimeService``
-or ``GroupCommitService``) and one maintenance thread (consume queue flush + checkpoint, expired
-file deletion).
-
-Writing
-    :meth:`MessageStore.put_message` / :meth:`MessageStore.put_messages` append and, under
-    SYNC_FLUSH, block until flushed (``FLUSH_DISK_TIMEOUT`` after ``syncFlushTimeout``).
-    Asyncio callers use :meth:`MessageStore.append_messages` (never waits for the disk) and
-    ``await asyncio.wait_for(asyncio.wrap_future(store.flush_future(r.end_offset)), timeout)``.
-    Appended messages are readable through :meth:`MessageStore.get_messages` as soon as the
-    call returns. :meth:`MessageStore.add_append_listener` callbacks get the new max offset
-    after every append (replication wakes waiting slaves with it).
-
-Replication
-    Master: :meth:`MessageStore.get_data` returns zero-copy slices of the commit log. Slave:
-    :meth:`MessageStore.append_data` writes them verbatim into the commit log (``pwritev``,
-    unparsed); the ``ReputMessageService`` thread then validates the whole records
-    (body CRC included) and dispatches them into the consume queues (RocketMQ's reput), a
-    batch per lock acquisition. Replicated messages are readable once dispatched:
-    :meth:`MessageStore.add_dispatch_listener` callbacks get the new dispatched offset,
-    :meth:`MessageStore.wait_dispatched` blocks until an offset is dispatched. An invalid
-    record stops the dispatcher (:attr:`MessageStore.dispatch_error`); the next
-    ``append_data`` cuts the log back there and raises ``CorruptDataError``.
-    :meth:`MessageStore.truncate_dirty` cuts a diverged log back.
-
-Recovery (:meth:`MessageStore.start`, reported in :attr:`MessageStore.recovery`)
-    Clean shutdown: the checkpoint holds the exact end of the log; it is checked (nothing
-    written after it) and trusted, no record is read. After a crash (``abort`` file present):
-    records are validated from the start of the segment holding the checkpoint's flushed
-    offset; the first torn or corrupt record ends the log, the tail is zeroed, consume queue
-    entries past the end (and past the checkpoint's consume queue offset) are dropped and
-    rebuilt from the commit log.
+All methods are thread-safe.  Directory layout, threads, the write and read paths, replicated
+data and recovery are described in ``docs/architecture.md`` ("The message store").
 """
 
 from __future__ import annotations
