@@ -11,6 +11,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
+from services.common.ports import ListenError, bind_error, reason_of
+
 log = logging.getLogger(__name__)
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -48,7 +50,7 @@ async def start_grpc_server(
 ) -> GrpcServer:
     """Create, register, bind and start a server. ``address`` is ``host:port`` (port 0 = any).
 
-    Raises RuntimeError with the address when the port cannot be bound.
+    Raises :class:`ListenError` (naming the address and why) when the port cannot be bound.
     """
     server = grpc.aio.server(options=SERVER_OPTIONS)
     register(server)
@@ -58,12 +60,18 @@ async def start_grpc_server(
         [*service_names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
         server,
     )
+    host, _, port_text = address.rpartition(":")
+    host = host.strip("[]")
+    # gRPC's own bind error says neither why nor which port: find out first, with a plain socket.
+    busy = bind_error(host, int(port_text)) if port_text.isdigit() and int(port_text) > 0 else None
+    if busy is not None:
+        raise ListenError(address, reason_of(busy), "gRPC") from busy
     try:
         port = server.add_insecure_port(address)
     except RuntimeError as exc:
-        raise RuntimeError(f"cannot listen on {address}: {exc}") from exc
+        raise ListenError(address, "the address cannot be bound", "gRPC") from exc
     if port == 0:
-        raise RuntimeError(f"cannot listen on {address}: address in use or invalid")
+        raise ListenError(address, "address in use or invalid", "gRPC")
     await server.start()
     for name in ["", *service_names]:
         await health.set(name, health_pb2.HealthCheckResponse.SERVING)
