@@ -3,6 +3,7 @@ standard health service (grpc.health.v1) and server reflection, and graceful sto
 
 from __future__ import annotations
 
+import errno
 import logging
 from collections.abc import Callable, Sequence
 
@@ -63,15 +64,18 @@ async def start_grpc_server(
     host, _, port_text = address.rpartition(":")
     host = host.strip("[]")
     # gRPC's own bind error says neither why nor which port: find out first, with a plain socket.
-    busy = bind_error(host, int(port_text)) if port_text.isdigit() and int(port_text) > 0 else None
-    if busy is not None:
-        raise ListenError(address, reason_of(busy), "gRPC") from busy
+    # Only a taken or forbidden port fails here; anything else gRPC may still handle (``[::]``
+    # falls back to IPv4 where IPv6 is off), and its failure then carries what the socket met.
+    failed = bind_error(host, int(port_text)) if port_text.isdigit() and int(port_text) > 0 else None
+    if failed is not None and failed.errno in (errno.EADDRINUSE, errno.EACCES):
+        raise ListenError(address, reason_of(failed), "gRPC") from failed
+    reason = reason_of(failed) if failed is not None else "address in use or invalid"
     try:
         port = server.add_insecure_port(address)
     except RuntimeError as exc:
-        raise ListenError(address, "the address cannot be bound", "gRPC") from exc
+        raise ListenError(address, reason, "gRPC") from exc
     if port == 0:
-        raise ListenError(address, "address in use or invalid", "gRPC")
+        raise ListenError(address, reason, "gRPC")
     await server.start()
     for name in ["", *service_names]:
         await health.set(name, health_pb2.HealthCheckResponse.SERVING)
