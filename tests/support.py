@@ -44,12 +44,14 @@ def free_port(host: str = "127.0.0.1") -> int:
     raise RuntimeError("no free port found")
 
 
-def ports_free(ports: Iterable[int], *hosts: str) -> bool:
+def ports_free(ports: Iterable[int], *hosts: str, reuse: bool = False) -> bool:
     """Whether every one of ``ports`` can be bound on every one of ``hosts`` (default
-    127.0.0.1) right now."""
+    127.0.0.1) right now; ``reuse`` binds as the services do (SO_REUSEADDR: a port whose last
+    connections linger in TIME_WAIT is free for them)."""
     for port in ports:
         for host in hosts or ("127.0.0.1",):
             with socket.socket() as s:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, int(reuse))
                 try:
                     s.bind((host, port))
                 except OSError:

@@ -43,6 +43,7 @@ from services.broker.storage.config import StoreConfig
 from services.broker.storage.segment import SegmentSlice
 from services.broker.storage.status import PutMessageStatus
 from services.broker.storage.store import MessageStore
+from services.common.ports import ListenError, join_host_port, reason_of
 
 __all__ = ["MAX_CONNECTIONS", "ROUND_MAX_BYTES", "HAMaster", "MasterSettings", "SlaveConnection", "SlaveInfo"]
 
@@ -446,9 +447,10 @@ class HAMaster:
             sock.bind((self.settings.host, self.settings.port))
             sock.listen(64)
             sock.setblocking(False)
-        except OSError:
+        except OSError as exc:
             sock.close()
-            raise
+            raise ListenError(join_host_port(self.settings.host, self.settings.port),
+                              reason_of(exc), "HA") from exc
         self._listener = sock
         self.port = sock.getsockname()[1]
         self.store.add_append_listener(self._on_append)
