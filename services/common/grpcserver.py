@@ -3,6 +3,7 @@ standard health service (grpc.health.v1) and server reflection, and graceful sto
 
 from __future__ import annotations
 
+import errno
 import logging
 from collections.abc import Callable, Sequence
 
@@ -10,6 +11,9 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
+
+from pocketmq.wire.address import AddressError, parse_host_port
+from services.common.ports import ListenError, bind_error, reason_of
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +52,7 @@ async def start_grpc_server(
 ) -> GrpcServer:
     """Create, register, bind and start a server. ``address`` is ``host:port`` (port 0 = any).
 
-    Raises RuntimeError with the address when the port cannot be bound.
+    Raises :class:`ListenError` (naming the address and why) when the port cannot be bound.
     """
     server = grpc.aio.server(options=SERVER_OPTIONS)
     register(server)
@@ -59,11 +63,22 @@ async def start_grpc_server(
         server,
     )
     try:
+        host, port_number = parse_host_port(address, default_host="", allow_port_zero=True)
+    except AddressError:  # not ours to judge: gRPC reports what it cannot bind
+        host, port_number = "", 0
+    # gRPC's own bind error says neither why nor which port: find out first, with a plain socket.
+    # Only a taken or forbidden port fails here; anything else gRPC may still handle (``[::]``
+    # falls back to IPv4 where IPv6 is off), and its failure then carries what the socket met.
+    failed = bind_error(host, port_number) if port_number > 0 else None
+    if failed is not None and failed.errno in (errno.EADDRINUSE, errno.EACCES):
+        raise ListenError(address, reason_of(failed), "gRPC") from failed
+    reason = reason_of(failed) if failed is not None else "address in use or invalid"
+    try:
         port = server.add_insecure_port(address)
     except RuntimeError as exc:
-        raise RuntimeError(f"cannot listen on {address}: {exc}") from exc
+        raise ListenError(address, reason, "gRPC") from exc
     if port == 0:
-        raise RuntimeError(f"cannot listen on {address}: address in use or invalid")
+        raise ListenError(address, reason, "gRPC")
     await server.start()
     for name in ["", *service_names]:
         await health.set(name, health_pb2.HealthCheckResponse.SERVING)

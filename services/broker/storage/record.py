@@ -106,7 +106,6 @@ __all__ = [  # the wire package's names, re-exported for the store's modules
 
 _PREFIX = PREFIX
 _U16 = U16
-_TRANSACTION_MASK = TRANSACTION_MASK
 
 _EMPTY_PROPERTIES: Mapping[str, str] = MappingProxyType({})
 
@@ -122,13 +121,6 @@ class MessageTooLargeError(RecordError):
         super().__init__(f"message record is {size} bytes, more than maxMessageSize ({limit})")
         self.size = size
         self.limit = limit
-
-
-def is_dispatchable(sys_flag: int) -> bool:
-    """Whether a record gets a consume queue entry: not for prepared or rolled back transaction
-    messages (they wait in the transaction topics), as in RocketMQ."""
-    t = sys_flag & _TRANSACTION_MASK
-    return t in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
 
 
 # --------------------------------------------------------------------------------------------
