@@ -93,6 +93,9 @@ class TimerService:
         self.delivered = 0
         self.lost = 0
         self.last_lateness_ms = 0
+        #: The earliest due time as of the last index change (read by the metrics thread, which
+        #: must not touch the heap itself).
+        self.next_due_ms: int | None = None
         self._dirty = False
         self._wake = asyncio.Event()
         self._stop = asyncio.Event()
@@ -214,7 +217,7 @@ class TimerService:
                                                                   "error": str(exc)})
         if count:
             self._dirty = True
-            after = self.index.next_due()
+            after = self.next_due_ms = self.index.next_due()
             if after is not None and (before is None or after < before):
                 self._wake.set()
         return count
@@ -245,8 +248,9 @@ class TimerService:
         return len(self.index)
 
     def lag_ms(self) -> int:
-        """How far behind its due time the earliest pending message is (0 when none is due)."""
-        due = self.index.next_due()
+        """How far behind its due time the earliest pending message is (0 when none is due).
+        Safe from any thread."""
+        due = self.next_due_ms
         return 0 if due is None else max(0, self.clock_ms() - due)
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -307,8 +311,9 @@ class TimerService:
         self.catch_up(limit=None)
         now = self.clock_ms()
         due = self.index.pop_due(now, self.deliver_batch)
+        self.next_due_ms = self.index.next_due()
         if not due:
-            nxt = self.index.next_due()
+            nxt = self.next_due_ms
             self._wake.clear()
             wait_s = IDLE_WAIT_S if nxt is None else min(IDLE_WAIT_S, (nxt - now) / 1000)
             with contextlib.suppress(TimeoutError):
