@@ -28,6 +28,17 @@ def status(broker: Broker) -> broker_pb2.BrokerStatus:
         return reply
 
 
+def knows_topic(broker: Broker, topic: str) -> bool:
+    with grpc.insecure_channel(broker.addr) as channel:
+        try:
+            broker_pb2_grpc.BrokerStub(channel).GetTopic(broker_pb2.GetTopicRequest(topic=topic), timeout=5)
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.NOT_FOUND:  # type: ignore[attr-defined]
+                return False
+            raise
+    return True
+
+
 def max_offsets(broker: Broker, topic: str, queues: int) -> int:
     """Messages stored in the topic's queues on ``broker``."""
     total = 0

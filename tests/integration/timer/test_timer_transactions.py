@@ -14,7 +14,7 @@ from pocketmq import errors as e
 from pocketmq.client.message import SendResult
 from tests.integration.client.cluster import Broker, Cluster
 from tests.integration.procs import async_wait_until
-from tests.integration.timer.helpers import BROKER_FLAGS, collect, max_offsets, now_ms, status
+from tests.integration.timer.helpers import BROKER_FLAGS, collect, knows_topic, max_offsets, now_ms, status
 
 pytestmark = pytest.mark.slow
 
@@ -195,6 +195,9 @@ async def test_slave_serves_timers_and_transactions_after_failover(tc: Cluster) 
         master_end = status(old_master).commit_log_max_offset
         await until(lambda: status(old_slave).commit_log_max_offset == master_end, 5, "slave caught up")
         await until(lambda: status(old_slave).transaction_half_pending == 1, 5, "slave knows the open one")
+        # (metadata sync: the slave serves reads of topics it knows)
+        await until(lambda: all(knows_topic(old_slave, t) for t in ("tx-failover", "tm-failover")), 5,
+                    "slave knows the topics")
         assert status(old_slave).timer_pending >= n
         old_master.proc.kill()
         # Reads fail over to the slave: the committed message is there, the half message is not.
