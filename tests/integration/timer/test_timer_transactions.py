@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
-from pocketmq import AsyncProducer, Message, ReceivedMessage, TransactionCheck, TransactionState
+from pocketmq import AsyncProducer, Message, Producer, ReceivedMessage, TransactionCheck, TransactionState
 from pocketmq import errors as e
 from pocketmq.client.message import SendResult
 from tests.integration.client.cluster import Broker, Cluster
@@ -150,6 +150,19 @@ async def test_transactions_commit_rollback_and_check(tc: Cluster) -> None:
     assert max_offsets(master(tc), "tx-basic", 2) == 2
     # The slave followed: nothing pending there either.
     await until(lambda: status(slave(tc)).transaction_half_pending == 0, 5, "slave resolved")
+
+
+def test_blocking_producer_sends_in_transaction(tc: Cluster) -> None:
+    tc.create_topic("tx-sync", queues=1)
+    with Producer(tc.namesrv, group="tx-sync-pg") as producer:
+        committed = producer.send_in_transaction(Message("tx-sync", "yes"),
+                                                 lambda _m, _r: TransactionState.COMMIT)
+        rolled_back = producer.send_in_transaction(Message("tx-sync", "no"),
+                                                   lambda _m, _r: TransactionState.ROLLBACK)
+        timer = producer.send(Message("tx-sync", "later"), deliver_at=now_ms() / 1000 + 60)
+    assert committed.state is TransactionState.COMMIT and rolled_back.state is TransactionState.ROLLBACK
+    assert timer.ok and timer.queue_offset == -1
+    assert max_offsets(master(tc), "tx-sync", 1) == 1
 
 
 @pytest.mark.asyncio
