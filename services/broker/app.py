@@ -1,7 +1,7 @@
 """Wiring of one broker process: store, metadata tables, produce/pull services, delayed delivery,
 slave metadata sync, NameServer registration, gRPC and metrics servers, graceful shutdown.
 
-Replication (issue 5) plugs in through ``ha_factory``: the app owns an optional
+Replication (:mod:`services.broker.replication`) plugs in through ``ha_factory``: the app owns an optional
 :class:`ReplicationService`; SYNC_MASTER sends wait for slaves through
 :meth:`BrokerApp.wait_replicated` only, and the NameServer's master address reaches it through
 :meth:`ReplicationService.set_master`.

@@ -198,7 +198,7 @@ def test_slave_syncs_metadata_from_its_master_and_refuses_writes(
               "SLAVE", "refuses writes", master.addr)
     rpc_fails(lambda: s.send_batch("synced", [b"a"], 0), grpc.StatusCode.FAILED_PRECONDITION, master.addr)
     rpc_fails(lambda: s.create_topic("other"), grpc.StatusCode.FAILED_PRECONDITION, master.addr)
-    # Reads work on the slave (its data arrives by replication, issue 5).
+    # Reads work on the slave (its data arrives by commit-log replication).
     assert s.pull("synced", 0, 0, suspend_ms=0).status in (pb.NO_NEW_MSG, pb.FOUND)
 
 

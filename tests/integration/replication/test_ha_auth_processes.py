@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from pocketmq.broker.v1 import broker_pb2 as pb
-from services.broker.replication.protocol import AUTH_CHALLENGE_SIZE, AUTH_MAGIC, encode_ack
+from services.broker.replication import AUTH_CHALLENGE_SIZE, AUTH_MAGIC, encode_ack
 from tests.integration.procs import ProcessGroup, wait_until
 from tests.integration.replication.conftest import Broker, StartBroker
 from tests.integration.replication.test_replication_processes import (

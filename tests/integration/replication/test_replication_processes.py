@@ -1,6 +1,6 @@
 """Commit-log replication between real broker processes on loopback (1 MiB segments).
 
-What issue 5 asks to show: an empty slave catches up a master holding several segments and the
+What replication must show: an empty slave catches up a master holding several segments and the
 commit logs are byte-identical; a SIGKILLed slave resumes from its own offset (no gap, no
 duplicate); under SYNC_MASTER a master SIGKILLed mid-load loses nothing it acknowledged; a
 stopped slave gives SLAVE_NOT_AVAILABLE at once; a slave that stops acking gives
@@ -20,7 +20,7 @@ import grpc
 import pytest
 
 from pocketmq.broker.v1 import broker_pb2 as pb
-from services.broker.replication.protocol import encode_ack
+from services.broker.replication import encode_ack
 from services.broker.storage.record import decode_record
 from tests.integration.broker.client import BrokerClient
 from tests.integration.procs import wait_until

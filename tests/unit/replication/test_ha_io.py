@@ -18,15 +18,15 @@ from pathlib import Path
 
 import pytest
 
-from services.broker.replication import slave as slave_module
-from services.broker.replication.master import HAMaster, MasterSettings
-from services.broker.replication.protocol import (
+from services.broker.replication import (
     TRANSFER_HEADER_SIZE,
     SlaveConnectionProtocol,
     encode_ack,
     encode_heartbeat,
     encode_transfer_header,
 )
+from services.broker.replication import slave as slave_module
+from services.broker.replication.master import HAMaster, MasterSettings
 from services.broker.replication.slave import HASlave, SlaveSettings, is_record_boundary
 from services.broker.storage.config import StoreConfig
 from services.broker.storage.record import Message
