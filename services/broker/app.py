@@ -412,7 +412,7 @@ class BrokerApp:
             prefix + "subscription_groups": ("Subscription groups.", len(self.groups)),
             prefix + "consumers_online": ("Live consumer group members.", self.consumers.member_count()),
             prefix + "pulls_suspended": ("Pulls parked waiting for new messages.",
-                                         self.notifier.waiting if hasattr(self, "notifier") else 0),
+                                         self.pull.parked if hasattr(self, "pull") else 0),
             prefix + "is_master": ("1 on a master, 0 on a slave.", 1 if self.broker_config.is_master else 0),
         }
         if hasattr(self, "timers"):

@@ -136,6 +136,8 @@ class PullService:
         self.notifier = notifier
         self.metrics = metrics
         self.ensure_group = ensure_group
+        #: Pulls parked on the notifier right now (the ``pulls_suspended`` gauge).
+        self.parked = 0
 
     def query(self, request: broker_pb2.PullMessageRequest) -> PullQuery:
         """Validate a pull request (errors name the bad field) and commit its offset."""
@@ -211,7 +213,11 @@ class PullService:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or stopping():
                 break
-            await self.notifier.wait(q.topic, q.queue_id, offset, remaining)
+            self.parked += 1
+            try:
+                await self.notifier.wait(q.topic, q.queue_id, offset, remaining)
+            finally:
+                self.parked -= 1
         reply = self.reply(q, result)
         self.metrics.get(broker_pb2.PullStatus.Name(reply.status), _count(result),
                          time.perf_counter() - started)

@@ -19,22 +19,9 @@ from pathlib import Path
 import pytest
 
 from services.local_cluster import Children, cluster_specs, run_cluster
-from tests.integration.procs import async_wait_until, wait_until
+from tests.support import async_wait_until, ports_free, wait_until
 
 pytestmark = pytest.mark.slow
-
-
-def port_block_free(ports: list[int], reuse: bool = False) -> bool:
-    """Whether every port can be bound; ``reuse`` binds as the services do (SO_REUSEADDR: a
-    port whose last connections linger in TIME_WAIT is free for them)."""
-    for port in ports:
-        with socket.socket() as s:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, int(reuse))
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                return False
-    return True
 
 
 def cluster_ports(namesrv: int, broker: int) -> list[int]:
@@ -47,7 +34,7 @@ def pick_ports() -> tuple[int, int]:
     start = random.randrange(21000, 40000)
     for base in range(start, 60000, 37):
         namesrv, broker = base, base + 10
-        if port_block_free(cluster_ports(namesrv, broker)):
+        if ports_free(cluster_ports(namesrv, broker)):
             return namesrv, broker
     raise RuntimeError("no free port block")
 
@@ -162,7 +149,7 @@ def test_second_ctrl_c_kills_every_child(tmp_path: Path) -> None:
         os.killpg(proc.pid, signal.SIGINT)  # ... and the impatient second Ctrl-C
         wait_until(lambda: not any(running(pid) for pid in pids), timeout=10,
                    message=f"children {pids} gone")
-        wait_until(lambda: port_block_free(cluster_ports(namesrv_port, broker_port), reuse=True), timeout=10,
+        wait_until(lambda: ports_free(cluster_ports(namesrv_port, broker_port), reuse=True), timeout=10,
                    message="the cluster's ports free")
         assert proc.wait(timeout=10) != 0
     finally:
@@ -184,7 +171,7 @@ def test_children_die_with_a_killed_parent(tmp_path: Path) -> None:
                    message=f"children {pids} gone")
     finally:
         cleanup(proc, reader, pids)
-    wait_until(lambda: port_block_free(cluster_ports(namesrv_port, broker_port), reuse=True), timeout=10,
+    wait_until(lambda: ports_free(cluster_ports(namesrv_port, broker_port), reuse=True), timeout=10,
                message="the cluster's ports free")
 
 
