@@ -4,7 +4,6 @@ consumer that collects what a topic received."""
 from __future__ import annotations
 
 import asyncio
-import time
 
 import grpc
 
@@ -15,10 +14,6 @@ from tests.integration.client.cluster import Broker
 #: Broker flags of these suites: quick transaction checks, a 1 h timer limit.
 BROKER_FLAGS = ("--transaction-time-out", "1000", "--transaction-check-interval", "500",
                 "--timer-max-delay-sec", "3600", "--timer-flush-interval-ms", "500")
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def status(broker: Broker) -> broker_pb2.BrokerStatus:

@@ -13,8 +13,8 @@ from pocketmq import AsyncProducer, Message, Producer, ReceivedMessage, Transact
 from pocketmq import errors as e
 from pocketmq.client.message import SendResult
 from tests.integration.client.cluster import Broker, Cluster
-from tests.integration.procs import async_wait_until
-from tests.integration.timer.helpers import BROKER_FLAGS, collect, knows_topic, max_offsets, now_ms, status
+from tests.integration.timer.helpers import BROKER_FLAGS, collect, knows_topic, max_offsets, status
+from tests.support import async_wait_until, now_ms
 
 pytestmark = pytest.mark.slow
 
