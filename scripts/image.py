@@ -50,7 +50,7 @@ DEBIAN_MIRROR = "http://deb.debian.org/debian"
 DEBIAN_SECURITY_MIRROR = "http://deb.debian.org/debian-security"
 HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 BASE_REPOSITORY = "localhost/pocketmq-base"
-PULL_TIMEOUT_S = 180.0
+PULL_TIMEOUT_S = 60.0
 CONTAINERS_CONF = """\
 # Written by scripts/image.py for podman: no default ulimits (some hosts refuse podman's
 # nofile/nproc defaults).
@@ -351,12 +351,15 @@ def build(tag: str = DEFAULT_TAG, *, engine_name: str = "auto", base: str = "aut
     if built:
         args = ["build", "--network", "host", "--build-arg", f"PYTHON_IMAGE={base_ref}",
                 "-t", tag, "-t", inputs_tag, "-f", str(DOCKERFILE)]
+        if eng.name == "podman":  # no image per instruction left behind (the inputs tag is the cache)
+            args.append("--layers=false")
         if debian and eng.name == "podman" and HOST_CA_BUNDLE.is_file():
             # Debian's pip verifies PyPI against this file: the host's bundle (with any proxy CA
             # the host trusts) for the build only; the image keeps its own.
             args += ["--volume", f"{HOST_CA_BUNDLE}:{HOST_CA_BUNDLE}:ro"]
         _say(out, f"building {tag} FROM {base_ref}")
         eng.stream([*args, str(ROOT)], out, 900)
+        _forget_older_builds(eng, repository, inputs_tag, out)
     else:
         _say(out, f"{inputs_tag} is up to date; tagging it {tag}")
         eng.run("tag", inputs_tag, tag)
@@ -367,6 +370,17 @@ def build(tag: str = DEFAULT_TAG, *, engine_name: str = "auto", base: str = "aut
     _say(out, f"{tag} {image_id[:12]} {result.size_bytes / 1e6:.0f} MB, "
               f"{'built' if built else 'cached'} in {result.seconds:.1f}s (base {base_ref})")
     return eng, result
+
+
+def _forget_older_builds(eng: Engine, repository: str, keep: str, out: TextIO | None) -> None:
+    """Untag (and so delete, unless still tagged or used) earlier ``inputs-`` builds."""
+    listed = eng.run("images", "--format", "{{.Repository}}:{{.Tag}}", repository, check=False).stdout
+    keep_tag = keep.rsplit(":", 1)[1]
+    old = [ref for ref in listed.split() if ref.rsplit(":", 1)[-1].startswith("inputs-")
+           and ref.rsplit(":", 1)[-1] != keep_tag]
+    if old:
+        _say(out, f"removing earlier builds: {' '.join(old)}")
+        eng.run("rmi", *old, check=False)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
