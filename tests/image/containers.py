@@ -13,7 +13,8 @@ directory is mounted there. What the pod spec asks of the runtime is passed on:
   only the pod's volumes are writable), ``capabilities.drop`` as ``--cap-drop``,
   ``allowPrivilegeEscalation: false`` as ``no-new-privileges``, resource limits as
   ``--memory``/``--cpus``;
-- termination: ``<engine> stop --time <terminationGracePeriodSeconds>`` (SIGTERM, the image's
+- the pod name as ``HOSTNAME`` (podman: also as the container's host name);
+- termination: ``<engine> stop -t <terminationGracePeriodSeconds>`` (SIGTERM, the image's
   STOPSIGNAL, then SIGKILL), timed per container.
 
 Not emulated: the preStop hook (the kubelet's sleep before SIGTERM), probes after readiness,
@@ -85,8 +86,10 @@ class ContainerCluster(LocalCluster):
     def run_args(self, pod: LocalPod) -> list[str]:
         (container,) = pod.template.spec["containers"]
         sc = self.security(pod)
-        args = ["run", "--name", self.container_name(pod), "--network", "host", "--hostname", pod.name,
-                "--pull", "never", "--sig-proxy=false"]
+        args = ["run", "--name", self.container_name(pod), "--network", "host", "--pull", "never",
+                "--sig-proxy=false", "--env", f"HOSTNAME={pod.name}"]
+        if self.engine.name == "podman":  # Docker refuses a hostname with the host network
+            args += ["--hostname", pod.name]
         if "runAsUser" in sc:
             args += ["--user", f"{sc['runAsUser']}:{sc['runAsGroup']}" if "runAsGroup" in sc
                      else str(sc["runAsUser"])]
@@ -153,7 +156,7 @@ class ContainerCluster(LocalCluster):
             raise ClusterError(f"{pod.name} did not finish within {timeout:g}s\n{pod.describe()}") from None
 
     def stop(self, pods: Iterable[LocalPod] | None = None, max_grace: float = 120.0) -> dict[str, int | None]:
-        """``<engine> stop --time <terminationGracePeriodSeconds>`` for every chosen container at
+        """``<engine> stop -t <terminationGracePeriodSeconds>`` for every chosen container at
         once. Returns pod -> the container's exit code (137 = SIGKILLed at the end of its grace
         period; None = it did not exit at all)."""
         chosen = [p for p in (list(pods) if pods is not None else self.pods)
@@ -162,7 +165,7 @@ class ContainerCluster(LocalCluster):
         for pod in chosen:
             grace = min(self.grace(pod), int(max_grace))
             stoppers[pod.name] = (subprocess.Popen(
-                self.engine.cmd("stop", "--time", str(grace), self.containers[pod.name]),
+                self.engine.cmd("stop", "-t", str(grace), self.containers[pod.name]),
                 env=self.engine.environ(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
                 time.monotonic())
         codes: dict[str, int | None] = {}

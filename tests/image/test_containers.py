@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from pocketmq import Admin, Consumer, Message, Producer
+from pocketmq import Admin, Consumer, Message, Producer, SendStatus
 from pocketmq.broker.v1 import broker_pb2 as bpb
 from scripts import image
 from tests.helm import client
@@ -137,8 +137,8 @@ def sent(cluster: ContainerCluster) -> list[bytes]:
     wait_for(lambda: client.route(namesrv, TOPIC).queue_datas, 20, f"{TOPIC} routed")
     bodies = [f"image-{i}".encode() for i in range(MESSAGES)]
     with Producer(namesrv) as producer:
-        for body in bodies:
-            producer.send(Message(TOPIC, body))
+        statuses = {producer.send(Message(TOPIC, body)).status for body in bodies}
+    assert statuses == {SendStatus.SEND_OK}
     return bodies
 
 
