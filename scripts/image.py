@@ -292,6 +292,9 @@ def debian_base(eng: Engine, suite: str, cache: Path, out: TextIO | None) -> str
             partial.replace(tarball)
         finally:
             partial.unlink(missing_ok=True)
+        for older in cache.glob(f"debian-{suite}-*.tar"):  # bases of other package lists
+            if older != tarball and ".partial-" not in older.name:
+                older.unlink(missing_ok=True)
         _say(out, f"base rootfs made in {time.monotonic() - started:.1f}s")
     _say(out, f"importing {tarball.name} as {ref}")
     eng.run("import", "--change", "CMD [\"python3\"]", str(tarball), ref, timeout=600)
