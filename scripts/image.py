@@ -5,7 +5,7 @@
 
 The Dockerfile's base is its ``PYTHON_IMAGE`` default (``python:3.11-slim-bookworm``). Where that
 cannot be pulled (no image registry) the base is a Debian rootfs of the same suite made here with
-``mmdebstrap`` (Python 3, venv, CA certificates, passwd) and imported into the engine; the
+``mmdebstrap`` (Python 3 with venv, CA certificates, passwd, libstdc++) and imported into the engine; the
 Dockerfile builds on both. Such a build reaches PyPI with the host's CA bundle mounted over the
 base's (Debian's pip reads that file), so a proxy CA the host trusts works without changing the
 image.
@@ -15,9 +15,10 @@ podman runs with the ``runc`` runtime when installed and a containers.conf setti
 either is baked into the image.
 
 Cache (``--cache``, default ``$POCKETMQ_IMAGE_CACHE`` or ``~/.cache/pocketmq/image``): the Debian
-base tarball, named by a hash of the mmdebstrap command. Built images are also tagged
-``<repository>:inputs-<hash>`` (hash of the Dockerfile, the build context and the base image id),
-so an unchanged tree is tagged again instead of rebuilt.
+base tarball, named by a hash of the mmdebstrap command, and imported as
+``localhost/pocketmq-base:<suite>-<hash>`` (remove both to take Debian's updates). Built images
+are also tagged ``<repository>:inputs-<hash>`` (hash of the Dockerfile, the build context and
+the base image id), so an unchanged tree is tagged again instead of rebuilt.
 """
 
 from __future__ import annotations
@@ -30,8 +31,10 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -120,20 +123,20 @@ def _stream(argv: Sequence[str], out: TextIO | None, timeout: float, env: Mappin
     tail: list[str] = []
     proc = subprocess.Popen(list(argv), env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
-    deadline = time.monotonic() + timeout
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        tail = [*tail[-40:], line.rstrip()]
-        if out is not None:
-            print(f"  {line.rstrip()}", file=out, flush=True)
-        if time.monotonic() > deadline:
-            proc.kill()
-            break
-    code = proc.wait()
+    watchdog = threading.Timer(timeout, proc.kill)
+    watchdog.start()
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            tail = [*tail[-40:], line.rstrip()]
+            if out is not None:
+                print(f"  {line.rstrip()}", file=out, flush=True)
+        code = proc.wait()
+    finally:
+        watchdog.cancel()
     if code != 0:
-        raise ImageError(f"`{' '.join(argv)}` exited {code}" +
-                         (f" (killed after {timeout:g}s)" if time.monotonic() > deadline else "") +
-                         ":\n" + "\n".join(tail))
+        killed = f" (killed after {timeout:g}s)" if code == -signal.SIGKILL else ""
+        raise ImageError(f"`{' '.join(argv)}` exited {code}{killed}:\n" + "\n".join(tail))
 
 
 def docker_engine() -> Engine | str:
