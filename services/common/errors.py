@@ -41,10 +41,6 @@ class PermissionDeniedError(ServiceError):
     code = grpc.StatusCode.PERMISSION_DENIED
 
 
-class UnavailableError(ServiceError):
-    code = grpc.StatusCode.UNAVAILABLE
-
-
 R = TypeVar("R")
 Handler = Callable[..., Awaitable[R]]
 

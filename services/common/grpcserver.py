@@ -3,6 +3,7 @@ standard health service (grpc.health.v1) and server reflection, and graceful sto
 
 from __future__ import annotations
 
+import errno
 import logging
 from collections.abc import Callable, Sequence
 
@@ -10,6 +11,8 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
+
+from services.common.ports import ListenError, bind_error, reason_of
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +51,7 @@ async def start_grpc_server(
 ) -> GrpcServer:
     """Create, register, bind and start a server. ``address`` is ``host:port`` (port 0 = any).
 
-    Raises RuntimeError with the address when the port cannot be bound.
+    Raises :class:`ListenError` (naming the address and why) when the port cannot be bound.
     """
     server = grpc.aio.server(options=SERVER_OPTIONS)
     register(server)
@@ -58,12 +61,21 @@ async def start_grpc_server(
         [*service_names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
         server,
     )
+    host, _, port_text = address.rpartition(":")
+    host = host.strip("[]")
+    # gRPC's own bind error says neither why nor which port: find out first, with a plain socket.
+    # Only a taken or forbidden port fails here; anything else gRPC may still handle (``[::]``
+    # falls back to IPv4 where IPv6 is off), and its failure then carries what the socket met.
+    failed = bind_error(host, int(port_text)) if port_text.isdigit() and int(port_text) > 0 else None
+    if failed is not None and failed.errno in (errno.EADDRINUSE, errno.EACCES):
+        raise ListenError(address, reason_of(failed), "gRPC") from failed
+    reason = reason_of(failed) if failed is not None else "address in use or invalid"
     try:
         port = server.add_insecure_port(address)
     except RuntimeError as exc:
-        raise RuntimeError(f"cannot listen on {address}: {exc}") from exc
+        raise ListenError(address, reason, "gRPC") from exc
     if port == 0:
-        raise RuntimeError(f"cannot listen on {address}: address in use or invalid")
+        raise ListenError(address, reason, "gRPC")
     await server.start()
     for name in ["", *service_names]:
         await health.set(name, health_pb2.HealthCheckResponse.SERVING)
