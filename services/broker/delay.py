@@ -15,12 +15,12 @@ Runs on masters only.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
+from services.broker.follower import BackgroundService
 from services.broker.longpoll import QueueNotifier
 from services.broker.metadata import DelayOffsetManager
 from services.broker.metrics import BrokerMetrics
@@ -63,7 +63,7 @@ def restore_message(rec: record.MessageRecord) -> record.Message | None:
     )
 
 
-class DelayDeliveryService:
+class DelayDeliveryService(BackgroundService):
     def __init__(
         self,
         store: ScheduleStore,
@@ -74,6 +74,7 @@ class DelayDeliveryService:
         metrics: BrokerMetrics | None = None,
         clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
     ) -> None:
+        super().__init__()
         self.store = store
         self.offsets = offsets
         self.levels_ms = tuple(levels_ms)
@@ -81,29 +82,12 @@ class DelayDeliveryService:
         self.deliver = deliver
         self.metrics = metrics
         self.clock_ms = clock_ms
-        self._tasks: list[asyncio.Task[None]] = []
-        self._stop = asyncio.Event()
         self.delivered = 0
 
     def start(self) -> None:
         for level in range(1, len(self.levels_ms) + 1):
-            self._tasks.append(asyncio.create_task(self._run_level(level), name=f"delay-level-{level}"))
+            self.spawn(self._run_level(level), f"delay-level-{level}")
         log.info("delayed delivery started", extra={"levels": len(self.levels_ms)})
-
-    async def stop(self) -> None:
-        self._stop.set()
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self._tasks.clear()
-
-    async def _sleep(self, seconds: float) -> bool:
-        """Sleep unless stopping; True when stopped."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stop.wait(), max(0.0, seconds))
-        return self._stop.is_set()
 
     async def _run_level(self, level: int) -> None:
         delay_ms = self.levels_ms[level - 1]

@@ -26,8 +26,8 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 
+from services.broker.follower import SystemTopicFollower
 from services.broker.longpoll import QueueNotifier
-from services.broker.metadata.base import write_file_atomic
 from services.broker.storage import record
 from services.broker.storage.status import PutResult
 from services.broker.systopic import QueueReader, clamp_offset, follow
@@ -36,9 +36,6 @@ from services.common.errors import InvalidArgumentError, NotFoundError, Unavaila
 
 log = logging.getLogger(__name__)
 
-#: How long an idle follower waits for new half/op records before looking again.
-IDLE_WAIT_S = 5.0
-RETRY_DELAY_S = 1.0
 OP_COMMIT = "commit"
 OP_ROLLBACK = "rollback"
 OP_DISCARD = "discard"
@@ -96,7 +93,9 @@ def _op_offset(body: bytes) -> int:
     return int(text)
 
 
-class TransactionService:
+class TransactionService(SystemTopicFollower):
+    name = "transaction"
+
     def __init__(
         self,
         store: QueueReader,
@@ -113,10 +112,9 @@ class TransactionService:
         store_host: record.Host = ("127.0.0.1", 0),
         clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
     ) -> None:
+        super().__init__(snapshot_path, notifier)
         self.store = store
-        self.snapshot_path = snapshot_path
         self.append = append
-        self.notifier = notifier
         self.master = master
         self.check_writable = check_writable
         self.msg_id = msg_id
@@ -129,9 +127,6 @@ class TransactionService:
         self.op_offset = 0
         self._pending: dict[int, _Pending] = {}
         self._checkers: list[TransactionChecker] = []
-        self._dirty = False
-        self._stop = asyncio.Event()
-        self._tasks: list[asyncio.Task[None]] = []
         self.committed = self.rolled_back = self.discarded = self.checks_sent = 0
 
     # -- the contract --------------------------------------------------------------------------
@@ -246,19 +241,14 @@ class TransactionService:
         else:
             self.discarded += 1
 
-    async def save_snapshot(self) -> None:
-        if not self._dirty:
-            return
-        self._dirty = False
-        data = json.dumps({
+    def snapshot_bytes(self) -> bytes:
+        return json.dumps({
             "half_offset": self.half_offset, "op_offset": self.op_offset,
             "pending": [[o, p.store_timestamp, p.producer_group, p.check_times]
                         for o, p in self._pending.items()]}).encode()
-        try:
-            await asyncio.to_thread(write_file_atomic, self.snapshot_path, data)
-        except OSError as exc:
-            self._dirty = True
-            log.error("cannot write the transaction snapshot", extra={"error": str(exc)})
+
+    def wait_target(self) -> tuple[str, int, int]:
+        return TRANS_HALF_TOPIC, 0, self.half_offset
 
     # -- checks ---------------------------------------------------------------------------------
 
@@ -314,40 +304,10 @@ class TransactionService:
     # -- lifecycle ------------------------------------------------------------------------------
 
     def start(self) -> None:
-        self._tasks.append(asyncio.create_task(self._follow_loop(), name="transaction-follow"))
+        self.spawn(self._follow_loop(save_when_idle=True), "transaction-follow")
         if self.master:
-            self._tasks.append(asyncio.create_task(self._check_loop(), name="transaction-check"))
+            self.spawn(self._check_loop(), "transaction-check")
         log.info("transaction service started", extra={"master": self.master, "pending": self.pending})
-
-    async def stop(self) -> None:
-        self._stop.set()
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self._tasks.clear()
-        self._dirty = True
-        await self.save_snapshot()
-
-    async def _sleep(self, seconds: float) -> bool:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stop.wait(), max(0.0, seconds))
-        return self._stop.is_set()
-
-    async def _follow_loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                if self.catch_up() == 0:
-                    await self.save_snapshot()
-                    await self.notifier.wait(TRANS_HALF_TOPIC, 0, self.half_offset, IDLE_WAIT_S)
-                else:
-                    await asyncio.sleep(0)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("transaction index update failed, retrying")
-                await self._sleep(RETRY_DELAY_S)
 
     async def _check_loop(self) -> None:
         while not await self._sleep(self.check_interval_s):

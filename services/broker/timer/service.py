@@ -27,8 +27,8 @@ from pathlib import Path
 from prometheus_client import Counter, Histogram
 
 from services.broker.delay import restore_message
+from services.broker.follower import IDLE_WAIT_S, RETRY_DELAY_S, SystemTopicFollower
 from services.broker.longpoll import QueueNotifier
-from services.broker.metadata.base import write_file_atomic
 from services.broker.storage import record
 from services.broker.storage.status import PutResult
 from services.broker.systopic import QueueReader, clamp_offset, follow
@@ -49,10 +49,6 @@ ENTRIES_QUEUE = 0
 DONE_QUEUE = 1
 #: The timer topic's queue count.
 TIMER_QUEUES = 2
-#: How long an idle follower waits for new timer records before looking again.
-IDLE_WAIT_S = 5.0
-#: How long a delivery that the store refused waits before it is retried.
-RETRY_DELAY_S = 1.0
 _LATENESS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 60.0)
 
 Append = Callable[[Sequence[record.Message]], PutResult]
@@ -63,7 +59,9 @@ def deliver_ms_of(rec: record.MessageRecord) -> int | None:
     return int(value) if value is not None and value.isdigit() else None
 
 
-class TimerService:
+class TimerService(SystemTopicFollower):
+    name = "timer"
+
     def __init__(
         self,
         store: QueueReader,
@@ -78,10 +76,9 @@ class TimerService:
         registry_labels: tuple[object, list[str]] | None = None,
         clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
     ) -> None:
+        super().__init__(snapshot_path, notifier)
         self.store = store
-        self.snapshot_path = snapshot_path
         self.append = append
-        self.notifier = notifier
         self.master = master
         self.flush_interval_s = flush_interval_s
         self.deliver_batch = deliver_batch
@@ -96,10 +93,7 @@ class TimerService:
         #: The earliest due time as of the last index change (read by the metrics thread, which
         #: must not touch the heap itself).
         self.next_due_ms: int | None = None
-        self._dirty = False
         self._wake = asyncio.Event()
-        self._stop = asyncio.Event()
-        self._tasks: list[asyncio.Task[None]] = []
         self._delivered_counter: Counter | None = None
         self._lateness: Histogram | None = None
         if registry_labels is not None:
@@ -229,19 +223,8 @@ class TimerService:
     def snapshot_bytes(self) -> bytes:
         return encode_snapshot(Snapshot(self.entries_offset, self.done_offset, self.index.entries()))
 
-    async def save_snapshot(self) -> None:
-        """Write the snapshot if the index changed (state captured on the loop, written in a
-        thread)."""
-        if not self._dirty:
-            return
-        self._dirty = False
-        data = self.snapshot_bytes()
-        try:
-            await asyncio.to_thread(write_file_atomic, self.snapshot_path, data)
-        except OSError as exc:
-            self._dirty = True
-            log.error("cannot write the timer snapshot", extra={"file": str(self.snapshot_path),
-                                                                 "error": str(exc)})
+    def wait_target(self) -> tuple[str, int, int]:
+        return TIMER_TOPIC, ENTRIES_QUEUE, self.entries_offset
 
     @property
     def pending(self) -> int:
@@ -256,41 +239,15 @@ class TimerService:
     # -- lifecycle ------------------------------------------------------------------------------
 
     def start(self) -> None:
-        self._tasks.append(asyncio.create_task(self._follow_loop(), name="timer-follow"))
-        self._tasks.append(asyncio.create_task(self._snapshot_loop(), name="timer-snapshot"))
+        self.spawn(self._follow_loop(save_when_idle=False), "timer-follow")
+        self.spawn(self._snapshot_loop(), "timer-snapshot")
         if self.master:
-            self._tasks.append(asyncio.create_task(self._deliver_loop(), name="timer-deliver"))
+            self.spawn(self._deliver_loop(), "timer-deliver")
         log.info("timer service started", extra={"master": self.master, "pending": self.pending})
 
     async def stop(self) -> None:
-        self._stop.set()
         self._wake.set()
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self._tasks.clear()
-        self._dirty = True
-        await self.save_snapshot()
-
-    async def _sleep(self, seconds: float) -> bool:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stop.wait(), max(0.0, seconds))
-        return self._stop.is_set()
-
-    async def _follow_loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                if self.catch_up() == 0:
-                    await self.notifier.wait(TIMER_TOPIC, ENTRIES_QUEUE, self.entries_offset, IDLE_WAIT_S)
-                else:
-                    await asyncio.sleep(0)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("timer index update failed, retrying")
-                await self._sleep(RETRY_DELAY_S)
+        await super().stop()
 
     async def _snapshot_loop(self) -> None:
         while not await self._sleep(self.flush_interval_s):
