@@ -1,5 +1,5 @@
 """A thin synchronous test client over the generated broker stubs (the user-facing client has
-its own package); plus the raw-records decoder consumers use."""
+its own package); raw-records replies decode with :func:`pocketmq.wire.record.decode_records`."""
 
 from __future__ import annotations
 
@@ -10,20 +10,8 @@ import grpc
 from pocketmq.broker.v1 import broker_pb2 as pb
 from pocketmq.broker.v1 import broker_pb2_grpc
 from pocketmq.common.v1 import common_pb2
-from services.broker.storage.record import MessageRecord, decode_record
 
 TIMEOUT = 10.0
-
-
-def decode_records(data: bytes) -> list[MessageRecord]:
-    """Split a ``raw_records`` pull reply into decoded records."""
-    out: list[MessageRecord] = []
-    pos = 0
-    while pos < len(data):
-        rec = decode_record(data, pos)
-        out.append(rec)
-        pos += rec.store_size
-    return out
 
 
 def rpc_error(call: object) -> grpc.RpcError:

@@ -14,7 +14,8 @@ import pytest
 
 from pocketmq.broker.v1 import broker_pb2 as pb
 from pocketmq.namesrv.v1 import namesrv_pb2, namesrv_pb2_grpc
-from tests.integration.broker.client import BrokerClient, decode_records
+from pocketmq.wire.record import decode_records
+from tests.integration.broker.client import BrokerClient
 from tests.integration.broker.conftest import Broker
 from tests.support import metric_value, wait_until
 
