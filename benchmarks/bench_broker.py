@@ -46,7 +46,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import grpc
-from benchlib import ROOT, cpu_seconds, free_port, wait_port
+from benchlib import ROOT, cpu_seconds, free_port, identity, send_batch_stream, wait_port
 
 from pocketmq.broker.v1 import broker_pb2 as pb
 from services.broker.storage.record import Message, decode_record, encode_record
@@ -125,16 +125,12 @@ def run_echo_server(port: int, pull_batch: int) -> None:
 # ----------------------------------------------------------------------------- gRPC client phases
 
 
-def _identity(data: bytes) -> bytes:
-    return data
-
-
 async def produce_single(addr: str, seconds: float, inflight: int = 16) -> float:
     body = os.urandom(BODY_SIZE)
     message = pb.Message(topic=TOPIC, body=body)
     request = pb.SendMessageRequest(message=message, queue_id=0).SerializeToString()
     async with grpc.aio.insecure_channel(addr) as channel:
-        call = channel.unary_unary(SERVICE + "SendMessage", request_serializer=_identity,
+        call = channel.unary_unary(SERVICE + "SendMessage", request_serializer=identity,
                                    response_deserializer=pb.SendMessageResponse.FromString)
         await call(request)  # warm up
         count = 0
@@ -163,7 +159,7 @@ def batch_request(request_id: int = 0) -> bytes:
 async def produce_batch_unary(addr: str, messages: int, inflight: int = 8) -> float:
     request = batch_request()
     async with grpc.aio.insecure_channel(addr) as channel:
-        call = channel.unary_unary(SERVICE + "SendMessageBatch", request_serializer=_identity,
+        call = channel.unary_unary(SERVICE + "SendMessageBatch", request_serializer=identity,
                                    response_deserializer=pb.SendMessageBatchResponse.FromString)
         await call(request)
         calls = messages // BATCH
@@ -183,32 +179,14 @@ async def produce_batch_unary(addr: str, messages: int, inflight: int = 8) -> fl
 
 
 async def produce_batch_stream(addr: str, messages: int, window: int = 16) -> float:
-    request = batch_request()
-    async with grpc.aio.insecure_channel(addr) as channel:
-        call = channel.stream_stream(SERVICE + "SendMessageStream", request_serializer=_identity,
-                                     response_deserializer=pb.SendMessageBatchResponse.FromString)()
-        calls = messages // BATCH
-        slots = asyncio.Semaphore(window)
-        acked = 0
-
-        async def reader() -> None:
-            nonlocal acked
-            async for reply in call:
-                if reply.status != pb.PUT_OK:
-                    raise RuntimeError(f"send failed: {reply.status} {reply.remark}")
-                acked += 1
-                slots.release()
-
-        start = time.perf_counter()
-        reading = asyncio.create_task(reader())
-        for _ in range(calls):
-            await slots.acquire()
-            await call.write(request)
-        await call.done_writing()
-        await reading
-        if acked != calls:
-            raise RuntimeError(f"{acked} of {calls} batches acknowledged")
-        return calls * BATCH / (time.perf_counter() - start)
+    calls = messages // BATCH
+    elapsed, replies, _ = await send_batch_stream(addr, batch_request(), calls, window)
+    for reply in replies:
+        if reply.status != pb.PUT_OK:
+            raise RuntimeError(f"send failed: {reply.status} {reply.remark}")
+    if len(replies) != calls:
+        raise RuntimeError(f"{len(replies)} of {calls} batches acknowledged")
+    return calls * BATCH / elapsed
 
 
 async def consume_stream(addr: str, messages: int, pull_batch: int) -> float:

@@ -69,7 +69,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
-from benchlib import ROOT, free_port, wait_port
+from benchlib import ROOT, free_port, identity, send_batch_stream, wait_port
 
 from pocketmq.broker.v1 import broker_pb2 as pb
 from pocketmq.broker.v1 import broker_pb2_grpc
@@ -357,10 +357,6 @@ def batch_request(request_id: int = 0) -> bytes:
                                       messages=messages).SerializeToString()
 
 
-def _identity(data: bytes) -> bytes:
-    return data
-
-
 async def create_topic(addr: str) -> None:
     async with grpc.aio.insecure_channel(addr) as channel:
         stub = broker_pb2_grpc.BrokerStub(channel)
@@ -370,35 +366,15 @@ async def create_topic(addr: str) -> None:
 
 async def produce_stream(addr: str, messages: int, window: int = WINDOW) -> tuple[float, list[float]]:
     """Batches of 32 through SendMessageStream, ``window`` in flight; (msgs/s, batch latencies s)."""
-    request = batch_request()
-    async with grpc.aio.insecure_channel(addr) as channel:
-        call = channel.stream_stream(SERVICE + "SendMessageStream", request_serializer=_identity,
-                                     response_deserializer=pb.SendMessageBatchResponse.FromString)()
-        calls = messages // BATCH
-        slots = asyncio.Semaphore(window)
-        sent_at: list[float] = []
-        latencies: list[float] = []
-        statuses: dict[int, int] = {}
-
-        async def reader() -> None:
-            async for reply in call:
-                latencies.append(time.perf_counter() - sent_at[len(latencies)])
-                statuses[reply.status] = statuses.get(reply.status, 0) + 1
-                slots.release()
-
-        start = time.perf_counter()
-        reading = asyncio.create_task(reader())
-        for _ in range(calls):
-            await slots.acquire()
-            sent_at.append(time.perf_counter())
-            await call.write(request)
-        await call.done_writing()
-        await reading
-        elapsed = time.perf_counter() - start
-        if statuses.get(pb.PUT_OK, 0) != calls:
-            names = {pb.PutStatus.Name(k): v for k, v in statuses.items()}
-            raise RuntimeError(f"not every batch was PUT_OK: {names}")
-        return calls * BATCH / elapsed, latencies
+    calls = messages // BATCH
+    elapsed, replies, latencies = await send_batch_stream(addr, batch_request(), calls, window)
+    statuses: dict[int, int] = {}
+    for reply in replies:
+        statuses[reply.status] = statuses.get(reply.status, 0) + 1
+    if statuses.get(pb.PUT_OK, 0) != calls:
+        names = {pb.PutStatus.Name(k): v for k, v in statuses.items()}
+        raise RuntimeError(f"not every batch was PUT_OK: {names}")
+    return calls * BATCH / elapsed, latencies
 
 
 def ready_to_produce(master: Broker) -> None:
@@ -454,7 +430,7 @@ def lag_phase(workdir: Path, rate: int, seconds: float) -> dict[str, float]:
             request = batch_request()
             interval = BATCH / rate
             async with grpc.aio.insecure_channel(master.addr) as channel:
-                call = channel.unary_unary(SERVICE + "SendMessageBatch", request_serializer=_identity,
+                call = channel.unary_unary(SERVICE + "SendMessageBatch", request_serializer=identity,
                                            response_deserializer=pb.SendMessageBatchResponse.FromString)
                 await call(request)
                 sampler.stdin.write("go\n")  # type: ignore[union-attr]

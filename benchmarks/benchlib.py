@@ -3,12 +3,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import time
 from pathlib import Path
 
+import grpc
+
+from pocketmq.broker.v1 import broker_pb2 as pb
+
 ROOT = Path(__file__).resolve().parents[1]
+SEND_STREAM = "/pocketmq.broker.v1.Broker/SendMessageStream"
 
 
 def free_port() -> int:
@@ -37,3 +43,37 @@ def cpu_seconds(pid: int) -> float:
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def identity(data: bytes) -> bytes:
+    """Pass-through serializer: requests are sent pre-serialized."""
+    return data
+
+
+async def send_batch_stream(addr: str, request: bytes, calls: int,
+                            window: int) -> tuple[float, list[pb.SendMessageBatchResponse], list[float]]:
+    """Write the serialized ``SendMessageBatchRequest`` ``calls`` times on one SendMessageStream with
+    at most ``window`` unacknowledged; (elapsed s, every reply, every batch's latency s)."""
+    async with grpc.aio.insecure_channel(addr) as channel:
+        call = channel.stream_stream(SEND_STREAM, request_serializer=identity,
+                                     response_deserializer=pb.SendMessageBatchResponse.FromString)()
+        slots = asyncio.Semaphore(window)
+        sent_at: list[float] = []
+        replies: list[pb.SendMessageBatchResponse] = []
+        latencies: list[float] = []
+
+        async def reader() -> None:
+            async for reply in call:
+                latencies.append(time.perf_counter() - sent_at[len(latencies)])
+                replies.append(reply)
+                slots.release()
+
+        start = time.perf_counter()
+        reading = asyncio.create_task(reader())
+        for _ in range(calls):
+            await slots.acquire()
+            sent_at.append(time.perf_counter())
+            await call.write(request)
+        await call.done_writing()
+        await reading
+        return time.perf_counter() - start, replies, latencies
