@@ -3,18 +3,20 @@ which services exist yet, polling, a background load, and the shipped dashboard'
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import pytest
 
 from pocketmq.broker.v1 import broker_pb2 as bpb
 from tests.helm import client
-from tests.helm.chart import CHART_DIR
+from tests.helm.chart import CHART_DIR, NAMESPACE, render
 from tests.helm.localpods import LocalCluster, LocalPod
+from tests.helm.prom import Prometheus
 from tests.support import wait_until
 
 T = TypeVar("T")
@@ -51,6 +53,31 @@ def start_cluster(cluster: LocalCluster, timeout: float = 60.0) -> None:
     cluster.wait_ready(timeout, namesrvs(cluster))
     cluster.start(brokers(cluster))
     cluster.wait_ready(timeout)
+
+
+@contextlib.contextmanager
+def running_cluster(values: dict[str, Any],
+                    tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """The chart rendered with ``values``, started as local pods (:func:`start_cluster`), stopped
+    on exit."""
+    local = LocalCluster(render(values), tmp_path_factory.mktemp("pods"), NAMESPACE)
+    try:
+        start_cluster(local)
+        yield local
+    finally:
+        local.stop(max_grace=15)
+
+
+@contextlib.contextmanager
+def running_prometheus(cluster: LocalCluster,
+                       tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
+    """A real Prometheus configured from ``cluster``'s rendered ServiceMonitor, stopped on exit."""
+    prom = Prometheus(cluster, tmp_path_factory.mktemp("prometheus"))
+    prom.start()
+    try:
+        yield prom
+    finally:
+        prom.stop()
 
 
 class Load:

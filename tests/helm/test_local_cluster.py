@@ -22,7 +22,7 @@ import pytest
 
 from pocketmq.broker.v1 import broker_pb2 as bpb
 from tests.helm import client
-from tests.helm.chart import NAMESPACE, RELEASE, render
+from tests.helm.chart import NAMESPACE, RELEASE
 from tests.helm.e2e import (
     QUEUES,
     Load,
@@ -32,7 +32,8 @@ from tests.helm.e2e import (
     group_of,
     masters,
     namesrvs,
-    start_cluster,
+    running_cluster,
+    running_prometheus,
     wait_for,
 )
 from tests.helm.localpods import LocalCluster, LocalPod
@@ -54,12 +55,8 @@ VALUES: dict[str, Any] = {
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    local = LocalCluster(render(VALUES), tmp_path_factory.mktemp("pods"), NAMESPACE)
-    try:
-        start_cluster(local)
+    with running_cluster(VALUES, tmp_path_factory) as local:
         yield local
-    finally:
-        local.stop(max_grace=15)
 
 
 def test_every_broker_runs_with_the_identity_of_its_ordinal(cluster: LocalCluster) -> None:
@@ -162,12 +159,8 @@ def test_every_pods_metrics_pass_promtool(cluster: LocalCluster) -> None:
 
 @pytest.fixture(scope="module")
 def prometheus(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
-    prom = Prometheus(cluster, tmp_path_factory.mktemp("prometheus"))
-    prom.start()
-    try:
+    with running_prometheus(cluster, tmp_path_factory) as prom:
         yield prom
-    finally:
-        prom.stop()
 
 
 @pytest.fixture(scope="module")

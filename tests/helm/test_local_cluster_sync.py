@@ -14,7 +14,7 @@ import pytest
 
 from pocketmq.broker.v1 import broker_pb2 as bpb
 from tests.helm import client
-from tests.helm.chart import HA_AUTH_VALUE, NAMESPACE, render
+from tests.helm.chart import HA_AUTH_VALUE
 from tests.helm.e2e import (
     Load,
     brokers,
@@ -23,7 +23,8 @@ from tests.helm.e2e import (
     masters,
     namesrvs,
     panel_query,
-    start_cluster,
+    running_cluster,
+    running_prometheus,
     wait_for,
 )
 from tests.helm.localpods import LocalCluster, LocalPod
@@ -41,22 +42,14 @@ VALUES: dict[str, Any] = {
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    local = LocalCluster(render(VALUES), tmp_path_factory.mktemp("pods"), NAMESPACE)
-    try:
-        start_cluster(local)
+    with running_cluster(VALUES, tmp_path_factory) as local:
         yield local
-    finally:
-        local.stop(max_grace=15)
 
 
 @pytest.fixture(scope="module")
 def prometheus(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
-    prom = Prometheus(cluster, tmp_path_factory.mktemp("prometheus"))
-    prom.start()
-    try:
+    with running_prometheus(cluster, tmp_path_factory) as prom:
         yield prom
-    finally:
-        prom.stop()
 
 
 @pytest.fixture(scope="module")
