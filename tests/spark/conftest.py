@@ -21,7 +21,7 @@ import pytest
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
-from tests.integration.client.cluster import Cluster
+from tests.integration.client.cluster import Cluster, running_cluster
 from tests.integration.procs import ProcessGroup
 
 _GROUPS_KEY = pytest.StashKey[list[ProcessGroup]]()
@@ -61,16 +61,9 @@ def spark() -> Iterator[Any]:
 
 @pytest.fixture(scope="package")
 def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    tmp = tmp_path_factory.mktemp("spark-cluster")
-    group = ProcessGroup(tmp / "logs")
-    cluster = Cluster(group, tmp)
-    try:
-        cluster.start_namesrv()
-        cluster.start_broker("broker-a", 0, *BROKER_FLAGS)
-        cluster.start_broker("broker-b", 0, *BROKER_FLAGS)
+    with running_cluster(tmp_path_factory.mktemp("spark-cluster"), [("broker-a", 0), ("broker-b", 0)],
+                         BROKER_FLAGS) as cluster:
         yield cluster
-    finally:
-        group.stop_all()
 
 
 def attach_logs(request: pytest.FixtureRequest, group: ProcessGroup) -> None:

@@ -7,8 +7,9 @@ Built on :mod:`tests.integration.procs` (free ports, process groups, health wait
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import grpc
@@ -150,3 +151,19 @@ class Cluster:
         wait_until(routed, timeout, message=f"route of {topic}")
 
 
+
+
+@contextlib.contextmanager
+def running_cluster(tmp: Path, brokers: Iterable[tuple[str, int]],
+                    flags: Sequence[str] = ()) -> Iterator[Cluster]:
+    """A NameServer and ``brokers`` ((name, broker id), each started with ``flags``), logs under
+    ``tmp / "logs"``; every process stopped on exit."""
+    group = ProcessGroup(tmp / "logs")
+    cluster = Cluster(group, tmp)
+    try:
+        cluster.start_namesrv()
+        for name, broker_id in brokers:
+            cluster.start_broker(name, broker_id, *flags)
+        yield cluster
+    finally:
+        group.stop_all()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.client.cluster import Cluster
+from tests.integration.client.cluster import Cluster, running_cluster
 from tests.integration.procs import ProcessGroup
 
 _SHARED_KEY = pytest.StashKey[Cluster]()
@@ -25,16 +25,9 @@ def cluster(procs: ProcessGroup, tmp_path: Path) -> Cluster:
 def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """NameServer + masters broker-a and broker-b, shared by the client suites' tests (each uses
     its own topics and groups)."""
-    tmp = tmp_path_factory.mktemp("shared-cluster")
-    group = ProcessGroup(tmp / "logs")
-    cluster = Cluster(group, tmp)
-    try:
-        cluster.start_namesrv()
-        cluster.start_broker("broker-a")
-        cluster.start_broker("broker-b")
+    with running_cluster(tmp_path_factory.mktemp("shared-cluster"),
+                         [("broker-a", 0), ("broker-b", 0)]) as cluster:
         yield cluster
-    finally:
-        group.stop_all()
 
 
 @pytest.fixture

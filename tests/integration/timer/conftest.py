@@ -7,8 +7,7 @@ from collections.abc import Generator, Iterator
 
 import pytest
 
-from tests.integration.client.cluster import Cluster
-from tests.integration.procs import ProcessGroup
+from tests.integration.client.cluster import Cluster, running_cluster
 from tests.integration.timer.helpers import BROKER_FLAGS
 
 _KEY = pytest.StashKey[Cluster]()
@@ -16,16 +15,9 @@ _KEY = pytest.StashKey[Cluster]()
 
 @pytest.fixture(scope="module")
 def timer_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    tmp = tmp_path_factory.mktemp("timer-cluster")
-    group = ProcessGroup(tmp / "logs")
-    cluster = Cluster(group, tmp)
-    try:
-        cluster.start_namesrv()
-        cluster.start_broker("broker-a", 0, *BROKER_FLAGS)
-        cluster.start_broker("broker-a", 1, *BROKER_FLAGS)
+    with running_cluster(tmp_path_factory.mktemp("timer-cluster"), [("broker-a", 0), ("broker-a", 1)],
+                         BROKER_FLAGS) as cluster:
         yield cluster
-    finally:
-        group.stop_all()
 
 
 @pytest.fixture

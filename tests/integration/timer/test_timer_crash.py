@@ -15,8 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from pocketmq import AsyncProducer, Message
-from tests.integration.client.cluster import Cluster
-from tests.integration.procs import ProcessGroup
+from tests.integration.client.cluster import Cluster, running_cluster
 from tests.integration.timer.helpers import BROKER_FLAGS, collect, max_offsets, status
 from tests.support import async_wait_until, now_ms
 
@@ -30,15 +29,8 @@ QUEUES = 4
 
 @pytest.fixture(scope="module")
 def crash_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    tmp = tmp_path_factory.mktemp("timer-crash")
-    group = ProcessGroup(tmp / "logs")
-    cluster = Cluster(group, tmp)
-    try:
-        cluster.start_namesrv()
-        cluster.start_broker("broker-t", 0, *BROKER_FLAGS)
+    with running_cluster(tmp_path_factory.mktemp("timer-crash"), [("broker-t", 0)], BROKER_FLAGS) as cluster:
         yield cluster
-    finally:
-        group.stop_all()
 
 
 def cpu_seconds(pid: int) -> float:
