@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import Protocol
 
 from services.broker.follower import BackgroundService
@@ -48,18 +48,21 @@ class ScheduleStore(Protocol):
 Deliver = Callable[[list[record.Message]], Awaitable[PutResult]]
 
 
-def restore_message(rec: record.MessageRecord) -> record.Message | None:
-    """The message to deliver for a record of the schedule topic (None if it lacks its real
-    topic/queue: such a record cannot be delivered anywhere)."""
+def restore_message(rec: record.MessageRecord, dropped: Collection[str] = _DROPPED_PROPERTIES, *,
+                    prepared_offset: int | None = None) -> record.Message | None:
+    """The message to deliver for a record of a system topic that holds it for later (None if it
+    lacks its real topic/queue: such a record cannot be delivered anywhere). ``dropped``: the
+    properties the system topic added; ``prepared_offset``: the PREPARED_TRANSACTION_OFFSET to
+    store (the record's own by default)."""
     props = rec.properties
     topic = props.get(record.PROPERTY_REAL_TOPIC)
     qid = props.get(record.PROPERTY_REAL_QUEUE_ID)
     if not topic or qid is None or not qid.isdigit():
         return None
-    kept = {k: val for k, val in props.items() if k not in _DROPPED_PROPERTIES}
+    kept = {k: val for k, val in props.items() if k not in dropped}
     return record.Message(
         topic, rec.body, int(qid), rec.flag, kept, rec.born_timestamp, rec.born_host, rec.sys_flag,
-        rec.reconsume_times, rec.prepared_transaction_offset,
+        rec.reconsume_times, rec.prepared_transaction_offset if prepared_offset is None else prepared_offset,
     )
 
 

@@ -26,6 +26,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 
+from services.broker.delay import restore_message
 from services.broker.follower import SystemTopicFollower
 from services.broker.longpoll import QueueNotifier
 from services.broker.storage import record
@@ -72,18 +73,6 @@ class _Pending:
     store_timestamp: int
     producer_group: str
     check_times: int = 0
-
-
-def real_message(rec: record.MessageRecord) -> record.Message | None:
-    """The message a committed half record becomes (None without REAL_TOPIC/REAL_QID)."""
-    props = rec.properties
-    topic = props.get(record.PROPERTY_REAL_TOPIC)
-    qid = props.get(record.PROPERTY_REAL_QUEUE_ID)
-    if not topic or qid is None or not qid.isdigit():
-        return None
-    kept = {k: v for k, v in props.items() if k not in _DROPPED}
-    return record.Message(topic, rec.body, int(qid), rec.flag, kept, rec.born_timestamp, rec.born_host,
-                          rec.sys_flag, rec.reconsume_times, rec.physical_offset)
 
 
 def _op_offset(body: bytes) -> int:
@@ -159,7 +148,7 @@ class TransactionService(SystemTopicFollower):
         rec = self.store.read_message(offset)
         messages: list[record.Message] = []
         if commit:
-            msg = real_message(rec) if rec is not None else None
+            msg = None if rec is None else restore_message(rec, _DROPPED, prepared_offset=rec.physical_offset)
             if msg is None:
                 raise NotFoundError(f"the half message of transaction {transaction_id} is no longer "
                                     "readable (expired or malformed); it cannot be committed")
