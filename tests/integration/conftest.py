@@ -7,10 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.procs import ProcessGroup
+from tests.integration.procs import ProcessGroup, add_log_sections, attach_logs
 from tests.support import free_port
-
-_GROUP_KEY = pytest.StashKey[ProcessGroup]()
 
 
 @pytest.fixture
@@ -18,7 +16,7 @@ def procs(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ProcessGro
     """Processes started by one test: logs in ``tmp_path/logs/<name>.log``, attached to the report
     when the test fails; everything still running is stopped (SIGTERM, then SIGKILL)."""
     group = ProcessGroup(tmp_path / "logs")
-    request.node.stash[_GROUP_KEY] = group
+    attach_logs(request.node, group)
     try:
         yield group
     finally:
@@ -46,8 +44,5 @@ def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
-    group = item.stash.get(_GROUP_KEY, None)
-    if group is not None and report.failed:
-        for title, text in group.report():
-            report.sections.append((f"{title} ({report.when})", text))
+    add_log_sections(item, report)
     return report

@@ -4,6 +4,8 @@
   working directory, output captured to ``<log_dir>/<name>.log``; stops everything with SIGTERM,
   then SIGKILL after a timeout. The ``procs`` fixture (tests/integration/conftest.py) gives each
   test a group and attaches the processes' logs to the report of a failed test.
+* :func:`attach_logs` / :func:`add_log_sections` - a group's process logs in the report of a
+  failed test (the suites' ``pytest_runtest_makereport`` hooks call the latter).
 * :meth:`ManagedProcess.wait_healthy` - poll grpc.health.v1 until SERVING (fails at once, with the
   log tail, if the process exits).
 
@@ -26,6 +28,7 @@ from pathlib import Path
 from typing import IO
 
 import grpc
+import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.support import ROOT, async_wait_until, free_port, wait_until
@@ -219,3 +222,20 @@ class ProcessGroup:
     def report(self, lines: int = 200) -> list[tuple[str, str]]:
         """(title, text) per process, for a failed test's report."""
         return [(f"process log: {p.name}", p.describe(lines)) for p in self.processes]
+
+
+_LOGS_KEY = pytest.StashKey[list[tuple[str, ProcessGroup]]]()
+
+
+def attach_logs(node: pytest.Item, group: ProcessGroup, label: str = "") -> None:
+    """Attach ``group``'s process logs (section titles prefixed with ``label``) to ``node``'s report
+    if the test fails."""
+    node.stash.setdefault(_LOGS_KEY, []).append((label, group))
+
+
+def add_log_sections(item: pytest.Item, report: pytest.TestReport) -> None:
+    """Add the logs attached to ``item`` to its report, if the report is a failure."""
+    if report.failed:
+        for label, group in item.stash.get(_LOGS_KEY, []):
+            for title, text in group.report():
+                report.sections.append((f"{label}{title} ({report.when})", text))

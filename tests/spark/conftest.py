@@ -22,9 +22,7 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 from tests.integration.client.cluster import Cluster, running_cluster
-from tests.integration.procs import ProcessGroup
-
-_GROUPS_KEY = pytest.StashKey[list[ProcessGroup]]()
+from tests.integration.procs import ProcessGroup, add_log_sections, attach_logs
 
 #: Small enough that a few hundred messages take several pulls per queue.
 BROKER_FLAGS = ("--max-transfer-count-on-message-in-memory", "64")
@@ -66,14 +64,9 @@ def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster
         yield cluster
 
 
-def attach_logs(request: pytest.FixtureRequest, group: ProcessGroup) -> None:
-    """Attach ``group``'s process logs to the report if the test fails."""
-    request.node.stash.setdefault(_GROUPS_KEY, []).append(group)
-
-
 @pytest.fixture
 def shared(shared_cluster: Cluster, request: pytest.FixtureRequest) -> Cluster:
-    attach_logs(request, shared_cluster.group)
+    attach_logs(request.node, shared_cluster.group)
     return shared_cluster
 
 
@@ -81,7 +74,7 @@ def shared(shared_cluster: Cluster, request: pytest.FixtureRequest) -> Cluster:
 def own_cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cluster]:
     """A cluster for one test (NameServer started; brokers are up to the test)."""
     group = ProcessGroup(tmp_path / "logs")
-    attach_logs(request, group)
+    attach_logs(request.node, group)
     cluster = Cluster(group, tmp_path / "cluster")
     try:
         cluster.start_namesrv()
@@ -95,8 +88,5 @@ def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
-    if report.failed:
-        for group in item.stash.get(_GROUPS_KEY, []):
-            for title, text in group.report():
-                report.sections.append((f"{title} ({report.when})", text))
+    add_log_sections(item, report)
     return report

@@ -4,15 +4,13 @@ session, for tests that only need distinct topics and groups)."""
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.integration.client.cluster import Cluster, running_cluster
-from tests.integration.procs import ProcessGroup
-
-_SHARED_KEY = pytest.StashKey[Cluster]()
+from tests.integration.procs import ProcessGroup, attach_logs
 
 
 @pytest.fixture
@@ -32,17 +30,6 @@ def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster
 
 @pytest.fixture
 def shared(shared_cluster: Cluster, request: pytest.FixtureRequest) -> Cluster:
-    request.node.stash[_SHARED_KEY] = shared_cluster
+    attach_logs(request.node, shared_cluster.group, "shared ")
     return shared_cluster
 
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(
-    item: pytest.Item, call: pytest.CallInfo[None]
-) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    report = yield
-    shared = item.stash.get(_SHARED_KEY, None)
-    if shared is not None and report.failed:
-        for title, text in shared.group.report():
-            report.sections.append((f"shared {title} ({report.when})", text))
-    return report

@@ -3,14 +3,13 @@ transaction suites."""
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator
+from collections.abc import Iterator
 
 import pytest
 
 from tests.integration.client.cluster import Cluster, running_cluster
+from tests.integration.procs import attach_logs
 from tests.integration.timer.helpers import BROKER_FLAGS
-
-_KEY = pytest.StashKey[Cluster]()
 
 
 @pytest.fixture(scope="module")
@@ -22,17 +21,6 @@ def timer_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]
 
 @pytest.fixture
 def tc(timer_cluster: Cluster, request: pytest.FixtureRequest) -> Cluster:
-    request.node.stash[_KEY] = timer_cluster
+    attach_logs(request.node, timer_cluster.group, "cluster ")
     return timer_cluster
 
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(
-    item: pytest.Item, call: pytest.CallInfo[None]
-) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    report = yield
-    cluster = item.stash.get(_KEY, None)
-    if cluster is not None and report.failed:
-        for title, text in cluster.group.report():
-            report.sections.append((f"cluster {title} ({report.when})", text))
-    return report
