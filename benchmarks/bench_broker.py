@@ -46,7 +46,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import grpc
-from benchlib import ROOT, cpu_seconds, free_port, identity, send_batch_stream, wait_port
+from benchlib import ROOT, cpu_seconds, free_port, identity, send_batch_stream, wait_port, wait_redis_replica
 
 from pocketmq.broker.v1 import broker_pb2 as pb
 from services.broker.storage.record import Message, decode_record, encode_record
@@ -236,11 +236,7 @@ class Redis:
 
         self.client = redis.Redis(port=self.port)
         replica = redis.Redis(port=self.replica_port)
-        deadline = time.monotonic() + 20
-        while replica.info("replication").get("master_link_status") != "up":
-            if time.monotonic() > deadline:
-                raise RuntimeError("redis replica did not connect")
-            time.sleep(0.1)
+        wait_redis_replica(replica)
 
     def produce(self, messages: int) -> float:
         body = os.urandom(BODY_SIZE)

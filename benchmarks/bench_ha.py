@@ -69,7 +69,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
-from benchlib import ROOT, free_port, identity, send_batch_stream, wait_port
+from benchlib import ROOT, free_port, identity, send_batch_stream, wait_port, wait_redis_replica
 
 from pocketmq.broker.v1 import broker_pb2 as pb
 from pocketmq.broker.v1 import broker_pb2_grpc
@@ -495,11 +495,7 @@ class Redis:
         import redis
 
         replica = redis.Redis(port=self.replica_port)
-        deadline = time.monotonic() + 20
-        while replica.info("replication").get("master_link_status") != "up":
-            if time.monotonic() > deadline:
-                raise RuntimeError("redis replica did not connect")
-            time.sleep(0.05)
+        wait_redis_replica(replica)
         replica.close()
 
     def produce(self, messages: int, clients: int = WINDOW) -> tuple[float, list[float]]:

@@ -8,6 +8,7 @@ import os
 import socket
 import time
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -34,6 +35,15 @@ def wait_port(port: int, timeout: float = 30.0) -> None:
                 return
         time.sleep(0.05)
     raise RuntimeError(f"nothing listens on port {port} after {timeout}s")
+
+
+def wait_redis_replica(replica: Any, timeout: float = 20.0) -> None:
+    """Wait until the ``redis.Redis`` client's server reports its link to its master up."""
+    deadline = time.monotonic() + timeout
+    while replica.info("replication").get("master_link_status") != "up":
+        if time.monotonic() > deadline:
+            raise RuntimeError("redis replica did not connect")
+        time.sleep(0.05)
 
 
 def cpu_seconds(pid: int) -> float:
