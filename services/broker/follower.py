@@ -8,17 +8,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
 from services.broker.longpoll import QueueNotifier
 from services.broker.metadata.base import write_file_atomic
+from services.broker.storage import record
+from services.broker.storage.status import PutResult
+from services.broker.systopic import QueueReader
 
 #: How long an idle follower waits for new records before looking again.
 IDLE_WAIT_S = 5.0
 #: How long a failed step waits before it is retried.
 RETRY_DELAY_S = 1.0
+
+#: Appends messages to the store in one write (the send path's append).
+Append = Callable[[Sequence[record.Message]], PutResult]
 
 
 class BackgroundService:
@@ -48,17 +54,24 @@ class BackgroundService:
 
 
 class SystemTopicFollower(BackgroundService):
-    """Follows queues of a system topic (:meth:`catch_up`) and snapshots what it built
-    (:meth:`snapshot_bytes`) to ``snapshot_path`` when it changed, and on stop.
+    """Follows queues of a system topic in ``store`` (:meth:`catch_up`) and snapshots what it
+    built (:meth:`snapshot_bytes`) to ``snapshot_path`` when it changed, and on stop; on masters
+    it writes its records with ``append``.
 
     ``name`` names the state in log lines ("timer", "transaction")."""
 
     name = "system topic"
 
-    def __init__(self, snapshot_path: Path, notifier: QueueNotifier) -> None:
+    def __init__(self, store: QueueReader, snapshot_path: Path, *, append: Append, notifier: QueueNotifier,
+                 master: bool, store_host: record.Host, clock_ms: Callable[[], int]) -> None:
         super().__init__()
+        self.store = store
         self.snapshot_path = snapshot_path
+        self.append = append
         self.notifier = notifier
+        self.master = master
+        self.store_host = store_host
+        self.clock_ms = clock_ms
         self._dirty = False
         self._log = logging.getLogger(type(self).__module__)
 

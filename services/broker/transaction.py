@@ -23,14 +23,13 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 
 from services.broker.delay import restore_message
-from services.broker.follower import SystemTopicFollower
+from services.broker.follower import Append, SystemTopicFollower
 from services.broker.longpoll import QueueNotifier
 from services.broker.storage import record
-from services.broker.storage.status import PutResult
 from services.broker.systopic import QueueReader, clamp_offset, follow
 from services.broker.validation import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from services.common.errors import InvalidArgumentError, NotFoundError, UnavailableError
@@ -44,8 +43,6 @@ OP_DISCARD = "discard"
 OP_TAG = "d"
 _DROPPED = frozenset({record.PROPERTY_REAL_TOPIC, record.PROPERTY_REAL_QUEUE_ID,
                       record.PROPERTY_TRANSACTION_PREPARED, record.PROPERTY_TRANSACTION_CHECK_TIMES})
-
-Append = Callable[[Sequence[record.Message]], PutResult]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,17 +98,13 @@ class TransactionService(SystemTopicFollower):
         store_host: record.Host = ("127.0.0.1", 0),
         clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
     ) -> None:
-        super().__init__(snapshot_path, notifier)
-        self.store = store
-        self.append = append
-        self.master = master
+        super().__init__(store, snapshot_path, append=append, notifier=notifier, master=master,
+                         store_host=store_host, clock_ms=clock_ms)
         self.check_writable = check_writable
         self.msg_id = msg_id
         self.timeout_ms = timeout_ms
         self.check_interval_s = check_interval_ms / 1000
         self.check_max = check_max
-        self.store_host = store_host
-        self.clock_ms = clock_ms
         self.half_offset = 0
         self.op_offset = 0
         self._pending: dict[int, _Pending] = {}

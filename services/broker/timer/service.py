@@ -21,16 +21,15 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 from prometheus_client import Counter, Histogram
 
 from services.broker.delay import restore_message
-from services.broker.follower import IDLE_WAIT_S, RETRY_DELAY_S, SystemTopicFollower
+from services.broker.follower import IDLE_WAIT_S, RETRY_DELAY_S, Append, SystemTopicFollower
 from services.broker.longpoll import QueueNotifier
 from services.broker.storage import record
-from services.broker.storage.status import PutResult
 from services.broker.systopic import QueueReader, clamp_offset, follow
 from services.broker.timer.index import (
     Snapshot,
@@ -50,8 +49,6 @@ DONE_QUEUE = 1
 #: The timer topic's queue count.
 TIMER_QUEUES = 2
 _LATENESS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 60.0)
-
-Append = Callable[[Sequence[record.Message]], PutResult]
 
 
 def deliver_ms_of(rec: record.MessageRecord) -> int | None:
@@ -76,14 +73,10 @@ class TimerService(SystemTopicFollower):
         registry_labels: tuple[object, list[str]] | None = None,
         clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
     ) -> None:
-        super().__init__(snapshot_path, notifier)
-        self.store = store
-        self.append = append
-        self.master = master
+        super().__init__(store, snapshot_path, append=append, notifier=notifier, master=master,
+                         store_host=store_host, clock_ms=clock_ms)
         self.flush_interval_s = flush_interval_s
         self.deliver_batch = deliver_batch
-        self.store_host = store_host
-        self.clock_ms = clock_ms
         self.index = TimerIndex()
         self.entries_offset = 0
         self.done_offset = 0
