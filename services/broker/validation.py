@@ -18,7 +18,10 @@ from pocketmq.wire.names import (
     GROUP_MAX_LENGTH,
     SCHEDULE_TOPIC,
     SYSTEM_TOPICS,
+    TIMER_TOPIC,
     TOPIC_MAX_LENGTH,
+    TRANS_HALF_TOPIC,
+    TRANS_OP_HALF_TOPIC,
 )
 from pocketmq.wire.record import PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC, tag_hash_code
 from pocketmq.wire.tags import MATCH_ALL, TagFilter
@@ -26,9 +29,9 @@ from services.common.errors import InvalidArgumentError
 
 __all__ = [
     "AUTO_CREATE_TOPIC_KEY", "GROUP_MAX_LENGTH", "MATCH_ALL", "SCHEDULE_TOPIC", "SYSTEM_TOPICS",
-    "TOPIC_MAX_LENGTH", "TagFilter", "effective_delay_level", "parse_tag_expression", "perm_to_string",
-    "validate_group", "validate_offset", "validate_perm", "validate_queue_nums", "validate_send_topic",
-    "validate_topic",
+    "TIMER_TOPIC", "TOPIC_MAX_LENGTH", "TRANS_HALF_TOPIC", "TRANS_OP_HALF_TOPIC", "TagFilter",
+    "effective_delay_level", "parse_tag_expression", "perm_to_string", "validate_group",
+    "validate_offset", "validate_perm", "validate_queue_nums", "validate_send_topic", "validate_topic",
 ]
 
 #: Property keys the broker sets itself; a client may not send them.
