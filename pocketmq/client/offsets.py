@@ -83,7 +83,8 @@ class OffsetTracker:
             return
         pq.committed = -1 if racing_pull or pq.pull_commit_unconfirmed else offset
 
-    def pull_commit(self, pq: ProcessQueue) -> int:
+    @staticmethod
+    def pull_commit(pq: ProcessQueue) -> int:
         """The offset a pull of ``pq`` may commit on its way (-1: none): only when it moved and
         no UpdateConsumerOffset call of the queue is in flight. The pull's answer confirms it
         (:meth:`pull_committed`)."""
