@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import shutil
 import signal
 import statistics
@@ -103,7 +102,8 @@ class Cluster:
             while True:
                 assert self.proc is not None
                 if self.proc.poll() is not None:
-                    raise RuntimeError(f"broker exited with {self.proc.returncode}; see {self.workdir}/broker.log")
+                    raise RuntimeError(f"broker exited with {self.proc.returncode}; "
+                                       f"see {self.workdir}/broker.log")
                 try:
                     await stub.GetBrokerStatus(pb.GetBrokerStatusRequest(), timeout=2)
                     return

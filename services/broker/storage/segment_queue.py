@@ -28,10 +28,15 @@ log = logging.getLogger(__name__)
 
 
 class SegmentQueue:
-    def __init__(self, directory: str, segment_size: int, *, sync: SyncFn = default_sync) -> None:
+    def __init__(self, directory: str, segment_size: int, *, sync: SyncFn = default_sync,
+                 defer_dir_sync: Callable[[str], None] | None = None) -> None:
         self.directory = directory
         self.segment_size = segment_size
         self.sync = sync
+        #: Given: a new segment's directory entry is made durable later by the owner (which
+        #: must do it before it relies on the file being there after a crash) instead of by an
+        #: ``fsync`` of the directory on the creating thread.
+        self.defer_dir_sync = defer_dir_sync
         self._segments: tuple[Segment, ...] = ()
         #: The last segment (the one being written), or None; kept in step with the list.
         self.active: Segment | None = None
@@ -131,11 +136,14 @@ class SegmentQueue:
             os.makedirs(self.directory, exist_ok=True)
             path = os.path.join(self.directory, segment_name(start))
             seg = Segment(path, start, self.segment_size, create=True)
-            try:
-                fsync_dir(self.directory)
-            except OSError:
-                seg.destroy()
-                raise
+            if self.defer_dir_sync is not None:
+                self.defer_dir_sync(self.directory)
+            else:
+                try:
+                    fsync_dir(self.directory)
+                except OSError:
+                    seg.destroy()
+                    raise
             self._set_segments((*segs, seg))
             if not segs:
                 self.flushed_where = start
