@@ -26,7 +26,7 @@ import threading
 from collections.abc import Callable
 
 from services.broker.storage.config import CQ_ENTRY_SIZE
-from services.broker.storage.segment import Segment, SyncFn, default_sync, fsync_dir
+from services.broker.storage.segment import PAGE_SIZE, Segment, SyncFn, default_sync, fsync_dir
 from services.broker.storage.segment_queue import SegmentQueue
 
 log = logging.getLogger(__name__)
@@ -122,7 +122,12 @@ class ConsumeQueue:
             else:
                 seg = self._active = self._queue.create(pos)
         rel = pos - seg.start
-        ENTRY.pack_into(seg.mm, rel, physical_offset, size, tags_code)
+        if (rel + CQ_ENTRY_SIZE - 1) % PAGE_SIZE < CQ_ENTRY_SIZE:
+            # The entry is the first to touch a page: write it through the file, not the mapping
+            # (see Segment.write_through).
+            seg.write_through(rel, ENTRY.pack(physical_offset, size, tags_code))
+        else:
+            ENTRY.pack_into(seg.mm, rel, physical_offset, size, tags_code)
         seg.write_pos = rel + CQ_ENTRY_SIZE
         self.max_offset = queue_offset + 1
         self.last_physical_end = physical_offset + size
