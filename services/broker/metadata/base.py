@@ -263,6 +263,8 @@ class MetadataTable(abc.ABC):
                         if self._journal is not None:
                             self._journal.invalidate()
                 queued.error = error
+            for covered in jobs[:last_snapshot]:  # durable exactly when the snapshot is
+                covered.error = jobs[last_snapshot].error
         if job.error is not None:
             raise job.error
 

@@ -157,3 +157,35 @@ def test_slave_replacement_rewrites_the_file(tmp_path: Path) -> None:
     assert len(journal_lines(tmp_path)) == 1
     again = reloaded(tmp_path)
     assert again.data_version == version and [t.topic_name for t in again.all()] == ["from-master"]
+
+
+def test_a_failed_rewrite_fails_every_change_it_covered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import services.broker.metadata.base as base
+
+    m = TopicConfigManager(str(tmp_path))
+    m.persist()
+
+    def full_disk(path: Path, data: bytes) -> None:
+        raise OSError(28, "No space left on device")
+
+    async def run() -> list[BaseException | None]:
+        with m._io_lock:  # the writer is busy: both changes queue up behind it
+            m.put(TopicConfig("a", 1, 1))
+            first = asyncio.create_task(m.persist_async())  # a journal append ...
+            await asyncio.sleep(0)
+            m.replace_all([TopicConfig("b", 1, 1)], DataVersion(1, 5))
+            second = asyncio.create_task(m.persist_async())  # ... covered by this rewrite
+            await asyncio.sleep(0)
+        results = await asyncio.gather(first, second, return_exceptions=True)
+        return [r if isinstance(r, BaseException) else None for r in results]
+
+    monkeypatch.setattr(base, "write_file_atomic", full_disk)
+    outcomes = asyncio.run(run())
+    # The append was skipped as covered by the rewrite, which failed: neither caller is told
+    # its change is durable.
+    assert all(isinstance(o, OSError) for o in outcomes) and m.dirty
+    monkeypatch.undo()
+    asyncio.run(m.persist_if_dirty())
+    assert [t.topic_name for t in reloaded(tmp_path).all()] == ["b"]
