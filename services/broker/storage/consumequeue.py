@@ -52,7 +52,8 @@ class ConsumeQueue:
         self.queue_id = queue_id
         self.directory = directory
         self._file_size = file_size
-        self._queue = SegmentQueue(directory, file_size, sync=sync, defer_dir_sync=defer_dir_sync)
+        self._queue = SegmentQueue(directory, file_size, sync=sync, defer_dir_sync=defer_dir_sync,
+                                   keep_fd=False)
         #: The file being written (the last one), cached for the append path.
         self._active: Segment | None = None
         self.min_offset = 0

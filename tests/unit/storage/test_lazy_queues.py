@@ -119,3 +119,20 @@ def test_delete_topic_drops_unopened_queues(tmp_path: Path) -> None:
         assert not (tmp_path / "consumequeue" / "T1").exists()
     with MessageStore(config) as store:
         assert "T1" not in store.topics() and store.max_queue_offset("T0", 1) == 3
+
+
+def test_a_consume_queue_file_holds_one_descriptor(tmp_path: Path) -> None:
+    import os
+
+    def open_fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    with MessageStore(small_config(tmp_path)) as store:
+        store.put_message(msg(0, topic="warm"))
+        before = open_fds()
+        for q in range(60):
+            assert store.put_message(msg(0, topic="Many", queue_id=q)).ok
+        # One for each file's mapping; the file's own descriptor is not kept.
+        assert open_fds() - before <= 60 + 2
+        store.flush()
+        assert bodies(store, "Many", 59) == [msg(0, topic="Many", queue_id=59).body]
