@@ -6,8 +6,10 @@ on free loopback ports. The broker starts with a topic table of N topics already
 ``config/topics.json`` (the broker's own file format), then, in each round:
 
 * create: ``K`` new topics of 8 queues one by one through the admin client
-  (``AsyncAdmin.create_topic``, what ``pocketmq topic create`` does), ms per topic; and, where
-  the broker has it, ``K`` topics in one batch (``AsyncAdmin.create_topics``), ms per topic;
+  (``AsyncAdmin.create_topic``, what ``pocketmq topic create`` does: a NameServer lookup, then
+  the call relayed through the NameServer), ms per topic; ``K`` more with CreateTopic straight
+  to the broker (its part of that cost); and, where the broker has it, ``K`` topics in one
+  batch (``AsyncAdmin.create_topics``), ms per topic;
 * first send: one 100-byte message each to ``K`` queues that never had one (SendMessage to an
   explicit queue), ms per message, next to a second message to the same queues ("next send",
   the reference: the cost of the unary call itself).
@@ -47,6 +49,7 @@ from benchlib import ROOT, free_port, wait_port
 from pocketmq.broker.v1 import broker_pb2 as pb
 from pocketmq.broker.v1 import broker_pb2_grpc
 from pocketmq.client.admin import AsyncAdmin
+from pocketmq.common.v1 import common_pb2
 
 QUEUES = 8
 BODY = b"x" * 100
@@ -154,6 +157,19 @@ async def create_one_by_one(cluster: Cluster, names: list[str]) -> float:
         return (time.perf_counter() - t0) * 1000 / len(names)
 
 
+async def create_direct(cluster: Cluster, names: list[str]) -> float:
+    """ms per topic, one CreateTopic call each straight to the broker (no NameServer lookup
+    or relay): the broker's part of the admin client's cost."""
+    async with grpc.aio.insecure_channel(cluster.addr) as channel:
+        stub = broker_pb2_grpc.BrokerStub(channel)
+        await stub.GetBrokerStatus(pb.GetBrokerStatusRequest())
+        t0 = time.perf_counter()
+        for name in names:
+            await stub.CreateTopic(pb.CreateTopicRequest(topic_config=common_pb2.TopicConfig(
+                topic_name=name, read_queue_nums=QUEUES, write_queue_nums=QUEUES, perm=6)), timeout=30)
+        return (time.perf_counter() - t0) * 1000 / len(names)
+
+
 async def create_batch(cluster: Cluster, names: list[str]) -> float | None:
     """ms per topic, all in one batch call (None when the admin client has no batch API)."""
     async with AsyncAdmin(cluster.namesrv, timeout=60) as admin:
@@ -222,6 +238,7 @@ def run_size(root: Path, namesrv: str, n: int, args: argparse.Namespace) -> dict
         first_start = cluster.start()
         print(f"  first start (empty store, {n} topics in the table): {first_start:.2f} s", flush=True)
         creates: list[float] = []
+        directs: list[float] = []
         batches: list[float] = []
         firsts: list[float] = []
         nexts: list[float] = []
@@ -230,6 +247,8 @@ def run_size(root: Path, namesrv: str, n: int, args: argparse.Namespace) -> dict
         for r in range(args.rounds):
             creates.append(asyncio.run(create_one_by_one(
                 cluster, [f"scale-new-{r}-{i}" for i in range(sample)])))
+            directs.append(asyncio.run(create_direct(
+                cluster, [f"scale-direct-{r}-{i}" for i in range(sample)])))
             batch = asyncio.run(create_batch(cluster, [f"scale-batch-{r}-{i}" for i in range(sample)]))
             if batch is not None:
                 batches.append(batch)
@@ -240,11 +259,12 @@ def run_size(root: Path, namesrv: str, n: int, args: argparse.Namespace) -> dict
             first, nxt = asyncio.run(first_sends(cluster, picks))
             firsts.append(first)
             nexts.append(nxt)
-            print(f"  round {r + 1}: create {creates[-1]:.3f} ms/topic"
+            print(f"  round {r + 1}: create {creates[-1]:.3f} ms/topic (direct {directs[-1]:.3f})"
                   + (f", batch create {batches[-1]:.3f} ms/topic" if batches else "")
                   + f", first send {first:.3f} ms, next send {nxt:.3f} ms", flush=True)
         out = {
             "create": median_line("create topic (admin, one by one)", creates, "ms/topic"),
+            "direct_create": median_line("create topic (CreateTopic to the broker)", directs, "ms/topic"),
             "first_send": median_line("first send to a queue", firsts, "ms/msg"),
             "next_send": median_line("next send to that queue (reference)", nexts, "ms/msg"),
         }
@@ -305,12 +325,12 @@ def main() -> int:
         namesrv_proc.wait(30)
         shutil.rmtree(root, ignore_errors=True)
     print(f"\nload after {load()}")
-    print(f"{'topics':>8} {'create ms':>10} {'batch ms':>9} {'first send ms':>14} {'next send ms':>13} "
-          f"{'start s':>8}")
+    print(f"{'topics':>8} {'create ms':>10} {'direct ms':>10} {'batch ms':>9} {'first send ms':>14} "
+          f"{'next send ms':>13} {'start s':>8}")
     for n, r in results.items():
         batch = f"{r['batch_create']:.3f}" if "batch_create" in r else "-"
-        print(f"{n:>8} {r['create']:>10.3f} {batch:>9} {r['first_send']:>14.3f} {r['next_send']:>13.3f} "
-              f"{r['start']:>8.2f}")
+        print(f"{n:>8} {r['create']:>10.3f} {r['direct_create']:>10.3f} {batch:>9} {r['first_send']:>14.3f} "
+              f"{r['next_send']:>13.3f} {r['start']:>8.2f}")
     print(f"reference: empty-store start {ref_start:.2f} s; flat cost = the largest size's figure close to "
           f"the smallest's")
     top = results[sizes[-1]]
