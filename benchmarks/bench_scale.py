@@ -21,7 +21,8 @@ start on an empty store, measured in the same run.
 
 Every round is printed with the median; the machine's load average is printed before and after.
 The last line: ``scale_create_topic_ms=<at the largest N> scale_first_send_ms=<at the largest
-N> scale_start_s=<largest N>``.
+N> scale_start_s=<largest N>``, then the largest N's direct CreateTopic and batch create ms per
+topic (``scale_create_direct_ms``, ``scale_batch_create_ms``).
 
     python benchmarks/bench_scale.py [--sizes 1000,5000,10000] [--quick] [--sample 200]
                                      [--rounds 3] [--data-queues 1]
@@ -334,8 +335,9 @@ def main() -> int:
     print(f"reference: empty-store start {ref_start:.2f} s; flat cost = the largest size's figure close to "
           f"the smallest's")
     top = results[sizes[-1]]
+    batch = f" scale_batch_create_ms={top['batch_create']:.3f}" if "batch_create" in top else ""
     print(f"scale_create_topic_ms={top['create']:.3f} scale_first_send_ms={top['first_send']:.3f} "
-          f"scale_start_s={top['start']:.2f}")
+          f"scale_start_s={top['start']:.2f} scale_create_direct_ms={top['direct_create']:.3f}{batch}")
     return 0
 
 
