@@ -41,6 +41,12 @@ class PermissionDeniedError(ServiceError):
     code = grpc.StatusCode.PERMISSION_DENIED
 
 
+class UnavailableError(ServiceError):
+    """Retry later (e.g. the store refused a write the request needs)."""
+
+    code = grpc.StatusCode.UNAVAILABLE
+
+
 R = TypeVar("R")
 Handler = Callable[..., Awaitable[R]]
 
