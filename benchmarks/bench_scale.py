@@ -67,8 +67,8 @@ def median_line(name: str, values: list[float], unit: str) -> float:
     return med
 
 
-#: Open files the broker may have: every consume queue file holds two descriptors (its own and
-#: the mapping's), so 10k queues with data need more than the common default of 1024-20000.
+#: Open files the broker may have: every consume queue file holds a descriptor (its mapping's),
+#: so 10k queues with data need more than the common default of 1024.
 NOFILE = 1 << 17
 
 
