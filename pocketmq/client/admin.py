@@ -211,6 +211,32 @@ class AsyncAdmin:
 
         return await self._each(await self._masters(cluster), create)
 
+    async def create_topics(
+        self, topics: Sequence[str], *, read_queues: int = 4, write_queues: int = 4,
+        perm: int = PERM_READ | PERM_WRITE, order: bool = False, cluster: str | None = None,
+        batch_size: int = 1000,
+    ) -> list[BrokerResult[list[common_pb2.TopicConfig]]]:
+        """Create (or overwrite) many topics with the same settings on every master (of
+        ``cluster``): one CreateTopics call per ``batch_size`` topics and master, so the broker
+        stores each batch with one metadata write."""
+        if read_queues < 1 or write_queues < 1:
+            raise InvalidArgumentError("read and write queue counts must be >= 1")
+        if batch_size < 1:
+            raise InvalidArgumentError("batch_size must be >= 1")
+        configs = [common_pb2.TopicConfig(topic_name=topic, read_queue_nums=read_queues,
+                                          write_queue_nums=write_queues, perm=perm, order=order)
+                   for topic in topics]
+
+        async def create(t: BrokerTarget) -> list[common_pb2.TopicConfig]:
+            created: list[common_pb2.TopicConfig] = []
+            for start in range(0, len(configs), batch_size):
+                reply = await self.call(t.addr, "CreateTopics", broker_pb2.CreateTopicsRequest(
+                    topic_configs=configs[start:start + batch_size]))
+                created.extend(reply.topic_configs)
+            return created
+
+        return await self._each(await self._masters(cluster), create)
+
     async def update_topic(
         self, topic: str, *, read_queues: int | None = None, write_queues: int | None = None,
         perm: int | None = None, order: bool | None = None, cluster: str | None = None,

@@ -87,12 +87,11 @@ class Fetcher:
     def _pull_request(self, pq: ProcessQueue, filt: TagFilter) -> broker_pb2.PullMessageRequest:
         """A pull from ``pq.next_offset`` that also commits the queue's offset when it moved."""
         q, s = pq.queue, self.settings
-        commit = pq.commit_offset()
         return broker_pb2.PullMessageRequest(
             consumer_group=s.group, topic=q.topic, queue_id=q.queue_id, queue_offset=pq.next_offset,
             max_msg_nums=s.pull_batch_size, subscription=filt.expression,
             suspend_timeout_ms=int(s.long_poll_timeout * 1000), raw_records=True,
-            commit_offset=commit if commit > pq.committed else -1)
+            commit_offset=self.offsets.pull_commit(pq))
 
     async def _apply_reply(self, pq: ProcessQueue, filt: TagFilter,
                            reply: broker_pb2.PullMessageResponse) -> bool:
@@ -152,12 +151,12 @@ class Fetcher:
         commit = request.commit_offset
         timeout = s.long_poll_timeout + s.request_timeout
         reply, addr = await self.failover.call_group(pq, lambda a: caller.pull(a, request, timeout))
+        route = self.routes.cached(q.topic)
+        from_master = route is not None and route.master_addr(q.broker_name) == addr
+        self.offsets.pull_committed(pq, commit, from_master)
         if pq.dropped:
             return
         pq.last_addr = addr
-        route = self.routes.cached(q.topic)
-        if commit > pq.committed and route is not None and route.master_addr(q.broker_name) == addr:
-            pq.committed = commit
         pq.suggested_id = int(reply.suggest_which_broker_id)
         await self._apply_reply(pq, filt, reply)
 
@@ -224,12 +223,12 @@ class Fetcher:
                         if not answered:  # ended at once (a broker shutting down): not in a loop
                             await asyncio.sleep(0.2)
                         return
+                    if not answered:  # the broker committed it when the stream started
+                        self.offsets.pull_committed(pq, commit, from_master)
                     if pq.dropped:
                         return
                     answered = True
                     pq.last_addr = addr
-                    if commit > pq.committed and from_master:
-                        pq.committed = commit  # the broker committed it when the stream started
                     if not await self._apply_reply(pq, filt, reply):
                         return
                     suggested = int(reply.suggest_which_broker_id)

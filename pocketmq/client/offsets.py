@@ -55,10 +55,24 @@ class OffsetTracker:
         return offset
 
     async def commit(self, pq: ProcessQueue, force: bool = False) -> None:
+        """Commit ``pq``'s offset to the master of its broker group (unless the broker has it
+        already). Commits of one queue go out one after the other: the broker keeps the value
+        that arrives last, so two in flight at once could leave an older offset there. A caller
+        cancelled while its call is on the way does not cancel the call; the next commit of the
+        queue waits for it."""
+        while (previous := pq.commit_task) is not None and not previous.done():
+            await asyncio.wait((previous,))  # not cancelled with this caller
         offset = pq.commit_offset()
         if offset < 0 or (offset == pq.committed and not force):
             return
+        task = pq.commit_task = asyncio.ensure_future(self._send(pq, offset))
+        await asyncio.shield(task)
+
+    async def _send(self, pq: ProcessQueue, offset: int) -> None:
         s, q, caller = self.settings, pq.queue, self.caller
+        # A pull carrying an older commit may still reach the broker after this call: then what
+        # the broker holds is not known, and the next commit is sent even if unchanged.
+        racing_pull = pq.pull_commit_unconfirmed
         try:
             await self.failover.call_group(
                 pq, lambda addr: caller.update_consumer_offset(addr, s.group, q.topic, q.queue_id, offset,
@@ -67,7 +81,29 @@ class OffsetTracker:
         except PocketMQError as exc:
             log.warning("offset commit failed", extra={"queue": str(q), "offset": offset, "error": str(exc)})
             return
-        pq.committed = max(pq.committed, offset) if not force else offset
+        pq.committed = -1 if racing_pull or pq.pull_commit_unconfirmed else offset
+
+    @staticmethod
+    def pull_commit(pq: ProcessQueue) -> int:
+        """The offset a pull of ``pq`` may commit on its way (-1: none): only when it moved and
+        no UpdateConsumerOffset call of the queue is in flight. The pull's answer confirms it
+        (:meth:`pull_committed`)."""
+        offset = pq.commit_offset()
+        task = pq.commit_task
+        if offset <= pq.committed or (task is not None and not task.done()):
+            return -1
+        pq.pull_commit_unconfirmed = True
+        return offset
+
+    @staticmethod
+    def pull_committed(pq: ProcessQueue, offset: int, from_master: bool) -> None:
+        """The broker answered a pull that carried ``offset`` (-1: none)."""
+        if offset < 0:
+            return
+        pq.pull_commit_unconfirmed = False
+        task = pq.commit_task
+        if from_master and (task is None or task.done()) and offset > pq.committed:
+            pq.committed = offset
 
     async def commit_all(self, pqs: Iterable[ProcessQueue]) -> None:
         await asyncio.gather(*(self.commit(pq) for pq in list(pqs) if pq.initialized))

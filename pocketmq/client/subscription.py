@@ -48,13 +48,19 @@ class ProcessQueue:
     """State of one owned queue: where to pull next, what is delivered but not yet processed,
     what was committed."""
 
-    __slots__ = ("buffer", "committed", "consume_task", "dropped", "inflight", "initialized", "last_addr",
-                 "next_offset", "pull_task", "queue", "started", "suggested_id")
+    __slots__ = ("buffer", "commit_task", "committed", "consume_task", "dropped", "inflight", "initialized",
+                 "last_addr", "next_offset", "pull_commit_unconfirmed", "pull_task", "queue", "started",
+                 "suggested_id")
 
     def __init__(self, queue: MessageQueue, buffer_batches: int) -> None:
         self.queue = queue
         self.next_offset = -1
+        #: The offset the broker holds for the group, as far as this member knows (-1: unknown).
         self.committed = -1
+        #: The UpdateConsumerOffset call of this queue in flight, if any (one at a time).
+        self.commit_task: asyncio.Task[None] | None = None
+        #: A pull carrying a commit was sent and the broker has not answered it yet.
+        self.pull_commit_unconfirmed = False
         self.initialized = False
         #: Set once the starting offset is decided and recorded on the broker.
         self.started = asyncio.Event()

@@ -20,6 +20,7 @@ import grpc
 
 from pocketmq.broker.v1 import broker_pb2 as pb
 from pocketmq.broker.v1 import broker_pb2_grpc
+from pocketmq.common.v1 import common_pb2
 from pocketmq.wire.address import AddressError, parse_host_port
 from services.broker import validation as v
 from services.broker.metadata import SubscriptionGroupConfig, TopicConfig
@@ -261,23 +262,44 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):  # type: ignore[misc]
 
     # -- topic admin ------------------------------------------------------------------------
 
-    @grpc_method
-    async def CreateTopic(self, request: pb.CreateTopicRequest, context: Ctx) -> pb.TopicResponse:
-        self._require_master("topic admin")
-        if not request.HasField("topic_config"):
-            raise InvalidArgumentError("topic_config is required")
-        tc = TopicConfig.from_proto(request.topic_config)
+    @staticmethod
+    def _topic_to_create(config: common_pb2.TopicConfig) -> TopicConfig:
+        tc = TopicConfig.from_proto(config)
         if tc.perm == 0:
             tc = TopicConfig(tc.topic_name, tc.read_queue_nums, tc.write_queue_nums,
                              v.PERM_READ | v.PERM_WRITE, tc.topic_sys_flag, tc.order)
         if tc.topic_name in v.SYSTEM_TOPICS:
             raise InvalidArgumentError(f"topic {tc.topic_name!r} is a system topic")
+        return tc.validated()
+
+    @grpc_method
+    async def CreateTopic(self, request: pb.CreateTopicRequest, context: Ctx) -> pb.TopicResponse:
+        self._require_master("topic admin")
+        if not request.HasField("topic_config"):
+            raise InvalidArgumentError("topic_config is required")
+        tc = self._topic_to_create(request.topic_config)
         self.app.topics.put(tc)
         await self.app.topics.persist_if_dirty()
         log.info("topic created or updated", extra={
             "topic": tc.topic_name, "read_queues": tc.read_queue_nums, "write_queues": tc.write_queue_nums,
             "perm": v.perm_to_string(tc.perm)})
         return pb.TopicResponse(topic_config=tc.to_proto())
+
+    @grpc_method
+    async def CreateTopics(self, request: pb.CreateTopicsRequest, context: Ctx) -> pb.CreateTopicsResponse:
+        self._require_master("topic admin")
+        configs: dict[str, TopicConfig] = {}
+        for i, config in enumerate(request.topic_configs):
+            try:
+                tc = self._topic_to_create(config)
+            except InvalidArgumentError as exc:
+                raise InvalidArgumentError(f"topic_configs[{i}]: {exc}") from None
+            configs[tc.topic_name] = tc  # a name given twice: the last config wins
+        for tc in configs.values():
+            self.app.topics.put(tc)
+        await self.app.topics.persist_if_dirty()
+        log.info("topics created or updated", extra={"count": len(configs)})
+        return pb.CreateTopicsResponse(topic_configs=[tc.to_proto() for tc in configs.values()])
 
     @grpc_method
     async def DeleteTopic(self, request: pb.DeleteTopicRequest, context: Ctx) -> pb.DeleteTopicResponse:

@@ -104,6 +104,11 @@ class BrokerStub:
                 request_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.CreateTopicRequest.SerializeToString,
                 response_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.TopicResponse.FromString,
                 _registered_method=True)
+        self.CreateTopics = channel.unary_unary(
+                '/pocketmq.broker.v1.Broker/CreateTopics',
+                request_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.CreateTopicsRequest.SerializeToString,
+                response_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.CreateTopicsResponse.FromString,
+                _registered_method=True)
         self.DeleteTopic = channel.unary_unary(
                 '/pocketmq.broker.v1.Broker/DeleteTopic',
                 request_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.DeleteTopicRequest.SerializeToString,
@@ -249,6 +254,14 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateTopics(self, request, context):
+        """Create (or overwrite) many topics at once: all are validated first (one bad config fails
+        the call and changes nothing), then stored with one metadata write.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def DeleteTopic(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -372,6 +385,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.CreateTopic,
                     request_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.CreateTopicRequest.FromString,
                     response_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.TopicResponse.SerializeToString,
+            ),
+            'CreateTopics': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateTopics,
+                    request_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.CreateTopicsRequest.FromString,
+                    response_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.CreateTopicsResponse.SerializeToString,
             ),
             'DeleteTopic': grpc.unary_unary_rpc_method_handler(
                     servicer.DeleteTopic,
@@ -792,6 +810,33 @@ class Broker:
             '/pocketmq.broker.v1.Broker/CreateTopic',
             pocketmq_dot_broker_dot_v1_dot_broker__pb2.CreateTopicRequest.SerializeToString,
             pocketmq_dot_broker_dot_v1_dot_broker__pb2.TopicResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateTopics(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/pocketmq.broker.v1.Broker/CreateTopics',
+            pocketmq_dot_broker_dot_v1_dot_broker__pb2.CreateTopicsRequest.SerializeToString,
+            pocketmq_dot_broker_dot_v1_dot_broker__pb2.CreateTopicsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -57,21 +59,57 @@ def _print_topic_results(title: str, topic: str, results: list[Any], conn: Conn)
 @app.command("create")
 @connected(CLUSTER, BROKER, ACCESS)
 def topic_create(
-    topic: TopicArg,
+    topics: Annotated[list[str] | None, typer.Argument(help="Topic name(s).", show_default=False)] = None,
     read_queues: Annotated[int, _READ_QUEUES] = 4,
     write_queues: Annotated[int, _WRITE_QUEUES] = 4,
     perm: Annotated[str, _PERM] = "RW",
     order: Annotated[bool, typer.Option("--order/--no-order", help="Ordered topic flag.")] = False,
+    file: Annotated[Path | None, typer.Option(
+        "--file", "-f", help="Also create the topics named in this file (one a line; - reads stdin; "
+        "blank lines and # comments are skipped).", show_default=False)] = None,
     *,
     conn: Conn,
 ) -> None:
-    """Create (or overwrite) a topic on every master broker (of --cluster, or --broker)."""
+    """Create (or overwrite) topics on every master broker (of --cluster, or --broker). Several
+    topics (names, --file) go in batches, one metadata write per batch on each broker."""
     perm_bits = _perm(perm)
-
-    results = conn.call(lambda admin: admin.create_topic(
-        topic, read_queues=read_queues, write_queues=write_queues, perm=perm_bits, order=order,
+    names = list(topics or [])
+    if file is not None:
+        text = sys.stdin.read() if str(file) == "-" else _read_text(file)
+        names += [line.strip() for line in text.splitlines()
+                  if line.strip() and not line.lstrip().startswith("#")]
+    if not names:
+        raise typer.BadParameter("give at least one topic name (or --file)")
+    if len(names) == 1 and file is None:
+        results = conn.call(lambda admin: admin.create_topic(
+            names[0], read_queues=read_queues, write_queues=write_queues, perm=perm_bits, order=order,
+            cluster=conn.cluster))
+        _print_topic_results("create topic", names[0], results, conn)
+        return
+    batch = conn.call(lambda admin: admin.create_topics(
+        names, read_queues=read_queues, write_queues=write_queues, perm=perm_bits, order=order,
         cluster=conn.cluster))
-    _print_topic_results("create topic", topic, results, conn)
+    rows, ok = results_rows(batch)
+    for row, r in zip(rows, batch, strict=True):
+        if r.ok and r.value is not None:
+            row["created"] = len(r.value)
+    if conn.json:
+        print_json({"topics": len(names), "results": rows})
+    else:
+        stdout_console().print(table(
+            f"create {len(names)} topics", ["broker", "address", "result", "topics", "error"],
+            ([r.target.broker_name, r.target.addr, "ok" if r.ok else "[red]failed[/red]",
+              len(r.value) if r.ok and r.value is not None else "", "" if r.error is None else str(r.error)]
+             for r in batch), right=["topics"]))
+    if not ok:
+        raise FailedError
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError as exc:
+        raise typer.BadParameter(f"cannot read {path}: {exc.strerror}") from None
 
 
 @app.command("update")

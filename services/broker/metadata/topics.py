@@ -63,6 +63,7 @@ class TopicConfig:
 
 class TopicConfigManager(MetadataTable):
     file_name = "topics.json"
+    journaled = True
 
     def __init__(self, config_dir: str, *, default_queue_nums: int = 4) -> None:
         super().__init__(config_dir)
@@ -78,6 +79,19 @@ class TopicConfigManager(MetadataTable):
     def decode_table(self, doc: dict[str, Any]) -> None:
         table = doc.get("topicConfigTable", {})
         self._table = {name: TopicConfig.from_json(tc) for name, tc in table.items()}
+
+    def encode_entry(self, key: str) -> Any:
+        tc = self._table.get(key)
+        return None if tc is None else tc.to_json()
+
+    def apply_entry(self, key: str, value: Any) -> None:
+        if value is None:
+            self._table.pop(key, None)
+        else:
+            self._table[key] = TopicConfig.from_json(value)
+
+    def entry_count(self) -> int:
+        return len(self._table)
 
     # -- queries ------------------------------------------------------------------------------
 
@@ -108,8 +122,8 @@ class TopicConfigManager(MetadataTable):
 
     # -- changes ------------------------------------------------------------------------------
 
-    def _changed(self) -> None:
-        self.changed()
+    def _changed(self, topic: str) -> None:
+        self.changed(topic)
         for callback in self._listeners:
             callback()
 
@@ -118,7 +132,7 @@ class TopicConfigManager(MetadataTable):
         config.validated()
         if self._table.get(config.topic_name) != config:
             self._table[config.topic_name] = config
-            self._changed()
+            self._changed(config.topic_name)
         return config
 
     def ensure_system_topic(self, config: TopicConfig) -> None:
@@ -126,7 +140,7 @@ class TopicConfigManager(MetadataTable):
         against the client rules beyond the charset."""
         if self._table.get(config.topic_name) != config:
             self._table[config.topic_name] = config
-            self._changed()
+            self._changed(config.topic_name)
 
     def auto_create(self, topic: str) -> TopicConfig:
         """Create ``topic`` with the default queue count (autoCreateTopicEnable)."""
@@ -140,7 +154,7 @@ class TopicConfigManager(MetadataTable):
         tc = self._table.pop(topic, None)
         if tc is None:
             raise NotFoundError(f"topic {topic!r} does not exist on this broker")
-        self._changed()
+        self._changed(topic)
         return tc
 
     def replace_all(self, configs: list[TopicConfig], version: DataVersion) -> None:

@@ -125,7 +125,8 @@ class Dispatcher(Protocol):
 
     @property
     def find(self) -> Callable[[tuple[str, int]], QueueIndex | None]:
-        """``find((topic, queue_id))``: the existing index or None (hot path: a ``dict.get``)."""
+        """``find((topic, queue_id))``: the open index or None (hot path: a ``dict.get``); an
+        index not opened yet (consume queues open lazily) is opened by ``create``."""
         ...
 
     def create(self, topic: str, queue_id: int) -> QueueIndex:
@@ -303,9 +304,10 @@ class CommitLog:
         return self._segment_size
 
     def queue_offset(self, topic: str, queue_id: int) -> int:
-        """The queue offset the next message of (topic, queue id) gets."""
-        index = self._dispatcher.find((topic, queue_id))
-        return index.max_offset if index is not None else 0
+        """The queue offset the next message of (topic, queue id) gets (opens the queue)."""
+        with self.lock:
+            index = self._find((topic, queue_id)) or self._create(topic, queue_id)
+        return index.max_offset
 
     # -- appending (master) --------------------------------------------------------------------
 

@@ -17,14 +17,16 @@ Entries are written by the commit log's dispatch, under the commit log lock; rea
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
 import struct
+import threading
 from collections.abc import Callable
 
 from services.broker.storage.config import CQ_ENTRY_SIZE
-from services.broker.storage.segment import Segment, SyncFn, default_sync
+from services.broker.storage.segment import PAGE_SIZE, Segment, SyncFn, default_sync, fsync_dir
 from services.broker.storage.segment_queue import SegmentQueue
 
 log = logging.getLogger(__name__)
@@ -45,12 +47,13 @@ class ConsumeQueue:
     (the commit log reads it to assign queue offsets); ``min_offset`` the first readable one."""
 
     def __init__(self, topic: str, queue_id: int, directory: str, file_size: int,
-                 *, sync: SyncFn = default_sync) -> None:
+                 *, sync: SyncFn = default_sync, defer_dir_sync: Callable[[str], None] | None = None) -> None:
         self.topic = topic
         self.queue_id = queue_id
         self.directory = directory
         self._file_size = file_size
-        self._queue = SegmentQueue(directory, file_size, sync=sync)
+        self._queue = SegmentQueue(directory, file_size, sync=sync, defer_dir_sync=defer_dir_sync,
+                                   keep_fd=False)
         #: The file being written (the last one), cached for the append path.
         self._active: Segment | None = None
         self.min_offset = 0
@@ -120,7 +123,12 @@ class ConsumeQueue:
             else:
                 seg = self._active = self._queue.create(pos)
         rel = pos - seg.start
-        ENTRY.pack_into(seg.mm, rel, physical_offset, size, tags_code)
+        if (rel + CQ_ENTRY_SIZE - 1) % PAGE_SIZE < CQ_ENTRY_SIZE:
+            # The entry is the first to touch a page: write it through the file, not the mapping
+            # (see Segment.write_through).
+            seg.write_through(rel, ENTRY.pack(physical_offset, size, tags_code))
+        else:
+            ENTRY.pack_into(seg.mm, rel, physical_offset, size, tags_code)
         seg.write_pos = rel + CQ_ENTRY_SIZE
         self.max_offset = queue_offset + 1
         self.last_physical_end = physical_offset + size
@@ -242,21 +250,53 @@ def _search(lo: int, hi: int, pred: Callable[[int], bool]) -> int:
 
 
 class ConsumeQueueStore:
-    """All consume queues of a store; the commit log dispatches records to it."""
+    """All consume queues of a store; the commit log dispatches records to it.
+
+    Loaded lazily (``load(lazy=True)``, when the store's checkpoint gives the reput position):
+    start-up only lists the queue directories, and a queue's files are opened on its first use
+    (a read, or a record dispatched to it). A queue opened late gets the truncations and the
+    commit log min offset it missed (:attr:`truncated_to`, :attr:`log_min_offset`), so it
+    answers as if it had been opened at start. New files' directory entries are made durable
+    by :meth:`flush` (before the checkpoint that relies on them), not on the send path.
+    """
 
     def __init__(self, root_dir: str, file_size: int, *, sync: SyncFn = default_sync) -> None:
         self.root_dir = root_dir
         self.file_size = file_size
         self._sync = sync
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
-        #: ``find((topic, queue_id))`` -> the queue or None (the dict's own ``get``: the append
-        #: path calls it once per message).
+        #: Queues found on disk and not opened yet: key -> directory.
+        self._unopened: dict[tuple[str, int], str] = {}
+        #: Serialises opening a queue with store-wide truncation (lock order: the commit log
+        #: lock, then this one).
+        self._open_lock = threading.Lock()
+        #: Lowest commit log offset queues were truncated to since start (None: never); a queue
+        #: opened late is cut back to it.
+        self.truncated_to: int | None = None
+        #: The commit log's current min offset (set by the store).
+        self.log_min_offset: Callable[[], int] = lambda: 0
+        #: Directories whose new entries still need an fsync (see :meth:`flush`).
+        self._dirs_to_sync: set[str] = set()
+        self._dirs_lock = threading.Lock()
+        #: ``find((topic, queue_id))`` -> the open queue or None (the dict's own ``get``: the
+        #: append path calls it once per message, then :meth:`create` when it gets None).
         self.find: Callable[[tuple[str, int]], ConsumeQueue | None] = self._queues.get
 
     def _path(self, topic: str, queue_id: int) -> str:
         return os.path.join(self.root_dir, topic, str(queue_id))
 
-    def load(self) -> None:
+    def _new_queue(self, topic: str, queue_id: int, directory: str) -> ConsumeQueue:
+        return ConsumeQueue(topic, queue_id, directory, self.file_size, sync=self._sync,
+                            defer_dir_sync=self._defer_dir_sync)
+
+    def _defer_dir_sync(self, directory: str) -> None:
+        # The queue directory holds the new file; its parents may be new too.
+        topic_dir = os.path.dirname(directory)
+        with self._dirs_lock:
+            self._dirs_to_sync.update((directory, topic_dir, os.path.dirname(topic_dir)))
+
+    def load(self, *, lazy: bool = False) -> None:
+        """Find the queues on disk; open them all now, or (``lazy``) on first use."""
         if not os.path.isdir(self.root_dir):
             return
         for topic in sorted(os.listdir(self.root_dir)):
@@ -266,17 +306,47 @@ class ConsumeQueueStore:
             for name in sorted(os.listdir(topic_dir)):
                 if not name.isdigit():
                     continue
-                cq = ConsumeQueue(topic, int(name), os.path.join(topic_dir, name), self.file_size,
-                                  sync=self._sync)
+                directory = os.path.join(topic_dir, name)
+                if lazy:
+                    self._unopened[(topic, int(name))] = directory
+                    continue
+                cq = self._new_queue(topic, int(name), directory)
                 cq.load()
                 self._queues[(topic, int(name))] = cq
+
+    def _open(self, key: tuple[str, int]) -> ConsumeQueue | None:
+        """Open a queue found at load (None if there is no such queue)."""
+        with self._open_lock:
+            cq = self._queues.get(key)
+            if cq is not None:
+                return cq
+            directory = self._unopened.get(key)
+            if directory is None:
+                return None
+            cq = self._new_queue(key[0], key[1], directory)
+            cq.load()
+            if self.truncated_to is not None:
+                cq.truncate_dirty(self.truncated_to)
+            cq.correct_min_offset(self.log_min_offset())
+            self._queues[key] = cq
+            del self._unopened[key]
+            return cq
+
+    @property
+    def unopened_count(self) -> int:
+        return len(self._unopened)
 
     # -- lookup --------------------------------------------------------------------------------
 
     def get(self, topic: str, queue_id: int) -> ConsumeQueue | None:
-        return self._queues.get((topic, queue_id))
+        key = (topic, queue_id)
+        cq = self._queues.get(key)
+        if cq is None and key in self._unopened:
+            return self._open(key)
+        return cq
 
     def queues(self) -> list[ConsumeQueue]:
+        """The open queues."""
         return list(self._queues.values())
 
     def topics(self) -> dict[str, list[int]]:
@@ -284,48 +354,70 @@ class ConsumeQueueStore:
         for cq in self.queues():
             if cq.max_offset or cq.segments:  # not a queue created for a refused message
                 found.setdefault(cq.topic, []).append(cq.queue_id)
+        for topic, queue_id in list(self._unopened):
+            found.setdefault(topic, []).append(queue_id)
         return {topic: sorted(ids) for topic, ids in sorted(found.items())}
 
     # -- the commit log's interface (called under the commit log lock) ------------------------
 
     def create(self, topic: str, queue_id: int) -> ConsumeQueue:
-        """The queue of (topic, queue id), created (empty, no file yet) if needed."""
-        cq = self._queues.get((topic, queue_id))
+        """The queue of (topic, queue id), opened, or created (empty, no file yet) if needed."""
+        key = (topic, queue_id)
+        cq = self._queues.get(key)
         if cq is None:
-            cq = self._queues[(topic, queue_id)] = ConsumeQueue(
-                topic, queue_id, self._path(topic, queue_id), self.file_size, sync=self._sync)
+            cq = self._open(key) if key in self._unopened else None
+            if cq is None:
+                cq = self._queues[key] = self._new_queue(topic, queue_id, self._path(topic, queue_id))
         return cq
 
     def truncate_dirty(self, physical_offset: int) -> None:
-        for cq in self.queues():
-            cq.truncate_dirty(physical_offset)
+        with self._open_lock:
+            if self._unopened and (self.truncated_to is None or physical_offset < self.truncated_to):
+                self.truncated_to = physical_offset
+            for cq in self.queues():
+                cq.truncate_dirty(physical_offset)
 
     def max_physical_end(self) -> int:
-        """Commit log offset past the last record any queue indexes (0 if none)."""
+        """Commit log offset past the last record any open queue indexes (0 if none)."""
         return max((cq.last_physical_end for cq in self.queues()), default=0)
 
     def correct_min_offsets(self, commit_log_min: int) -> None:
         for cq in self.queues():
             cq.correct_min_offset(commit_log_min)
 
-    def delete_expired(self, commit_log_min: int) -> int:
+    def delete_expired(self, commit_log_min: int, open_more: int = 16) -> int:
+        """Delete expired files of the open queues; open up to ``open_more`` unopened queues
+        first, so every queue is visited in time."""
+        for key in list(self._unopened)[:open_more]:
+            self._open(key)
         return sum(cq.delete_expired(commit_log_min) for cq in self.queues())
 
     def delete_topic(self, topic: str) -> int:
         """Delete every queue of ``topic`` (files included). Returns how many."""
+        with self._open_lock:
+            unopened = [key for key in self._unopened if key[0] == topic]
+            for key in unopened:
+                del self._unopened[key]
         doomed = [key for key in list(self._queues) if key[0] == topic]
         for key in doomed:
             self._queues.pop(key).destroy()
         shutil.rmtree(os.path.join(self.root_dir, topic), ignore_errors=True)
-        return len(doomed)
+        return len(doomed) + len(unopened)
 
     # -- maintenance ---------------------------------------------------------------------------
 
     def flush(self, least_pages: int = 0) -> None:
+        """Flush the open queues and make new files' directory entries durable."""
         for cq in self.queues():
             cq.flush(least_pages)
+        with self._dirs_lock:
+            dirs, self._dirs_to_sync = self._dirs_to_sync, set()
+        for directory in sorted(dirs, key=len, reverse=True):
+            with contextlib.suppress(FileNotFoundError):  # deleted since (its topic was)
+                fsync_dir(directory)
 
     def close(self) -> None:
         for cq in self.queues():
             cq.close()
         self._queues.clear()
+        self._unopened.clear()

@@ -25,7 +25,7 @@ import logging
 import mmap
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
 
 from services.broker.storage.record import ReadableBuffer
@@ -87,7 +87,8 @@ class Segment:
     __slots__ = ("_available", "_direct_fd", "_fd", "_flush_lock", "_ref_lock", "_refs", "flushed_pos", "mm",
                  "path", "populated_pos", "size", "start", "view", "warmed_pos", "write_pos")
 
-    def __init__(self, path: str, start: int, size: int, *, create: bool = False) -> None:
+    def __init__(self, path: str, start: int, size: int, *, create: bool = False,
+                 keep_fd: bool = True) -> None:
         flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
         try:
             fd = os.open(path, flags, 0o644)
@@ -108,6 +109,13 @@ class Segment:
             if create:
                 os.unlink(path)
             raise
+        if not keep_fd:
+            # The mapping holds its own descriptor; with tens of thousands of small files
+            # (consume queues) a second one each would exhaust the open-file limit. The rare
+            # calls that need a descriptor (flush, write_through) open the file for the call.
+            os.close(fd)
+            fd = -1
+        #: The file's descriptor, or -1 (not kept: see :meth:`_file`).
         self._fd = fd
         #: Descriptor opened with ``O_DIRECT`` for :meth:`write_at` (-1: not yet; None: the
         #: file system refuses direct I/O).
@@ -201,10 +209,35 @@ class Segment:
         self.write_pos = max(self.write_pos, end)
         return direct
 
+    def write_through(self, pos: int, data: bytes) -> None:
+        """Write ``data`` at ``pos`` with ``pwrite`` (the write position is not moved). For a
+        small write that touches a page of the file for the first time: the kernel fills the
+        page cache without the mapping's write fault, which on a sparse file costs milliseconds
+        (block reservation); the mapping sees the bytes at once."""
+        if pos < 0 or pos + len(data) > self.size:
+            raise SegmentError(f"{len(data)} bytes at {pos} do not fit in {self!r}")
+        self._pwritev(pos, [memoryview(data)])
+
+    @contextlib.contextmanager
+    def _file(self) -> Iterator[int]:
+        """The file's descriptor: the kept one, or one opened for the duration."""
+        if self._fd >= 0:
+            yield self._fd
+            return
+        fd = os.open(self.path, os.O_RDWR)
+        try:
+            yield fd
+        finally:
+            os.close(fd)
+
     def _pwritev(self, at: int, views: list[memoryview]) -> None:
+        with self._file() as fd:
+            self._pwritev_fd(fd, at, views)
+
+    def _pwritev_fd(self, fd: int, at: int, views: list[memoryview]) -> None:
         first = 0
         while first < len(views):
-            written = os.pwritev(self._fd, views[first:first + _IOV_MAX], at)
+            written = os.pwritev(fd, views[first:first + _IOV_MAX], at)
             if written <= 0:
                 raise SegmentError(f"pwritev wrote nothing at {at} in {self!r}")
             at += written
@@ -287,8 +320,9 @@ class Segment:
         """Zero everything from ``pos`` to the end by truncating the file to ``pos`` and
         extending it again (the tail becomes a hole). Cheap even for a huge dirty tail, but only
         for recovery: touching the tail of the mapping between the two calls raises SIGBUS."""
-        os.ftruncate(self._fd, pos)
-        os.ftruncate(self._fd, self.size)
+        with self._file() as fd:
+            os.ftruncate(fd, pos)
+            os.ftruncate(fd, self.size)
         self.populated_pos = min(self.populated_pos, pos)
 
     def truncate_to(self, pos: int, *, sparse: bool = False) -> None:
@@ -316,7 +350,8 @@ class Segment:
         with self._flush_lock:
             if write_pos > self.flushed_pos and self.hold():
                 try:
-                    sync(self._fd)
+                    with self._file() as fd:
+                        sync(fd)
                 finally:
                     self.release()
                 self.flushed_pos = max(self.flushed_pos, write_pos)
@@ -373,7 +408,8 @@ class Segment:
         if not self.hold():
             return True  # closed or deleted meanwhile
         try:
-            os.posix_fadvise(self._fd, pos, size, _FADV_WILLNEED)
+            with self._file() as fd:
+                os.posix_fadvise(fd, pos, size, _FADV_WILLNEED)
         except OSError:
             return False
         finally:
@@ -451,7 +487,8 @@ class Segment:
             # A caller kept a memoryview derived from a slice; the mapping goes when it does.
             log.warning("segment %s still has exported views at close", self.path)
         self._close_direct()
-        os.close(self._fd)
+        if self._fd >= 0:
+            os.close(self._fd)
 
 
 def split_views(views: list[memoryview], *cuts: int) -> list[list[memoryview]]:

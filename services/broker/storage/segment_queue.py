@@ -28,10 +28,17 @@ log = logging.getLogger(__name__)
 
 
 class SegmentQueue:
-    def __init__(self, directory: str, segment_size: int, *, sync: SyncFn = default_sync) -> None:
+    def __init__(self, directory: str, segment_size: int, *, sync: SyncFn = default_sync,
+                 defer_dir_sync: Callable[[str], None] | None = None, keep_fd: bool = True) -> None:
         self.directory = directory
+        #: Segments keep their file descriptor open (see Segment).
+        self.keep_fd = keep_fd
         self.segment_size = segment_size
         self.sync = sync
+        #: Given: a new segment's directory entry is made durable later by the owner (which
+        #: must do it before it relies on the file being there after a crash) instead of by an
+        #: ``fsync`` of the directory on the creating thread.
+        self.defer_dir_sync = defer_dir_sync
         self._segments: tuple[Segment, ...] = ()
         #: The last segment (the one being written), or None; kept in step with the list.
         self.active: Segment | None = None
@@ -64,7 +71,8 @@ class SegmentQueue:
                 if segments and start != segments[-1].end:
                     raise SegmentError(f"segments of {self.directory} are not contiguous: "
                                        f"{segment_name(segments[-1].start)} then {segment_name(start)}")
-                seg = Segment(os.path.join(self.directory, segment_name(start)), start, self.segment_size)
+                seg = Segment(os.path.join(self.directory, segment_name(start)), start, self.segment_size,
+                              keep_fd=self.keep_fd)
                 seg.write_pos = seg.flushed_pos = seg.populated_pos = self.segment_size
                 segments.append(seg)
         except BaseException:
@@ -130,12 +138,15 @@ class SegmentQueue:
                 raise SegmentError(f"segment start {start} is not a multiple of {self.segment_size}")
             os.makedirs(self.directory, exist_ok=True)
             path = os.path.join(self.directory, segment_name(start))
-            seg = Segment(path, start, self.segment_size, create=True)
-            try:
-                fsync_dir(self.directory)
-            except OSError:
-                seg.destroy()
-                raise
+            seg = Segment(path, start, self.segment_size, create=True, keep_fd=self.keep_fd)
+            if self.defer_dir_sync is not None:
+                self.defer_dir_sync(self.directory)
+            else:
+                try:
+                    fsync_dir(self.directory)
+                except OSError:
+                    seg.destroy()
+                    raise
             self._set_segments((*segs, seg))
             if not segs:
                 self.flushed_where = start

@@ -254,7 +254,6 @@ class MessageStore:
         abnormal = os.path.exists(cfg.abort_path)
         checkpoint = self._checkpoint.load()
         self._log.load()
-        self._cq.load()
         segments = self._log.segments
         scan_from = scanned_records = scanned_bytes = 0
         stop_reason = ""
@@ -272,11 +271,22 @@ class MessageStore:
             scan = self._log.recover_by_scan(scan_from)
             scan_from, scanned_records, scanned_bytes, stop_reason = (
                 scan.start, scan.records, scan.bytes, scan.stop_reason)
+        # With a trusted checkpoint (it matched the commit log, or the last run crashed and it
+        # bounds what was flushed), dispatch resumes from its consume queue offset: no queue
+        # has to be opened to find it, so queues open on first use (start time does not grow
+        # with them). No queue on disk at all: they are rebuilt from the commit log.
+        lazy = checkpoint is not None and (mode == "checkpoint" or (abnormal and mode == "scan"))
+        self._cq.log_min_offset = lambda: self._log.min_offset
+        self._cq.load(lazy=lazy)
         end = self._log.max_offset
         log_min = self._log.min_offset
         with self._log.lock:
             self._cq.truncate_dirty(end)
-            reput = self._cq.max_physical_end() or log_min
+            if lazy and self._cq.unopened_count:
+                assert checkpoint is not None
+                reput = checkpoint.logics_offset
+            else:
+                reput = self._cq.max_physical_end() or log_min
             if abnormal:
                 # Entries past the last checkpointed consume queue flush may be missing or torn:
                 # drop them and rebuild from the commit log.
@@ -575,6 +585,11 @@ class MessageStore:
             else:
                 hi = mid
         return lo
+
+    @property
+    def unopened_queue_count(self) -> int:
+        """Consume queues found on disk at start and not opened yet (they open on first use)."""
+        return self._cq.unopened_count
 
     def topics(self) -> dict[str, list[int]]:
         """Topic -> queue ids that have a consume queue."""

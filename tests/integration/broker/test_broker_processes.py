@@ -345,3 +345,43 @@ def test_sync_flush_and_sync_master_statuses_and_topic_deletion(start_broker: St
               "'sync'")
     rpc_fails(lambda: c.stub.DeleteTopic(pb.DeleteTopicRequest(topic="SCHEDULE_TOPIC_XXXX"), timeout=5),
               grpc.StatusCode.INVALID_ARGUMENT, "system topic")
+
+
+def test_batch_created_topics_and_lazily_opened_queues_survive_a_crash(start_broker: StartBroker) -> None:
+    from pocketmq.common.v1 import common_pb2
+
+    def bulk(prefix: str, n: int) -> pb.CreateTopicsRequest:
+        return pb.CreateTopicsRequest(topic_configs=[common_pb2.TopicConfig(
+            topic_name=f"{prefix}-{i}", read_queue_nums=2, write_queue_nums=2) for i in range(n)])
+
+    broker = start_broker("broker-a", 0, "--flush-interval-consume-queue", "100")
+    c = broker.client
+    assert len(c.stub.CreateTopics(bulk("bulk", 40), timeout=10).topic_configs) == 40
+    queues = [(f"bulk-{i}", q) for i in range(40) for q in range(2)]
+    for r in range(2):
+        for topic, q in queues:
+            assert c.send(topic, f"{topic}/{q}/{r}".encode(), queue_id=q).queue_offset == r
+    assert broker.stop() == 0
+
+    # Clean restart: the queues open on first use and continue their offsets.
+    again = start_broker("broker-a", 0, "--flush-interval-consume-queue", "100",
+                         store_dir=broker.store_dir, port=broker.port)
+    c2 = again.client
+    for topic, q in queues:
+        assert c2.send(topic, f"{topic}/{q}/2".encode(), queue_id=q).queue_offset == 2
+    c2.create_topic("one-more", read=1, write=1)
+    assert len(c2.stub.CreateTopics(bulk("late", 30), timeout=10).topic_configs) == 30
+    # Let a consume queue flush and checkpoint cover the sends, then crash.
+    checkpoint = broker.store_dir / "checkpoint"
+    sent = checkpoint.stat().st_mtime_ns
+    wait_until(lambda: checkpoint.stat().st_mtime_ns > sent, 10, message="checkpoint written")
+    again.proc.kill()
+
+    third = start_broker(store_dir=broker.store_dir, port=broker.port)
+    c3 = third.client
+    topics = c3.topics()
+    assert {f"bulk-{i}" for i in range(40)} | {f"late-{i}" for i in range(30)} | {"one-more"} <= set(topics)
+    assert topics["late-7"].write_queue_nums == 2
+    for topic, q in queues:
+        assert c3.max_offset(topic, q) == 3
+        assert [m.body for m in c3.pull_all(topic, q)] == [f"{topic}/{q}/{r}".encode() for r in range(3)]

@@ -147,6 +147,19 @@ def test_every_admin_command_works_through_the_namesrv_relay_only(
 
 def test_errors_exit_codes_and_options(hidden_cluster: Cluster, tmp_path: Path) -> None:
     cli = Cli(hidden_cluster.namesrv)
+    # Many topics at once: names and a file (stdin), one batch per broker.
+    batch = cli.json("topic", "create", "cli-b1", "cli-b2", "--file", "-", "-r", "2", "-w", "2",
+                     stdin="# more\ncli-b3\n\ncli-b4\n")
+    assert batch["topics"] == 4
+    assert sorted((r["broker_name"], r["created"]) for r in batch["results"]) == [
+        ("broker-a", 4), ("broker-b", 4)]
+    listed = cli.json("topic", "list")["topics"]
+    assert {"cli-b1", "cli-b2", "cli-b3", "cli-b4"} <= set(listed)
+    bad_batch = cli.json("topic", "create", "cli-b5", "bad name", code=1)
+    assert all(not r["ok"] and r["error"]["code"] == "INVALID_ARGUMENT"
+               and "topic_configs[1]" in r["error"]["message"] for r in bad_batch["results"])
+    assert "cli-b5" not in cli.json("topic", "list")["topics"]  # all or nothing
+
     missing = cli.json("topic", "route", "no-such-topic", code=1)
     assert missing["error"]["type"] == "NoRouteError" and missing["error"]["retriable"] is True
     down = Cli("127.0.0.1:1").json("cluster", "list", code=1)

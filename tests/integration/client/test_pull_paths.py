@@ -129,3 +129,71 @@ async def test_a_stream_delivers_new_messages_as_they_arrive(shared: Cluster) ->
                 assert [m.text for m in got if m] == [f"live{round_}-{i}" for i in range(5)]
     finally:
         await c.close()
+
+
+@pytest.mark.asyncio
+async def test_a_commit_never_overtakes_one_in_flight(
+    shared: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A periodic commit held on its way to the broker while commit() and close() commit a
+    later offset: the older one must not land last (the next member would re-read what was
+    committed). Commits of one queue go out one after the other."""
+    topic, group = "c-path-commit-order", "g-path-commit-order"
+    await asyncio.to_thread(shared.create_topic, topic, 1, shared.masters()[:1])
+    async with AsyncProducer(shared.namesrv) as producer:
+        for i in range(30):
+            await producer.send(Message(topic, f"o{i}"))
+    update = BrokerCaller.update_consumer_offset
+    gate, held, overtaken = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    hold_next = False
+    in_flight: list[int] = []
+
+    async def held_update(self: BrokerCaller, address: str, group_: str, topic_: str, queue_id: int,
+                          offset: int, timeout: float) -> None:  # noqa: ASYNC109
+        nonlocal hold_next
+        if topic_ != topic:
+            return await update(self, address, group_, topic_, queue_id, offset, timeout)
+        if in_flight:
+            overtaken.set()
+        in_flight.append(offset)
+        try:
+            if hold_next:
+                hold_next = False
+                held.set()
+                await gate.wait()
+            await update(self, address, group_, topic_, queue_id, offset, timeout)
+        finally:
+            in_flight.remove(offset)
+
+    monkeypatch.setattr(BrokerCaller, "update_consumer_offset", held_update)
+    c1 = AsyncConsumer(group, shared.namesrv, consume_from="first", **FAST)  # type: ignore[arg-type]
+    c1.subscribe(topic)
+    await c1.start()
+    try:
+        for _ in range(6):
+            assert await c1.receive(10) is not None
+        hold_next = True  # the next commit (the periodic one: 5 processed) is held
+        await asyncio.wait_for(held.wait(), 10)
+        for _ in range(10):
+            assert await c1.receive(10) is not None
+        committing = asyncio.ensure_future(c1.commit())  # 16 processed
+        overtaking = asyncio.ensure_future(overtaken.wait())
+        await asyncio.wait((committing, overtaking), timeout=1.0, return_when=asyncio.FIRST_COMPLETED)
+        overtaking.cancel()
+        gate.set()
+        await asyncio.wait_for(committing, 10)
+    finally:
+        gate.set()
+        await c1.close()
+    with Admin(shared.namesrv, relay="direct") as admin:
+        progress = admin.consumer_progress(group, topic)
+    assert [p.consumer_offset for p in progress] == [16]
+    c2 = AsyncConsumer(group, shared.namesrv, consume_from="first", **FAST)  # type: ignore[arg-type]
+    c2.subscribe(topic)
+    await c2.start()
+    try:
+        msg = await c2.receive(10)
+        assert msg is not None and msg.text == "o16"
+    finally:
+        await c2.close()
+    assert not overtaken.is_set(), "two commits of one queue were in flight at once"

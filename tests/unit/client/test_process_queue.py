@@ -8,6 +8,7 @@ import pytest
 
 from pocketmq.client.consumer import AsyncConsumer, ConsumeFrom
 from pocketmq.client.message import MessageQueue, ReceivedMessage
+from pocketmq.client.offsets import OffsetTracker
 from pocketmq.client.subscription import ProcessQueue
 from pocketmq.errors import ClientClosedError, InvalidArgumentError
 
@@ -89,3 +90,22 @@ async def test_receive_acks_on_the_queue_state_a_message_came_from() -> None:
     assert new.commit_offset() == 8 and c.consumed == 3
     ready.put_nowait(None)  # close() wakes receivers with None
     assert await c.receive(1.0) is None
+
+
+@pytest.mark.asyncio
+async def test_a_pull_carries_a_commit_only_when_no_other_is_in_flight() -> None:
+    pq = ProcessQueue(MessageQueue("t", "b", 0), 2)
+    pq.next_offset = 8
+    assert OffsetTracker.pull_commit(pq) == 8 and pq.pull_commit_unconfirmed
+    OffsetTracker.pull_committed(pq, 8, from_master=False)  # a slave ignores it
+    assert not pq.pull_commit_unconfirmed and pq.committed == -1
+    assert OffsetTracker.pull_commit(pq) == 8
+    OffsetTracker.pull_committed(pq, 8, from_master=True)
+    assert pq.committed == 8 and OffsetTracker.pull_commit(pq) == -1  # unchanged: nothing to commit
+    pq.next_offset = 12
+    gate = asyncio.Event()
+    pq.commit_task = asyncio.ensure_future(gate.wait())  # type: ignore[assignment]
+    assert OffsetTracker.pull_commit(pq) == -1  # an UpdateConsumerOffset call is in flight
+    gate.set()
+    await pq.commit_task
+    assert OffsetTracker.pull_commit(pq) == 12
