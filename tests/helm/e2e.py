@@ -16,7 +16,6 @@ from pocketmq.broker.v1 import broker_pb2 as bpb
 from tests.helm import client
 from tests.helm.chart import CHART_DIR, NAMESPACE, render
 from tests.helm.localpods import LocalCluster, LocalPod
-from tests.helm.prom import Prometheus
 from tests.support import wait_until
 
 T = TypeVar("T")
@@ -66,18 +65,6 @@ def running_cluster(values: dict[str, Any],
         yield local
     finally:
         local.stop(max_grace=15)
-
-
-@contextlib.contextmanager
-def running_prometheus(cluster: LocalCluster,
-                       tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
-    """A real Prometheus configured from ``cluster``'s rendered ServiceMonitor, stopped on exit."""
-    prom = Prometheus(cluster, tmp_path_factory.mktemp("prometheus"))
-    prom.start()
-    try:
-        yield prom
-    finally:
-        prom.stop()
 
 
 class Load:

@@ -33,7 +33,6 @@ from tests.helm.e2e import (
     masters,
     namesrvs,
     running_cluster,
-    running_prometheus,
     wait_for,
 )
 from tests.helm.localpods import LocalCluster, LocalPod
@@ -155,12 +154,6 @@ def test_every_pods_metrics_pass_promtool(cluster: LocalCluster) -> None:
         done = subprocess.run([require_executable("promtool", "prometheus"), "check", "metrics"], input=body,
                               capture_output=True, timeout=30)
         assert done.returncode == 0, f"{pod.name}: {done.stdout.decode()} {done.stderr.decode()}"
-
-
-@pytest.fixture(scope="module")
-def prometheus(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
-    with running_prometheus(cluster, tmp_path_factory) as prom:
-        yield prom
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,6 @@ from tests.helm.e2e import (
     namesrvs,
     panel_query,
     running_cluster,
-    running_prometheus,
     wait_for,
 )
 from tests.helm.localpods import LocalCluster, LocalPod
@@ -44,12 +43,6 @@ VALUES: dict[str, Any] = {
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     with running_cluster(VALUES, tmp_path_factory) as local:
         yield local
-
-
-@pytest.fixture(scope="module")
-def prometheus(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
-    with running_prometheus(cluster, tmp_path_factory) as prom:
-        yield prom
 
 
 @pytest.fixture(scope="module")
