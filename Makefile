@@ -49,7 +49,7 @@ IMAGE ?= pocketmq/pocketmq:0.1.0
 image:
 	docker build -t $(IMAGE) .
 
-# Regenerate the checked-in protobuf/gRPC code (pocketmq/<api>/v1/*_pb2*.py[i]) from proto/.
+# Regenerate the checked-in protobuf/gRPC code (pocketmq/<api>/v1/, apache/rocketmq/v2/) from proto/.
 proto: $(STAMP)
 	$(PY) -m scripts.genproto
 
