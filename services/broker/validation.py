@@ -37,6 +37,12 @@ PERM_ALL = PERM_INHERIT | PERM_WRITE | PERM_READ
 
 MAX_QUEUE_NUMS = 1024
 
+#: RocketMQ 5's topic attribute naming the message type a topic accepts (the NameServer's route
+#: table reads it under the same name).
+MESSAGE_TYPE_ATTRIBUTE = "message.type"
+#: Its values (RocketMQ's TopicMessageType, without MIXED/UNSPECIFIED: "" means any type).
+MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION")
+
 
 def _check_name(kind: str, name: str, max_length: int) -> str:
     if not name or not name.strip():
@@ -82,6 +88,14 @@ def validate_perm(perm: int) -> int:
             f"perm {perm} is not a combination of READ(4), WRITE(2) and INHERIT(1)"
         )
     return perm
+
+
+def validate_message_type(message_type: str) -> str:
+    """"" (any type) or one of :data:`MESSAGE_TYPES`."""
+    if message_type and message_type not in MESSAGE_TYPES:
+        raise InvalidArgumentError(
+            f"topic attribute {MESSAGE_TYPE_ATTRIBUTE}={message_type!r} is not one of {', '.join(MESSAGE_TYPES)}")
+    return message_type
 
 
 def perm_to_string(perm: int) -> str:

@@ -224,6 +224,7 @@ class NameServerServicer(namesrv_pb2_grpc.NameServerServicer):  # type: ignore[m
                 pb.QueueData(
                     broker_name=q.broker_name, read_queue_nums=q.read_queue_nums,
                     write_queue_nums=q.write_queue_nums, perm=q.perm, topic_sys_flag=q.topic_sys_flag,
+                    message_type=q.message_type,
                 )
                 for q in route.queue_datas
             ],
