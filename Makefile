@@ -5,6 +5,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 PY := $(BIN)/python
 STAMP := $(VENV)/.installed
+# The official RocketMQ 5 SDKs the tests run as real clients (own venv / node_modules).
+SDK_VENV := .venv-sdk
+SDK_STAMP := $(SDK_VENV)/.installed
+NODE_SDK := tests/sdk/node
+NODE_STAMP := $(NODE_SDK)/node_modules/.installed
 # Debian packages the tests and benchmarks run for real (installed only when missing).
 APT_PACKAGES ?= redis-server prometheus
 PYTEST_ARGS ?=
@@ -12,14 +17,23 @@ export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
 .PHONY: setup apt run test test-unit proto proto-check bench bench-store bench-namesrv bench-broker bench-client \
-        bench-ha bench-spark lint lock clean test-helm dashboards image pipeline
+        bench-ha bench-spark bench-sdk lint lock clean test-helm dashboards image pipeline
 
-setup: $(STAMP) apt
+setup: $(STAMP) apt $(SDK_STAMP) $(NODE_STAMP)
 
 $(STAMP): requirements/lock.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements/lock.txt
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	touch $@
+
+$(SDK_STAMP): requirements/sdk.txt
+	$(PYTHON) -m venv $(SDK_VENV)
+	$(SDK_VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements/sdk.txt
+	touch $@
+
+$(NODE_STAMP): $(NODE_SDK)/package.json $(NODE_SDK)/package-lock.json
+	cd $(NODE_SDK) && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
 apt:
@@ -76,6 +90,9 @@ bench-ha: setup
 bench-spark: setup
 	$(PY) benchmarks/bench_spark.py
 
+bench-sdk: setup
+	$(PY) benchmarks/bench_sdk.py
+
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/mypy
@@ -88,4 +105,4 @@ lock:
 	  /tmp/pocketmq-lock/bin/pip freeze; } > requirements/lock.txt
 
 clean:
-	rm -rf $(VENV) data .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(SDK_VENV) $(NODE_SDK)/node_modules data .pytest_cache .mypy_cache .ruff_cache

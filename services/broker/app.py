@@ -19,6 +19,7 @@ from typing import Protocol
 
 from prometheus_client import CollectorRegistry
 
+from apache.rocketmq.v2 import service_pb2_grpc as v2_grpc
 from pocketmq.broker.v1 import broker_pb2, broker_pb2_grpc
 from pocketmq.common.v1 import common_pb2
 from services.broker import k8s_labels
@@ -45,6 +46,8 @@ from services.broker.send import SendService
 from services.broker.storage.config import StoreConfig
 from services.broker.storage.status import PutMessageStatus
 from services.broker.storage.store import MessageStore
+from services.broker.v2.service import MessagingServicer
+from services.broker.v2.status import SERVICE_NAME as V2_SERVICE
 from services.common.errors import NotFoundError
 from services.common.grpcserver import GrpcServer, start_grpc_server
 from services.common.metrics import MetricsServer
@@ -54,6 +57,7 @@ log = logging.getLogger(__name__)
 BROKER_SERVICES = (
     broker_pb2.DESCRIPTOR.services_by_name["Broker"].full_name,
     broker_pb2.DESCRIPTOR.services_by_name["BrokerMetadata"].full_name,
+    V2_SERVICE,
 )
 #: Topic changes are published to the NameServers after this quiet period (coalescing bursts).
 REGISTER_DEBOUNCE_S = 0.2
@@ -126,6 +130,8 @@ class BrokerApp:
         self.notifier: QueueNotifier
         self.send: SendService
         self.pull: PullService
+        #: The RocketMQ 5 API (apache.rocketmq.v2.MessagingService).
+        self.v2: MessagingServicer | None = None
 
     # -- properties used by the API -----------------------------------------------------------
 
@@ -197,9 +203,13 @@ class BrokerApp:
                 interval_s=cfg.slave_sync_interval / 1000, on_round=self._on_sync_round)
             self._sync.start()
 
+        self.v2 = MessagingServicer(self)
+        self.v2.start()
+
         def register(server: object) -> None:
             broker_pb2_grpc.add_BrokerServicer_to_server(BrokerServicer(self), server)
             broker_pb2_grpc.add_BrokerMetadataServicer_to_server(BrokerMetadataServicer(self), server)
+            v2_grpc.add_MessagingServiceServicer_to_server(self.v2, server)
 
         address = f"{cfg.listen_host}:{cfg.listen_port}"
         self._grpc = await start_grpc_server(address, register, BROKER_SERVICES)
@@ -252,6 +262,8 @@ class BrokerApp:
             self.notifier.close()
         if self._grpc is not None:
             await self._grpc.stop(cfg.shutdown_grace_period / 1000)
+        if self.v2 is not None:
+            await self.v2.stop()
         if self._sync is not None:
             await self._sync.stop()
         for task in [*self._tasks, *([self._register_task] if self._register_task else [])]:
