@@ -94,7 +94,8 @@ def validate_message_type(message_type: str) -> str:
     """"" (any type) or one of :data:`MESSAGE_TYPES`."""
     if message_type and message_type not in MESSAGE_TYPES:
         raise InvalidArgumentError(
-            f"topic attribute {MESSAGE_TYPE_ATTRIBUTE}={message_type!r} is not one of {', '.join(MESSAGE_TYPES)}")
+            f"topic attribute {MESSAGE_TYPE_ATTRIBUTE}={message_type!r} is not one of "
+            f"{', '.join(MESSAGE_TYPES)}")
     return message_type
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, TypeAlias
 
 import grpc
 
@@ -25,7 +25,7 @@ from services.namesrv.api import NameServerServicer
 
 log = logging.getLogger(__name__)
 
-Ctx = grpc.aio.ServicerContext
+Ctx: TypeAlias = grpc.aio.ServicerContext
 
 
 class NamesrvMessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ignore[misc]

@@ -20,8 +20,11 @@ HAS_TIMER = hasattr(record, "PROPERTY_TIMER_DELIVER_MS")
 _FLAGS = {config_key(f): "--" + f.name.replace("_", "-") for f in dataclasses.fields(BrokerConfig)}
 HAS_TRANSACTIONS = "transactionCheckInterval" in _FLAGS
 #: Short transaction checks for the tests.
-TRANSACTION_FLAGS = [_FLAGS["transactionTimeOut"], "1000", _FLAGS["transactionCheckInterval"], "1000"] \
-    if HAS_TRANSACTIONS else []
+TRANSACTION_FLAGS = (
+    [_FLAGS["transactionTimeOut"], "1000", _FLAGS["transactionCheckInterval"], "1000"]
+    if HAS_TRANSACTIONS
+    else []
+)
 
 
 @pytest.fixture(scope="package")

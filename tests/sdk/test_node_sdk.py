@@ -21,10 +21,20 @@ PER_GROUP = 6
 def node_run(cluster: Cluster) -> dict[str, Any]:
     cluster.create_topic(NORMAL)
     cluster.create_topic(FIFO, "FIFO")
-    return run_node_sdk(cluster.namesrv, [
-        {"name": "normal", "kind": "normal", "topic": NORMAL, "count": 12, "tag": "node", "keys": ["k-1", "k-2"]},
-        {"name": "fifo", "kind": "fifo", "topic": FIFO, "groups": GROUPS, "count": PER_GROUP},
-    ])
+    return run_node_sdk(
+        cluster.namesrv,
+        [
+            {
+                "name": "normal",
+                "kind": "normal",
+                "topic": NORMAL,
+                "count": 12,
+                "tag": "node",
+                "keys": ["k-1", "k-2"],
+            },
+            {"name": "fifo", "kind": "fifo", "topic": FIFO, "groups": GROUPS, "count": PER_GROUP},
+        ],
+    )
 
 
 def test_node_sdk_sends_normal_messages(cluster: Cluster, node_run: dict[str, Any]) -> None:

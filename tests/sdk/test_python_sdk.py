@@ -20,9 +20,12 @@ from tests.sdk.conftest import HAS_TIMER, HAS_TRANSACTIONS
 NORMAL, FIFO, DELAY, TX = "py-normal", "py-fifo", "py-delay", "py-tx"
 GROUPS = ["order-1", "order-2", "order-3", "order-4"]
 PER_GROUP = 8
-needs_timer = pytest.mark.skipif(not HAS_TIMER, reason="needs the broker's timer store (issue 14, store half)")
-needs_tx = pytest.mark.skipif(not HAS_TRANSACTIONS,
-                              reason="needs the broker's transaction store (issue 14, store half)")
+needs_timer = pytest.mark.skipif(
+    not HAS_TIMER, reason="needs the broker's timer store (issue 14, store half)"
+)
+needs_tx = pytest.mark.skipif(
+    not HAS_TRANSACTIONS, reason="needs the broker's transaction store (issue 14, store half)"
+)
 
 
 @pytest.fixture(scope="module")
@@ -30,8 +33,15 @@ def sdk_run(cluster: Cluster) -> dict[str, Any]:
     cluster.create_topic(NORMAL)
     cluster.create_topic(FIFO, "FIFO")
     plan: list[dict[str, Any]] = [
-        {"name": "sync", "kind": "sync", "topic": NORMAL, "count": 10, "tag": "tag-a", "keys": "key-1",
-         "properties": {"color": "blue"}},
+        {
+            "name": "sync",
+            "kind": "sync",
+            "topic": NORMAL,
+            "count": 10,
+            "tag": "tag-a",
+            "keys": "key-1",
+            "properties": {"color": "blue"},
+        },
         {"name": "async", "kind": "async", "topic": NORMAL, "count": 64},
         {"name": "fifo", "kind": "fifo", "topic": FIFO, "groups": GROUPS, "count": PER_GROUP},
     ]
@@ -40,8 +50,18 @@ def sdk_run(cluster: Cluster) -> dict[str, Any]:
         plan.append({"name": "delay", "kind": "delay", "topic": DELAY, "count": 5, "delay_ms": 3000})
     if HAS_TRANSACTIONS:
         cluster.create_topic(TX, "TRANSACTION")
-        plan.append({"name": "tx", "kind": "transaction", "topic": TX, "commit": 3, "rollback": 3,
-                     "unresolved": 2, "wait_check": True, "check_timeout_s": 30})
+        plan.append(
+            {
+                "name": "tx",
+                "kind": "transaction",
+                "topic": TX,
+                "commit": 3,
+                "rollback": 3,
+                "unresolved": 2,
+                "wait_check": True,
+                "check_timeout_s": 30,
+            }
+        )
     started_ms = int(time.time() * 1000)
     results = run_python_sdk(cluster.namesrv, plan)
     return {"results": results, "started_ms": started_ms, "ended_ms": int(time.time() * 1000)}
@@ -58,7 +78,8 @@ def by_id(cluster: Cluster, topic: str) -> dict[str, bpb.MessageExt]:
 
 
 def test_normal_sync_keeps_message_id_tag_keys_properties_and_born_time(
-        cluster: Cluster, sdk_run: dict[str, Any]) -> None:
+    cluster: Cluster, sdk_run: dict[str, Any]
+) -> None:
     sent = receipts(sdk_run, "sync")
     assert len(sent) == 10
     stored = by_id(cluster, NORMAL)
@@ -97,11 +118,15 @@ def test_fifo_one_queue_per_message_group_in_send_order(cluster: Cluster, sdk_ru
 
 @needs_timer
 def test_delay_delivered_not_before_its_time_and_within_a_second(
-        cluster: Cluster, sdk_run: dict[str, Any]) -> None:
+    cluster: Cluster, sdk_run: dict[str, Any]
+) -> None:
     sent = receipts(sdk_run, "delay")
     ids = {r["message_id"]: r for r in sent}
-    stored = wait_until(lambda: (s := by_id(cluster, DELAY)) and set(ids) <= set(s) and s, 30,
-                        message="delayed messages delivered")
+    stored = wait_until(
+        lambda: (s := by_id(cluster, DELAY)) and set(ids) <= set(s) and s,
+        30,
+        message="delayed messages delivered",
+    )
     for message_id, r in ids.items():
         msg = stored[message_id]
         assert r["deliver_ms"] <= msg.store_timestamp <= r["deliver_ms"] + 1000, (msg.store_timestamp, r)
@@ -109,7 +134,8 @@ def test_delay_delivered_not_before_its_time_and_within_a_second(
 
 @needs_tx
 def test_transaction_commit_visible_rollback_never_unresolved_checked_and_committed(
-        cluster: Cluster, sdk_run: dict[str, Any]) -> None:
+    cluster: Cluster, sdk_run: dict[str, Any]
+) -> None:
     doc = sdk_run["results"]["tx"]
     assert "error" not in doc, doc["error"]
     sent = doc["receipts"]
@@ -117,8 +143,11 @@ def test_transaction_commit_visible_rollback_never_unresolved_checked_and_commit
     assert unresolved <= set(doc["checked"]), "the SDK's TransactionChecker was not asked"
     assert all(r["transaction_id"] for r in sent)
     expected = {r["message_id"] for r in sent if r["outcome"] in ("commit", "unresolved")}
-    stored = wait_until(lambda: (s := by_id(cluster, TX)) and expected <= set(s) and s, 30,
-                        message="committed and checked transactions visible")
+    stored = wait_until(
+        lambda: (s := by_id(cluster, TX)) and expected <= set(s) and s,
+        30,
+        message="committed and checked transactions visible",
+    )
     rolled_back = {r["message_id"] for r in sent if r["outcome"] == "rollback"}
     assert not rolled_back & set(stored)
     assert set(stored) == expected
@@ -128,10 +157,22 @@ def test_transaction_commit_visible_rollback_never_unresolved_checked_and_commit
 def test_transaction_checked_after_broker_restart(cluster: Cluster, tmp_path: Any) -> None:
     topic = "py-tx-restart"
     cluster.create_topic(topic, "TRANSACTION", only=["broker-a"])
-    plan = [{"name": "tx", "kind": "transaction", "topic": topic, "unresolved": 2, "wait_check": True,
-             "check_timeout_s": 60}]
-    proc = subprocess.Popen([str(SDK_PYTHON), str(SDK_PY_SCRIPT), "--endpoint", cluster.namesrv,
-                             "--plan", json.dumps(plan)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    plan = [
+        {
+            "name": "tx",
+            "kind": "transaction",
+            "topic": topic,
+            "unresolved": 2,
+            "wait_check": True,
+            "check_timeout_s": 60,
+        }
+    ]
+    proc = subprocess.Popen(
+        [str(SDK_PYTHON), str(SDK_PY_SCRIPT), "--endpoint", cluster.namesrv, "--plan", json.dumps(plan)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
@@ -141,16 +182,25 @@ def test_transaction_checked_after_broker_restart(cluster: Cluster, tmp_path: An
         broker.client.close()
         assert broker.proc.terminate(15) == 0
         port = int(broker.addr.rsplit(":", 1)[1])
-        restarted = start_broker(cluster.procs, broker.store_dir.parent, "broker-a", cluster.namesrv,
-                                 broker.args[broker.args.index("--max-message-size") + 2:], port=port,
-                                 store_dir=broker.store_dir)
+        restarted = start_broker(
+            cluster.procs,
+            broker.store_dir.parent,
+            "broker-a",
+            cluster.namesrv,
+            broker.args[broker.args.index("--max-message-size") + 2 :],
+            port=port,
+            store_dir=broker.store_dir,
+        )
         cluster.brokers[cluster.brokers.index(broker)] = restarted
         out, err = proc.communicate(timeout=90)
     finally:
         if proc.poll() is None:
             proc.kill()
-    results = {json.loads(x).get("name") or json.loads(x)["event"]: json.loads(x)
-               for x in out.splitlines() if x.startswith("{")}
+    results = {
+        json.loads(x).get("name") or json.loads(x)["event"]: json.loads(x)
+        for x in out.splitlines()
+        if x.startswith("{")
+    }
     assert "done" in results, err[-3000:]
     ids = {r["message_id"] for r in sent["receipts"]}
     assert ids <= set(results["tx"]["checked"])

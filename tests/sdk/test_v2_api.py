@@ -41,16 +41,21 @@ def namesrv_v2(topics: Cluster) -> Iterator[V2Client]:
 
 
 def producer_settings(*topics: str) -> s.TelemetryCommand:
-    return s.TelemetryCommand(settings=d.Settings(
-        client_type=d.ClientType.PRODUCER, publishing=d.Publishing(topics=[d.Resource(name=t) for t in topics]),
-        user_agent=d.UA(language=d.Language.PYTHON, version="test")))
+    return s.TelemetryCommand(
+        settings=d.Settings(
+            client_type=d.ClientType.PRODUCER,
+            publishing=d.Publishing(topics=[d.Resource(name=t) for t in topics]),
+            user_agent=d.UA(language=d.Language.PYTHON, version="test"),
+        )
+    )
 
 
 # -- routes -----------------------------------------------------------------------------------
 
 
 def test_query_route_at_namesrv_and_broker_lists_every_master_queue(
-        topics: Cluster, namesrv_v2: V2Client, broker_v2: V2Client) -> None:
+    topics: Cluster, namesrv_v2: V2Client, broker_v2: V2Client
+) -> None:
     request = s.QueryRouteRequest(topic=d.Resource(name=FIFO_TOPIC))
     answers = [namesrv_v2.call("QueryRoute", request), broker_v2.call("QueryRoute", request)]
     for reply in answers:
@@ -66,7 +71,8 @@ def test_query_route_at_namesrv_and_broker_lists_every_master_queue(
             assert list(q.accept_message_types) == [d.MessageType.FIFO]
             assert q.topic.name == FIFO_TOPIC
         assert sorted((q.broker.name, q.id) for q in queues) == sorted(
-            (b, i) for b in addrs for i in range(4))
+            (b, i) for b in addrs for i in range(4)
+        )
     assert answers[0].message_queues == answers[1].message_queues
 
 
@@ -97,14 +103,31 @@ def test_producer_settings_answered_with_broker_limits(broker_v2: V2Client) -> N
 
 def test_push_consumer_settings_follow_the_subscription_group(topics: Cluster, broker_v2: V2Client) -> None:
     for b in topics.brokers:
-        b.client.stub.CreateSubscriptionGroup(bpb.CreateSubscriptionGroupRequest(config=bpb.SubscriptionGroupConfig(
-            group_name="v2-orderly", consume_enable=True, retry_max_times=5, consume_message_orderly=True)),
-            timeout=10)
-    command = s.TelemetryCommand(settings=d.Settings(
-        client_type=d.ClientType.PUSH_CONSUMER,
-        subscription=d.Subscription(group=d.Resource(name="v2-orderly"), subscriptions=[
-            d.SubscriptionEntry(topic=d.Resource(name=FIFO_TOPIC),
-                                expression=d.FilterExpression(type=d.FilterType.TAG, expression="*"))])))
+        b.client.stub.CreateSubscriptionGroup(
+            bpb.CreateSubscriptionGroupRequest(
+                config=bpb.SubscriptionGroupConfig(
+                    group_name="v2-orderly",
+                    consume_enable=True,
+                    retry_max_times=5,
+                    consume_message_orderly=True,
+                )
+            ),
+            timeout=10,
+        )
+    command = s.TelemetryCommand(
+        settings=d.Settings(
+            client_type=d.ClientType.PUSH_CONSUMER,
+            subscription=d.Subscription(
+                group=d.Resource(name="v2-orderly"),
+                subscriptions=[
+                    d.SubscriptionEntry(
+                        topic=d.Resource(name=FIFO_TOPIC),
+                        expression=d.FilterExpression(type=d.FilterType.TAG, expression="*"),
+                    )
+                ],
+            ),
+        )
+    )
     [answer] = broker_v2.telemetry(command, client_id="settings-consumer")
     assert answer.status.code == Code.OK, answer.status
     sub = answer.settings.subscription
@@ -122,9 +145,14 @@ def test_heartbeat_before_settings_is_unrecognized_then_ok(broker_v2: V2Client) 
     assert reply.status.code == Code.UNRECOGNIZED_CLIENT_TYPE
     broker_v2.telemetry(producer_settings(TOPIC), client_id="hb-client")
     assert broker_v2.call("Heartbeat", request, client_id="hb-client").status.code == Code.OK
-    reply = broker_v2.call("NotifyClientTermination", s.NotifyClientTerminationRequest(), client_id="hb-client")
+    reply = broker_v2.call(
+        "NotifyClientTermination", s.NotifyClientTerminationRequest(), client_id="hb-client"
+    )
     assert reply.status.code == Code.OK
-    assert broker_v2.call("Heartbeat", request, client_id="hb-client").status.code == Code.UNRECOGNIZED_CLIENT_TYPE
+    assert (
+        broker_v2.call("Heartbeat", request, client_id="hb-client").status.code
+        == Code.UNRECOGNIZED_CLIENT_TYPE
+    )
 
 
 def test_unknown_client_type_and_missing_client_id(broker_v2: V2Client) -> None:
@@ -135,8 +163,9 @@ def test_unknown_client_type_and_missing_client_id(broker_v2: V2Client) -> None:
 
 
 def test_receiving_is_not_implemented_yet(broker_v2: V2Client) -> None:
-    request = s.ReceiveMessageRequest(group=d.Resource(name="g"), message_queue=d.MessageQueue(
-        topic=d.Resource(name=TOPIC)), batch_size=1)
+    request = s.ReceiveMessageRequest(
+        group=d.Resource(name="g"), message_queue=d.MessageQueue(topic=d.Resource(name=TOPIC)), batch_size=1
+    )
     [reply] = list(broker_v2.stub.ReceiveMessage(request, metadata=broker_v2.metadata(), timeout=10))
     assert reply.status.code == Code.NOT_IMPLEMENTED
 
@@ -160,8 +189,15 @@ def test_namespace_prefixes_the_stored_topic(topics: Cluster, broker_v2: V2Clien
 # -- bad input: the right code, nothing changed ----------------------------------------------
 
 
-def _refused(cluster: Cluster, client: V2Client, rpc: str, request: object, code: int,
-             namespace: str = "", text: str = "") -> None:
+def _refused(
+    cluster: Cluster,
+    client: V2Client,
+    rpc: str,
+    request: object,
+    code: int,
+    namespace: str = "",
+    text: str = "",
+) -> None:
     before_offsets, before_topics = cluster.max_offsets(), [b.client.topics() for b in cluster.brokers]
     before_offsets_table = [b.client.offsets_table() for b in cluster.brokers]
     reply = client.call(rpc, request, namespace=namespace)
@@ -173,58 +209,120 @@ def _refused(cluster: Cluster, client: V2Client, rpc: str, request: object, code
     assert [b.client.offsets_table() for b in cluster.brokers] == before_offsets_table
 
 
-def test_unknown_topic_with_auto_create_off_is_topic_not_found(topics: Cluster, broker_v2: V2Client,
-                                                                namesrv_v2: V2Client) -> None:
-    _refused(topics, broker_v2, "SendMessage", s.SendMessageRequest(messages=[v2_message("no-such", b"x")]),
-             Code.TOPIC_NOT_FOUND, text="autoCreateTopicEnable is false")
-    _refused(topics, namesrv_v2, "QueryRoute", s.QueryRouteRequest(topic=d.Resource(name="no-such")),
-             Code.TOPIC_NOT_FOUND)
+def test_unknown_topic_with_auto_create_off_is_topic_not_found(
+    topics: Cluster, broker_v2: V2Client, namesrv_v2: V2Client
+) -> None:
+    _refused(
+        topics,
+        broker_v2,
+        "SendMessage",
+        s.SendMessageRequest(messages=[v2_message("no-such", b"x")]),
+        Code.TOPIC_NOT_FOUND,
+        text="autoCreateTopicEnable is false",
+    )
+    _refused(
+        topics,
+        namesrv_v2,
+        "QueryRoute",
+        s.QueryRouteRequest(topic=d.Resource(name="no-such")),
+        Code.TOPIC_NOT_FOUND,
+    )
 
 
 def test_oversized_body_is_message_body_too_large(topics: Cluster, broker_v2: V2Client) -> None:
     msg = v2_message(TOPIC, b"x" * (MAX_MESSAGE_SIZE + 1))
-    _refused(topics, broker_v2, "SendMessage", s.SendMessageRequest(messages=[msg]), Code.MESSAGE_BODY_TOO_LARGE,
-             text=str(MAX_MESSAGE_SIZE))
+    _refused(
+        topics,
+        broker_v2,
+        "SendMessage",
+        s.SendMessageRequest(messages=[msg]),
+        Code.MESSAGE_BODY_TOO_LARGE,
+        text=str(MAX_MESSAGE_SIZE),
+    )
 
 
 def test_wrong_message_type_for_the_topic(topics: Cluster, broker_v2: V2Client) -> None:
     normal_to_fifo = v2_message(FIFO_TOPIC, b"x")
-    _refused(topics, broker_v2, "SendMessage", s.SendMessageRequest(messages=[normal_to_fifo]),
-             Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, text="accepts FIFO")
+    _refused(
+        topics,
+        broker_v2,
+        "SendMessage",
+        s.SendMessageRequest(messages=[normal_to_fifo]),
+        Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+        text="accepts FIFO",
+    )
     fifo_to_normal = v2_message(TOPIC, b"x", group="g1", message_type=d.MessageType.FIFO)
-    _refused(topics, broker_v2, "SendMessage", s.SendMessageRequest(messages=[fifo_to_normal]),
-             Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, text="accepts NORMAL")
+    _refused(
+        topics,
+        broker_v2,
+        "SendMessage",
+        s.SendMessageRequest(messages=[fifo_to_normal]),
+        Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+        text="accepts NORMAL",
+    )
     # A FIFO message without its message group contradicts its own type.
     groupless = v2_message(FIFO_TOPIC, b"x", message_type=d.MessageType.FIFO)
-    _refused(topics, broker_v2, "SendMessage", s.SendMessageRequest(messages=[groupless]),
-             Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE)
+    _refused(
+        topics,
+        broker_v2,
+        "SendMessage",
+        s.SendMessageRequest(messages=[groupless]),
+        Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+    )
 
 
 def test_garbage_receipt_handle_is_invalid_receipt_handle(topics: Cluster, broker_v2: V2Client) -> None:
-    request = s.AckMessageRequest(group=d.Resource(name="g"), topic=d.Resource(name=TOPIC), entries=[
-        s.AckMessageEntry(message_id="0102", receipt_handle="garbage\x00handle")])
+    request = s.AckMessageRequest(
+        group=d.Resource(name="g"),
+        topic=d.Resource(name=TOPIC),
+        entries=[s.AckMessageEntry(message_id="0102", receipt_handle="garbage\x00handle")],
+    )
     _refused(topics, broker_v2, "AckMessage", request, Code.INVALID_RECEIPT_HANDLE)
-    request2 = s.ChangeInvisibleDurationRequest(group=d.Resource(name="g"), topic=d.Resource(name=TOPIC),
-                                                receipt_handle="zzz", message_id="0102")
+    request2 = s.ChangeInvisibleDurationRequest(
+        group=d.Resource(name="g"), topic=d.Resource(name=TOPIC), receipt_handle="zzz", message_id="0102"
+    )
     _refused(topics, broker_v2, "ChangeInvisibleDuration", request2, Code.INVALID_RECEIPT_HANDLE)
 
 
 def test_malformed_namespace(topics: Cluster, broker_v2: V2Client) -> None:
     bad = v2_message("v2-space", b"x", namespace="bad ns!")
-    _refused(topics, broker_v2, "SendMessage", s.SendMessageRequest(messages=[bad]), Code.ILLEGAL_TOPIC,
-             text="namespace 'bad ns!' is malformed")
+    _refused(
+        topics,
+        broker_v2,
+        "SendMessage",
+        s.SendMessageRequest(messages=[bad]),
+        Code.ILLEGAL_TOPIC,
+        text="namespace 'bad ns!' is malformed",
+    )
     # The resource's namespace and the header's disagree.
     other = v2_message("v2-space", b"x", namespace="ns1")
-    _refused(topics, broker_v2, "SendMessage", s.SendMessageRequest(messages=[other]), Code.ILLEGAL_TOPIC,
-             namespace="ns2")
-    _refused(topics, broker_v2, "QueryRoute", s.QueryRouteRequest(topic=d.Resource(
-        name="v2-space", resource_namespace="a%b")), Code.ILLEGAL_TOPIC)
+    _refused(
+        topics,
+        broker_v2,
+        "SendMessage",
+        s.SendMessageRequest(messages=[other]),
+        Code.ILLEGAL_TOPIC,
+        namespace="ns2",
+    )
+    _refused(
+        topics,
+        broker_v2,
+        "QueryRoute",
+        s.QueryRouteRequest(topic=d.Resource(name="v2-space", resource_namespace="a%b")),
+        Code.ILLEGAL_TOPIC,
+    )
 
 
-@pytest.mark.parametrize(("field", "code"), [
-    ("message_id", Code.ILLEGAL_MESSAGE_ID), ("body", Code.MESSAGE_BODY_EMPTY), ("tag", Code.ILLEGAL_MESSAGE_TAG),
-    ("property", Code.ILLEGAL_MESSAGE_PROPERTY_KEY), ("topic", Code.ILLEGAL_TOPIC),
-])
+@pytest.mark.parametrize(
+    ("field", "code"),
+    [
+        ("message_id", Code.ILLEGAL_MESSAGE_ID),
+        ("body", Code.MESSAGE_BODY_EMPTY),
+        ("tag", Code.ILLEGAL_MESSAGE_TAG),
+        ("property", Code.ILLEGAL_MESSAGE_PROPERTY_KEY),
+        ("topic", Code.ILLEGAL_TOPIC),
+    ],
+)
 def test_malformed_message_fields(topics: Cluster, broker_v2: V2Client, field: str, code: int) -> None:
     msg = v2_message(TOPIC, b"x")
     if field == "message_id":
@@ -248,8 +346,8 @@ def test_metrics_count_requests_clients_and_streams(topics: Cluster, broker_v2: 
     broker_v2.telemetry(producer_settings(TOPIC), client_id="metrics-client")
     port = topics.brokers[0].metrics_port
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-    assert 'pocketmq_v2_requests_total{' in text
+    assert "pocketmq_v2_requests_total{" in text
     assert 'rpc="SendMessage"' in text and 'code="OK"' in text
     assert 'code="TOPIC_NOT_FOUND"' in text or 'code="MESSAGE_BODY_TOO_LARGE"' in text
-    assert 'pocketmq_v2_clients{' in text and 'client_type="PRODUCER"' in text
+    assert "pocketmq_v2_clients{" in text and 'client_type="PRODUCER"' in text
     assert "pocketmq_v2_telemetry_streams{" in text

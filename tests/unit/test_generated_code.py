@@ -32,7 +32,8 @@ def test_rocketmq_v2_contract_imports() -> None:
     assert definition_pb2.DESCRIPTOR.name == "apache/rocketmq/v2/definition.proto"
     methods = service_pb2.DESCRIPTOR.services_by_name["MessagingService"].methods_by_name
     assert {"QueryRoute", "Heartbeat", "SendMessage", "ReceiveMessage", "AckMessage", "EndTransaction",
-            "Telemetry", "NotifyClientTermination", "ChangeInvisibleDuration", "RecallMessage"} <= set(methods)
+            "Telemetry", "NotifyClientTermination", "ChangeInvisibleDuration",
+            "RecallMessage"} <= set(methods)
     assert definition_pb2.Code.OK == 20000
     assert definition_pb2.Code.MESSAGE_BODY_TOO_LARGE == 41301
     assert hasattr(service_pb2_grpc, "MessagingServiceStub")

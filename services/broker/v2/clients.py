@@ -10,6 +10,7 @@ Touched only from the event loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import time
@@ -47,10 +48,8 @@ class TelemetryStream:
     def close(self) -> None:
         if not self.closed:
             self.closed = True
-            try:
+            with contextlib.suppress(asyncio.QueueFull):
                 self.outbox.put_nowait(None)
-            except asyncio.QueueFull:
-                pass
 
 
 @dataclasses.dataclass
@@ -93,7 +92,8 @@ class ClientRegistry:
         else:
             log.info("client connected", extra={
                 "client_id": client.client_id, "type": ClientType.Name(client.client_type),  # type: ignore[arg-type]
-                "language": client.language, "group": client.group, "topics": ",".join(sorted(client.topics))})
+                "language": client.language, "group": client.group,
+                "topics": ",".join(sorted(client.topics))})
         self._clients[client.client_id] = client
         return client
 

@@ -14,7 +14,7 @@ import gzip
 import ipaddress
 import re
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from apache.rocketmq.v2 import definition_pb2, service_pb2
@@ -43,8 +43,8 @@ _FORBIDDEN_CHARS = (record.NAME_VALUE_SEPARATOR, record.PROPERTY_SEPARATOR)
 SYSTEM_PROPERTY_KEYS = frozenset(
     {str(getattr(record, name)) for name in dir(record) if name.startswith("PROPERTY_")
      and isinstance(getattr(record, name), str)} | {"TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS"})
-_TYPE_NAMES = {MessageType.NORMAL: "NORMAL", MessageType.FIFO: "FIFO", MessageType.DELAY: "DELAY",
-               MessageType.TRANSACTION: "TRANSACTION"}
+_TYPE_NAMES: dict[int, str] = {MessageType.NORMAL: "NORMAL", MessageType.FIFO: "FIFO",
+                               MessageType.DELAY: "DELAY", MessageType.TRANSACTION: "TRANSACTION"}
 
 
 def fifo_queue(message_group: str, write_queue_nums: int) -> int:
@@ -65,7 +65,8 @@ def message_type_of(msg: definition_pb2.Message) -> int:
     has_delivery = sp.HasField("delivery_timestamp")
     declared = sp.message_type
     if declared == MessageType.MESSAGE_TYPE_UNSPECIFIED:
-        declared = MessageType.FIFO if has_group else MessageType.DELAY if has_delivery else MessageType.NORMAL
+        declared = (MessageType.FIFO if has_group else MessageType.DELAY if has_delivery
+                    else MessageType.NORMAL)
     if declared not in _TYPE_NAMES:
         raise V2Error(Code.UNSUPPORTED,
                       f"message type {MessageType.Name(declared)} is not supported by this broker")  # type: ignore[arg-type]
@@ -111,7 +112,8 @@ def _properties(msg: definition_pb2.Message) -> dict[str, str]:
     props: dict[str, str] = {}
     size = 0
     for key, value in msg.user_properties.items():
-        if not key.strip() or key in SYSTEM_PROPERTY_KEYS or any(c in key or c in value for c in _FORBIDDEN_CHARS):
+        if (not key.strip() or key in SYSTEM_PROPERTY_KEYS
+                or any(c in key or c in value for c in _FORBIDDEN_CHARS)):
             raise V2Error(Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
                           f"user property {key[:80]!r} is empty, reserved for the system or holds a "
                           "control character")
@@ -129,11 +131,13 @@ def _properties(msg: definition_pb2.Message) -> dict[str, str]:
     if sp.keys:
         for key in sp.keys:
             if not key.strip() or record.KEY_SEPARATOR in key or any(c in key for c in _FORBIDDEN_CHARS):
-                raise V2Error(Code.ILLEGAL_MESSAGE_KEY, f"message key {key[:80]!r} is blank or contains a space")
+                raise V2Error(Code.ILLEGAL_MESSAGE_KEY,
+                              f"message key {key[:80]!r} is blank or contains a space")
         props[record.PROPERTY_KEYS] = record.KEY_SEPARATOR.join(sp.keys)
     if sp.HasField("message_group"):
         group = sp.message_group
-        if not group.strip() or len(group) > MAX_MESSAGE_GROUP_LENGTH or any(c in group for c in _FORBIDDEN_CHARS):
+        if (not group.strip() or len(group) > MAX_MESSAGE_GROUP_LENGTH
+                or any(c in group for c in _FORBIDDEN_CHARS)):
             raise V2Error(Code.ILLEGAL_MESSAGE_GROUP,
                           f"message group {group[:80]!r} is blank or longer than {MAX_MESSAGE_GROUP_LENGTH}")
         props[record.PROPERTY_SHARDING_KEY] = group
@@ -163,7 +167,8 @@ class Producer:
             send.check_writable_broker()
             return send.resolve_topic(name)
         except ServiceError as exc:
-            raise from_service_error(exc, not_found=Code.TOPIC_NOT_FOUND, invalid=Code.ILLEGAL_TOPIC) from None
+            raise from_service_error(exc, not_found=Code.TOPIC_NOT_FOUND,
+                                     invalid=Code.ILLEGAL_TOPIC) from None
 
     def prepare(self, msg: definition_pb2.Message, topic: str, tc: TopicConfig,
                 peer: record.Host) -> tuple[broker_pb2.SendMessageRequest, record.Host, int]:

@@ -22,14 +22,15 @@ from services.common.config import parse_address
 MessageType = definition_pb2.MessageType
 ALL_TYPES = (MessageType.NORMAL, MessageType.FIFO, MessageType.DELAY, MessageType.TRANSACTION)
 #: How a stored ``message.type`` reads as v2 types.
-_TYPES = {"NORMAL": (MessageType.NORMAL,), "FIFO": (MessageType.FIFO,), "DELAY": (MessageType.DELAY,),
-          "TRANSACTION": (MessageType.TRANSACTION,), "": ALL_TYPES}
+_TYPES: dict[str, tuple[definition_pb2.MessageType, ...]] = {
+    "NORMAL": (MessageType.NORMAL,), "FIFO": (MessageType.FIFO,), "DELAY": (MessageType.DELAY,),
+    "TRANSACTION": (MessageType.TRANSACTION,), "": ALL_TYPES}
 
 #: Maps a broker's registered address to the address clients should use (TLS port, ...).
 AddressMap = Callable[[str], str]
 
 
-def accept_types(message_type: str) -> tuple[int, ...]:
+def accept_types(message_type: str) -> tuple[definition_pb2.MessageType, ...]:
     return _TYPES.get(message_type, ALL_TYPES)
 
 

@@ -14,7 +14,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, cast
 
 import grpc
 
@@ -37,7 +37,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-Ctx = grpc.aio.ServicerContext
+Ctx: TypeAlias = grpc.aio.ServicerContext
+R = TypeVar("R")
 ROUTE_TIMEOUT_S = 3.0
 EXPIRE_INTERVAL_S = 10.0
 POP_MISSING = "POP consumption is not available on this broker yet"
@@ -47,24 +48,26 @@ def meta_of(context: Ctx) -> RequestMeta:
     return RequestMeta.from_metadata(context.invocation_metadata())
 
 
+def is_tls(context: Ctx) -> bool:
+    """Whether the call came over the TLS listener."""
+    try:
+        auth = context.auth_context()
+    except Exception:  # some transports have no auth context
+        return False
+    return bool(auth.get("transport_security_type"))
+
+
 class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ignore[misc]
-    def __init__(self, app: BrokerApp, *, address_map: r.AddressMap | None = None,
-                 shared: MessagingServicer | None = None) -> None:
-        """``shared``: another listener's servicer (the TLS port) whose clients and metrics this
-        one uses; ``address_map`` rewrites broker addresses in routes (to their TLS ports)."""
+    def __init__(self, app: BrokerApp, *, tls_address_map: r.AddressMap | None = None) -> None:
+        """``tls_address_map``: rewrites broker addresses in the routes answered on a TLS
+        connection (to the brokers' TLS ports)."""
         self.app = app
-        self.address_map = address_map
-        if shared is not None:
-            self.clients, self.metrics = shared.clients, shared.metrics
-            self.producer, self.telemetry, self.transactions = shared.producer, shared.telemetry, shared.transactions
-            self._channels = shared._channels
-            self._owner = False
-            return
+        self.tls_address_map = tls_address_map
         cfg = app.broker_config
-        self._owner = True
         self.clients = ClientRegistry(cfg.consumer_channel_expired_time / 1000)
         self.metrics = V2Metrics(app.metrics.registry, [
-            ("cluster", cfg.broker_cluster_name), ("broker", cfg.broker_name), ("broker_id", str(cfg.broker_id))])
+            ("cluster", cfg.broker_cluster_name), ("broker", cfg.broker_name),
+            ("broker_id", str(cfg.broker_id))])
         self.metrics.add_clients(self.clients.counts_by_type, self.clients.stream_count)
         self.producer = Producer(app, self._published)
         self.telemetry = Telemetry(app, self.clients)
@@ -81,8 +84,6 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         self._expire_task = asyncio.create_task(self._expire_loop(), name="v2-client-expiry")
 
     async def stop(self) -> None:
-        if not self._owner:
-            return
         if self._expire_task is not None:
             self._expire_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -103,20 +104,21 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
 
     # -- plumbing ---------------------------------------------------------------------------
 
-    async def _answer(self, rpc: str, handler: Callable[[], Awaitable[Any]]) -> Any:
+    async def _answer(self, rpc: str, handler: Callable[[], Awaitable[R]]) -> R:
         started = time.perf_counter()
         try:
             response = await handler()
         except V2Error as exc:
             log.debug("v2 request refused", extra={"rpc": rpc, "code": exc.code, "reason": exc.message})
-            response = response_class(rpc)(status=exc.status())
+            response = cast(R, response_class(rpc)(status=exc.status()))
         except Exception as exc:
             log.exception("unhandled error in %s", rpc)
-            response = response_class(rpc)(status=definition_pb2.Status(
-                code=Code.INTERNAL_SERVER_ERROR, message=f"{type(exc).__name__}: {exc}"))
-        self.metrics.request(rpc, response.status.code)
+            response = cast(R, response_class(rpc)(status=definition_pb2.Status(
+                code=Code.INTERNAL_SERVER_ERROR, message=f"{type(exc).__name__}: {exc}")))
+        self.metrics.request(rpc, cast(Any, response).status.code)
         if time.perf_counter() - started > 1.0:
-            log.info("slow v2 request", extra={"rpc": rpc, "seconds": round(time.perf_counter() - started, 3)})
+            log.info("slow v2 request",
+                     extra={"rpc": rpc, "seconds": round(time.perf_counter() - started, 3)})
         return response
 
     # -- routes ------------------------------------------------------------------------------
@@ -154,18 +156,20 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
             broker_datas=[namesrv_pb2.BrokerData(cluster=cfg.broker_cluster_name, broker_name=cfg.broker_name,
                                                  broker_addrs={cfg.broker_id: cfg.broker_addr})])
 
-    async def QueryRoute(self, request: service_pb2.QueryRouteRequest, context: Ctx) -> service_pb2.QueryRouteResponse:
+    async def QueryRoute(self, request: service_pb2.QueryRouteRequest,
+                         context: Ctx) -> service_pb2.QueryRouteResponse:
         async def handle() -> service_pb2.QueryRouteResponse:
             meta = meta_of(context)
             topic = topic_name(request.topic, meta)
             queues: list[definition_pb2.MessageQueue] = []
+            address_map = self.tls_address_map if is_tls(context) else None
             route = await self._route(topic)
             if route is not None:
-                queues = r.message_queues(request.topic, route, self.address_map)
+                queues = r.message_queues(request.topic, route, address_map)
             else:
                 template = await self._route(v.AUTO_CREATE_TOPIC_KEY)
                 if template is not None:
-                    queues = r.message_queues(request.topic, template, self.address_map,
+                    queues = r.message_queues(request.topic, template, address_map,
                                               queue_nums=self.app.broker_config.default_topic_queue_nums)
             if not queues:
                 raise V2Error(Code.TOPIC_NOT_FOUND,
@@ -177,7 +181,8 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
 
     # -- clients -----------------------------------------------------------------------------
 
-    async def Heartbeat(self, request: service_pb2.HeartbeatRequest, context: Ctx) -> service_pb2.HeartbeatResponse:
+    async def Heartbeat(self, request: service_pb2.HeartbeatRequest,
+                        context: Ctx) -> service_pb2.HeartbeatResponse:
         async def handle() -> service_pb2.HeartbeatResponse:
             meta = meta_of(context)
             client_id = meta.require_client_id()
@@ -244,7 +249,8 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
             for handle_text in receipt_handles or ():
                 # No handle was ever issued: every one is unknown to this broker.
                 raise V2Error(Code.INVALID_RECEIPT_HANDLE,
-                              f"receipt handle {handle_text[:64]!r} was not issued by this broker ({POP_MISSING})")
+                              f"receipt handle {handle_text[:64]!r} was not issued by this broker "
+                              f"({POP_MISSING})")
             return self._not_implemented(rpc)
 
         return await self._answer(rpc, handle)
@@ -261,7 +267,8 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
                                          [request.receipt_handle])
 
     async def ChangeInvisibleDuration(self, request: Any, context: Ctx) -> Any:
-        return await self._consumer_call("ChangeInvisibleDuration", request, context, [request.receipt_handle])
+        return await self._consumer_call("ChangeInvisibleDuration", request, context,
+                                         [request.receipt_handle])
 
     async def UpdateOffset(self, request: Any, context: Ctx) -> Any:
         return await self._consumer_call("UpdateOffset", request, context)
@@ -274,8 +281,9 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
 
     async def RecallMessage(self, request: Any, context: Ctx) -> Any:
         return await self._answer("RecallMessage", self._async(response_class("RecallMessage")(
-            status=definition_pb2.Status(code=Code.NOT_IMPLEMENTED,
-                                         message="RecallMessage: recalling delayed messages is not supported"))))
+            status=definition_pb2.Status(
+                code=Code.NOT_IMPLEMENTED,
+                message="RecallMessage: recalling delayed messages is not supported"))))
 
     async def SyncLiteSubscription(self, request: Any, context: Ctx) -> Any:
         return await self._answer("SyncLiteSubscription", self._async(response_class("SyncLiteSubscription")(

@@ -43,7 +43,8 @@ class Telemetry:
             namespace = next((namespace_of(t, meta, Code.ILLEGAL_TOPIC) for t in settings.publishing.topics),
                              meta.namespace)
             merged = s.producer_settings(settings, self.app.store_config.max_message_size)
-            return Client(client_id, ctype, merged, topics=topics, namespace=namespace, language=meta.language)
+            return Client(client_id, ctype, merged, topics=topics, namespace=namespace,
+                          language=meta.language)
         if ctype in s.CONSUMER_TYPES:
             sub = settings.subscription
             if not sub.HasField("group"):
@@ -98,7 +99,8 @@ class Telemetry:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the client went away mid-read
-                log.debug("telemetry stream read ended", extra={"client_id": meta.client_id, "error": str(exc)})
+                log.debug("telemetry stream read ended",
+                          extra={"client_id": meta.client_id, "error": str(exc)})
             finally:
                 stream.close()
 

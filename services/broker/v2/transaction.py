@@ -48,7 +48,8 @@ def half_to_v2(half: Any, namespace: str) -> definition_pb2.Message:
         body_digest=definition_pb2.Digest(type=definition_pb2.DigestType.CRC32,
                                           checksum=format(zlib.crc32(half.body), "08X")),
         body_encoding=definition_pb2.Encoding.IDENTITY,
-        born_timestamp=_timestamp(half.born_timestamp_ms), store_timestamp=_timestamp(half.store_timestamp_ms),
+        born_timestamp=_timestamp(half.born_timestamp_ms),
+        store_timestamp=_timestamp(half.store_timestamp_ms),
         born_host=rec.born_host[0] if rec is not None else "", queue_id=half.queue_id)
     tag = props.get(record.PROPERTY_TAGS)
     if tag:

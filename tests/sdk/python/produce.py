@@ -21,7 +21,14 @@ import sys
 import threading
 import time
 
-from rocketmq import ClientConfiguration, Credentials, Message, Producer, TransactionChecker, TransactionResolution
+from rocketmq import (
+    ClientConfiguration,
+    Credentials,
+    Message,
+    Producer,
+    TransactionChecker,
+    TransactionResolution,
+)
 
 
 def out(doc: dict) -> None:
@@ -30,8 +37,13 @@ def out(doc: dict) -> None:
 
 def receipt(r, extra: dict | None = None) -> dict:
     q = r.message_queue
-    doc = {"message_id": r.message_id, "transaction_id": r.transaction_id, "offset": r.offset,
-           "queue_id": getattr(q, "queue_id", None), "broker": getattr(q, "broker_name", None)}
+    doc = {
+        "message_id": r.message_id,
+        "transaction_id": r.transaction_id,
+        "offset": r.offset,
+        "queue_id": getattr(q, "queue_id", None),
+        "broker": getattr(q, "broker_name", None),
+    }
     doc.update(extra or {})
     return doc
 
@@ -66,10 +78,13 @@ def run(producer: Producer, checker: Checker, sc: dict) -> dict:
     receipts = result["receipts"]
     if kind == "sync":
         for i in range(sc["count"]):
-            receipts.append(receipt(producer.send(message(topic, f"{sc['name']}-{i}".encode(), sc)), {"i": i}))
+            receipts.append(
+                receipt(producer.send(message(topic, f"{sc['name']}-{i}".encode(), sc)), {"i": i})
+            )
     elif kind == "async":
-        futures = [producer.send_async(message(topic, f"{sc['name']}-{i}".encode(), sc))
-                   for i in range(sc["count"])]
+        futures = [
+            producer.send_async(message(topic, f"{sc['name']}-{i}".encode(), sc)) for i in range(sc["count"])
+        ]
         receipts.extend(receipt(f.result(timeout=30), {"i": i}) for i, f in enumerate(futures))
     elif kind == "fifo":
         for i in range(sc["count"]):
