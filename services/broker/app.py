@@ -51,6 +51,7 @@ from services.broker.v2.status import SERVICE_NAME as V2_SERVICE
 from services.common.errors import NotFoundError
 from services.common.grpcserver import GrpcServer, start_grpc_server
 from services.common.metrics import MetricsServer
+from services.common.tls import load_pair
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +83,13 @@ class ReplicationService(Protocol):
 
 
 HAFactory = Callable[["BrokerApp"], ReplicationService]
+
+
+def tls_address(addr: str, offset: int) -> str:
+    """A broker's TLS address from its plain one: brokers of a cluster share the offset between
+    listenPort and tlsListenPort (routes answered over TLS point at TLS ports)."""
+    host, _, port = addr.rpartition(":")
+    return f"{host}:{int(port) + offset}" if port.isdigit() else addr
 
 
 class BrokerApp:
@@ -203,7 +211,8 @@ class BrokerApp:
                 interval_s=cfg.slave_sync_interval / 1000, on_round=self._on_sync_round)
             self._sync.start()
 
-        self.v2 = MessagingServicer(self)
+        tls_offset = cfg.effective_tls_port - cfg.listen_port
+        self.v2 = MessagingServicer(self, tls_address_map=lambda addr: tls_address(addr, tls_offset))
         self.v2.start()
 
         def register(server: object) -> None:
@@ -212,7 +221,12 @@ class BrokerApp:
             v2_grpc.add_MessagingServiceServicer_to_server(self.v2, server)
 
         address = f"{cfg.listen_host}:{cfg.listen_port}"
-        self._grpc = await start_grpc_server(address, register, BROKER_SERVICES)
+        tls = None
+        if cfg.tls_enable:
+            key, chain = load_pair(cfg.tls_server_cert_path, cfg.tls_server_key_path,
+                                   "tlsServerCertPath", "tlsServerKeyPath")
+            tls = (f"{cfg.listen_host}:{cfg.effective_tls_port}", key, chain)
+        self._grpc = await start_grpc_server(address, register, BROKER_SERVICES, tls)
         if cfg.effective_metrics_port > 0:
             self._metrics_server = MetricsServer(
                 self.metrics.registry, cfg.listen_host, cfg.effective_metrics_port)

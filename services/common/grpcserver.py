@@ -45,8 +45,11 @@ async def start_grpc_server(
     address: str,
     register: Callable[[grpc.aio.Server], None],
     service_names: Sequence[str],
+    tls: tuple[str, bytes, bytes] | None = None,
 ) -> GrpcServer:
     """Create, register, bind and start a server. ``address`` is ``host:port`` (port 0 = any).
+    ``tls``: (address, private key PEM, certificate chain PEM) of an extra TLS listener serving
+    the same services.
 
     Raises RuntimeError with the address when the port cannot be bound.
     """
@@ -64,6 +67,16 @@ async def start_grpc_server(
         raise RuntimeError(f"cannot listen on {address}: {exc}") from exc
     if port == 0:
         raise RuntimeError(f"cannot listen on {address}: address in use or invalid")
+    if tls is not None:
+        tls_address, key, chain = tls
+        credentials = grpc.ssl_server_credentials([(key, chain)])
+        try:
+            tls_port = server.add_secure_port(tls_address, credentials)
+        except RuntimeError as exc:
+            raise RuntimeError(f"cannot listen (TLS) on {tls_address}: {exc}") from exc
+        if tls_port == 0:
+            raise RuntimeError(f"cannot listen (TLS) on {tls_address}: address in use or invalid")
+        log.info("grpc TLS listener", extra={"address": tls_address, "port": tls_port})
     await server.start()
     for name in ["", *service_names]:
         await health.set(name, health_pb2.HealthCheckResponse.SERVING)

@@ -11,6 +11,7 @@ import pytest
 from services.broker.config import BrokerConfig
 from services.broker.storage import record
 from services.common.config import config_key
+from tests.integration.conftest import procs, pytest_runtest_makereport  # noqa: F401 (shared fixtures)
 from tests.integration.procs import ProcessGroup
 from tests.sdk.cluster import NODE_DIR, SDK_PYTHON, Cluster, start_cluster
 
