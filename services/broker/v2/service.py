@@ -54,7 +54,7 @@ def is_tls(context: Ctx) -> bool:
         auth = context.auth_context()
     except Exception:  # some transports have no auth context
         return False
-    return auth.get("transport_security_type") == [b"ssl"]
+    return bool(auth.get("transport_security_type") == [b"ssl"])
 
 
 class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ignore[misc]
