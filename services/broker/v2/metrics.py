@@ -4,6 +4,7 @@ open Telemetry streams. Registered in the broker's (or NameServer's) registry.""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import GaugeMetricFamily
@@ -39,9 +40,14 @@ class V2Metrics:
         self._requests = Counter(
             "pocketmq_v2_requests", "RocketMQ 5 API requests by RPC and v2 status code.",
             [*(k for k, _ in labels), "rpc", "code"], registry=registry)
+        self._children: dict[tuple[str, int], Any] = {}
 
     def request(self, rpc: str, code: int) -> None:
-        self._requests.labels(*(v for _, v in self._labels), rpc, code_name(code)).inc()
+        child = self._children.get((rpc, code))
+        if child is None:
+            child = self._children[(rpc, code)] = self._requests.labels(
+                *(v for _, v in self._labels), rpc, code_name(code))
+        child.inc()
 
     def add_clients(self, counts: Callable[[], dict[str, int]], streams: Callable[[], int]) -> None:
         self.registry.register(_ClientGauges(self._labels, counts, streams))

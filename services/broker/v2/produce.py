@@ -10,6 +10,7 @@ topic, as RocketMQ's proxy does for v2 producers); the produce path owns both re
 
 from __future__ import annotations
 
+import functools
 import gzip
 import ipaddress
 import re
@@ -144,13 +145,17 @@ def _properties(msg: definition_pb2.Message) -> dict[str, str]:
     return props
 
 
-def _born_host(text: str, peer: record.Host) -> record.Host:
+@functools.lru_cache(maxsize=1024)
+def _is_ipv4(text: str) -> bool:
     try:
-        if ipaddress.ip_address(text).version == 4:
-            return text, 0
+        return ipaddress.ip_address(text).version == 4
     except ValueError:
-        pass
-    return peer
+        return False
+
+
+def _born_host(text: str, peer: record.Host) -> record.Host:
+    """The client's own address (the SDK's ``born_host``) when it is IPv4, else the peer's."""
+    return (text, 0) if _is_ipv4(text) else peer
 
 
 class Producer:
