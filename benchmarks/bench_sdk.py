@@ -44,10 +44,28 @@ def start(args: list[str], log_path: str) -> subprocess.Popen[bytes]:
 
 def sdk_rounds(endpoint: str, mode: str, args: argparse.Namespace) -> list[float]:
     proc = subprocess.run(
-        [str(SDK_PYTHON), str(ROOT / "benchmarks" / "sdk_send.py"), "--endpoint", endpoint, "--topic", TOPIC,
-         "--mode", mode, "--rounds", str(args.rounds), "--seconds", str(args.seconds), "--size", str(args.size),
-         "--in-flight", str(args.in_flight)],
-        capture_output=True, text=True, timeout=args.rounds * args.seconds * 4 + 120)
+        [
+            str(SDK_PYTHON),
+            str(ROOT / "benchmarks" / "sdk_send.py"),
+            "--endpoint",
+            endpoint,
+            "--topic",
+            TOPIC,
+            "--mode",
+            mode,
+            "--rounds",
+            str(args.rounds),
+            "--seconds",
+            str(args.seconds),
+            "--size",
+            str(args.size),
+            "--in-flight",
+            str(args.in_flight),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=args.rounds * args.seconds * 4 + 120,
+    )
     rates = []
     for line in proc.stdout.splitlines():
         if line.startswith("{"):
@@ -55,7 +73,9 @@ def sdk_rounds(endpoint: str, mode: str, args: argparse.Namespace) -> list[float
             rates.append(doc["messages"] / doc["seconds"])
             print(f"sdk {mode:5s} round {doc['round']}: {rates[-1]:9.0f} msgs/s", flush=True)
     if len(rates) != args.rounds:
-        raise SystemExit(f"SDK {mode} run failed (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr[-3000:]}")
+        raise SystemExit(
+            f"SDK {mode} run failed (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr[-3000:]}"
+        )
     return rates
 
 
@@ -95,17 +115,40 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-sdk-") as tmp:
         ns_port, broker_port = free_port(), free_port()
         namesrv = f"127.0.0.1:{ns_port}"
-        procs = [start(["services.namesrv", "--listen", namesrv, "--metrics-port", "0"], f"{tmp}/namesrv.log")]
+        procs = [
+            start(["services.namesrv", "--listen", namesrv, "--metrics-port", "0"], f"{tmp}/namesrv.log")
+        ]
         try:
             wait_port(ns_port)
-            procs.append(start(["services.broker", "--namesrv-addr", namesrv, "--broker-ip1", "127.0.0.1",
-                                "--listen-host", "127.0.0.1", "--listen-port", str(broker_port),
-                                "--ha-listen-port", str(free_port()), "--metrics-port", "0",
-                                "--store-path-root-dir", f"{tmp}/store"], f"{tmp}/broker.log"))
+            procs.append(
+                start(
+                    [
+                        "services.broker",
+                        "--namesrv-addr",
+                        namesrv,
+                        "--broker-ip1",
+                        "127.0.0.1",
+                        "--listen-host",
+                        "127.0.0.1",
+                        "--listen-port",
+                        str(broker_port),
+                        "--ha-listen-port",
+                        str(free_port()),
+                        "--metrics-port",
+                        "0",
+                        "--store-path-root-dir",
+                        f"{tmp}/store",
+                    ],
+                    f"{tmp}/broker.log",
+                )
+            )
             wait_port(broker_port)
             time.sleep(1.5)  # first registration (topics) at the NameServer
-            print(f"# {args.rounds} rounds x {args.seconds:g} s, {args.size}-byte messages, "
-                  f"{args.in_flight} in flight for async; one broker, loopback", flush=True)
+            print(
+                f"# {args.rounds} rounds x {args.seconds:g} s, {args.size}-byte messages, "
+                f"{args.in_flight} in flight for async; one broker, loopback",
+                flush=True,
+            )
             medians = {}
             for who, mode in (("sdk", "sync"), ("own", "sync"), ("sdk", "async"), ("own", "async")):
                 if who == "sdk":
@@ -121,8 +164,10 @@ def main() -> int:
                 p.wait(30)
     sync_ratio = medians[("sdk", "sync")] / medians[("own", "sync")]
     async_ratio = medians[("sdk", "async")] / medians[("own", "async")]
-    print(f"sdk_send_msgs={medians[('sdk', 'async')]:.0f} sdk_vs_own={async_ratio:.2f} "
-          f"sdk_sync_msgs={medians[('sdk', 'sync')]:.0f} sdk_sync_vs_own={sync_ratio:.2f}")
+    print(
+        f"sdk_send_msgs={medians[('sdk', 'async')]:.0f} sdk_vs_own={async_ratio:.2f} "
+        f"sdk_sync_msgs={medians[('sdk', 'sync')]:.0f} sdk_sync_vs_own={sync_ratio:.2f}"
+    )
     return 0
 
 

@@ -30,7 +30,9 @@ def run_sync(producer: Producer, topic: str, body: bytes, seconds: float) -> tup
     return n, time.perf_counter() - start
 
 
-def run_async(producer: Producer, topic: str, body: bytes, seconds: float, in_flight: int) -> tuple[int, float]:
+def run_async(
+    producer: Producer, topic: str, body: bytes, seconds: float, in_flight: int
+) -> tuple[int, float]:
     slots = threading.Semaphore(in_flight)
     done = 0
     errors: list[BaseException] = []

@@ -49,11 +49,21 @@ def test_client_id_required() -> None:
     assert (meta.client_id, meta.namespace) == ("c1", "ns")
 
 
-def _route(read: int, write: int, perm: int, addrs: dict[int, str], message_type: str = "") -> n.TopicRouteData:
+def _route(
+    read: int, write: int, perm: int, addrs: dict[int, str], message_type: str = ""
+) -> n.TopicRouteData:
     return n.TopicRouteData(
-        queue_datas=[n.QueueData(broker_name="b", read_queue_nums=read, write_queue_nums=write, perm=perm,
-                                 message_type=message_type)],
-        broker_datas=[n.BrokerData(cluster="c", broker_name="b", broker_addrs=addrs)])
+        queue_datas=[
+            n.QueueData(
+                broker_name="b",
+                read_queue_nums=read,
+                write_queue_nums=write,
+                perm=perm,
+                message_type=message_type,
+            )
+        ],
+        broker_datas=[n.BrokerData(cluster="c", broker_name="b", broker_addrs=addrs)],
+    )
 
 
 def test_route_queue_permissions_follow_read_and_write_counts() -> None:
@@ -75,8 +85,12 @@ def test_route_without_master_is_read_only_through_a_slave() -> None:
 
 
 def test_route_address_map_and_template_cap() -> None:
-    queues = route.message_queues(d.Resource(name="t"), _route(8, 8, 6, {0: "h:10911"}),
-                                  lambda a: a.replace("10911", "10914"), queue_nums=4)
+    queues = route.message_queues(
+        d.Resource(name="t"),
+        _route(8, 8, 6, {0: "h:10911"}),
+        lambda a: a.replace("10911", "10914"),
+        queue_nums=4,
+    )
     assert len(queues) == 4 and queues[0].broker.endpoints.addresses[0].port == 10914
 
 
@@ -84,8 +98,12 @@ def test_settings_for_producers_and_consumers() -> None:
     prod = settings.producer_settings(d.Settings(client_type=d.ClientType.PRODUCER), 1234)
     assert prod.publishing.max_body_size == 1234 and prod.publishing.validate_message_type
     assert prod.backoff_policy.max_attempts == 3 and not prod.metric.on
-    cons = settings.consumer_settings(d.Settings(client_type=d.ClientType.PUSH_CONSUMER), fifo=True,
-                                      retry_max_times=16, delay_levels_ms=(1000, 5000))
+    cons = settings.consumer_settings(
+        d.Settings(client_type=d.ClientType.PUSH_CONSUMER),
+        fifo=True,
+        retry_max_times=16,
+        delay_levels_ms=(1000, 5000),
+    )
     assert cons.backoff_policy.max_attempts == 17
     assert [x.seconds for x in cons.backoff_policy.customized_backoff.next] == [1, 5]
     assert cons.subscription.fifo and cons.subscription.receive_batch_size == 32
