@@ -89,13 +89,13 @@ async def own_rounds(namesrv: str, mode: str, args: argparse.Namespace) -> list[
             start = time.perf_counter()
             count = 0
 
-            async def loop() -> None:
+            async def loop(end: float) -> None:
                 nonlocal count
                 while time.perf_counter() < end:
                     await producer.send(Message(TOPIC, body))
                     count += 1
 
-            await asyncio.gather(*(loop() for _ in range(1 if mode == "sync" else args.in_flight)))
+            await asyncio.gather(*(loop(end) for _ in range(1 if mode == "sync" else args.in_flight)))
             rates.append(count / (time.perf_counter() - start))
             print(f"own {mode:5s} round {i}: {rates[-1]:9.0f} msgs/s", flush=True)
     return rates
