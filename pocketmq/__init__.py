@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from pocketmq.client.message import Message, MessageQueue, ReceivedMessage, SendResult, SendStatus
     from pocketmq.client.producer import AsyncProducer, Producer
     from pocketmq.client.selector import HashSelector, QueueSelector, RoundRobin
+    from pocketmq.client.transaction import TransactionCheck, TransactionSendResult, TransactionState
     from pocketmq.errors import NotDurableError, PocketMQError
 
 __version__ = "0.1.0"
@@ -54,6 +55,9 @@ _EXPORTS = {
     "RoundRobin": "pocketmq.client.selector",
     "SendResult": "pocketmq.client.message",
     "SendStatus": "pocketmq.client.message",
+    "TransactionCheck": "pocketmq.client.transaction",
+    "TransactionSendResult": "pocketmq.client.transaction",
+    "TransactionState": "pocketmq.client.transaction",
     "allocate_averagely": "pocketmq.client.allocate",
 }
 
@@ -75,6 +79,9 @@ __all__ = [
     "RoundRobin",
     "SendResult",
     "SendStatus",
+    "TransactionCheck",
+    "TransactionSendResult",
+    "TransactionState",
     "allocate_averagely",
 ]
 

@@ -12,6 +12,7 @@ raises :class:`~pocketmq.errors.NotDurableError`).
 
 from __future__ import annotations
 
+import datetime
 import logging
 import os
 import time
@@ -23,6 +24,16 @@ from pocketmq.client import loop as _loop
 from pocketmq.client.message import STORED_STATUSES, Message, MessageQueue, SendResult, SendStatus
 from pocketmq.client.routes import AUTO_CREATE_TOPIC, RouteCache, TopicRoute
 from pocketmq.client.selector import HashSelector, QueueSelector, RoundRobin
+from pocketmq.client.transaction import (
+    PROPERTY_TIMER_DELIVER_MS,
+    CheckListener,
+    LocalTransaction,
+    TransactionChecker,
+    TransactionSendResult,
+    TransactionState,
+    call_back,
+    half_message,
+)
 from pocketmq.client.transport import (
     BrokerCaller,
     ChannelPool,
@@ -61,6 +72,20 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+DeliverAt = float | datetime.datetime
+
+
+def deliver_ms(deliver_at: DeliverAt) -> int:
+    """Epoch milliseconds of a delivery time given as epoch seconds or an aware datetime."""
+    if isinstance(deliver_at, datetime.datetime):
+        if deliver_at.tzinfo is None:
+            raise InvalidArgumentError("deliver_at must be a timezone-aware datetime (or epoch seconds)")
+        return int(deliver_at.timestamp() * 1000)
+    if deliver_at <= 0:
+        raise InvalidArgumentError(f"deliver_at must be epoch seconds > 0, got {deliver_at}")
+    return int(deliver_at * 1000)
+
+
 class AsyncProducer:
     """Sends messages (asyncio). Use as ``async with AsyncProducer("ns:9876") as p:``.
 
@@ -86,6 +111,8 @@ class AsyncProducer:
         route_refresh_interval: float = 30.0,
         fault_backoff: float = 3.0,
         relay: RelayMode = "direct",
+        transaction_checker: TransactionChecker | None = None,
+        client_id: str = "",
     ) -> None:
         if send_timeout <= 0:
             raise InvalidArgumentError("send_timeout must be > 0")
@@ -102,6 +129,9 @@ class AsyncProducer:
         self._faults: dict[str, float] = {}
         self._started = False
         self._closed = False
+        self._transaction_checker = transaction_checker
+        self._client_id = client_id
+        self._checks: CheckListener | None = None
         # Created in start() (they bind to the running loop).
         self._pool: ChannelPool
         self._namesrv: NamesrvClient
@@ -120,6 +150,11 @@ class AsyncProducer:
         self._routes = RouteCache(self._namesrv, self._route_refresh_interval)
         self._caller = BrokerCaller(self._pool, self._namesrv, self._relay)
         self._routes.start()
+        if self._transaction_checker is not None:
+            if not self.group:
+                raise InvalidArgumentError("a transaction_checker needs a producer group (group=...)")
+            self._checks = CheckListener(self._pool, self.group, self._transaction_checker,
+                                         self._end_transaction, self._client_id)
         self._started = True
 
     async def close(self) -> None:
@@ -127,6 +162,8 @@ class AsyncProducer:
             return
         self._closed = True
         if self._started:
+            if self._checks is not None:
+                await self._checks.close()
             await self._routes.close()
             await self._pool.close()
 
@@ -187,8 +224,13 @@ class AsyncProducer:
         selector: QueueSelector | None = None,
         queue: MessageQueue | None = None,
         require_durable: bool = False,
+        deliver_at: DeliverAt | None = None,
     ) -> SendResult:
         """Store one message.
+
+        ``deliver_at`` (epoch seconds or an aware datetime) delivers it at that time instead of
+        at once (a timer message, up to the broker's ``timerMaxDelaySec`` ahead: 3 days by
+        default); its result's queue offset is -1.
 
         ``sharding_key`` sends every message with that key to the same queue (ordered messages;
         ``selector`` chooses the queue some other way, getting the key as its third argument);
@@ -197,6 +239,10 @@ class AsyncProducer:
         self._check()
         request = broker_pb2.SendMessageRequest(
             message=message.to_proto(), producer_group=self.group, born_timestamp=_now_ms())
+        if deliver_at is not None:
+            if message.delay_level:
+                raise InvalidArgumentError("a message has either a delay level or deliver_at, not both")
+            request.message.properties[PROPERTY_TIMER_DELIVER_MS] = str(deliver_ms(deliver_at))
         return await self._send(message.topic, message, request, "SendMessage", timeout, sharding_key,
                                 selector, queue, require_durable)
 
@@ -313,6 +359,48 @@ class AsyncProducer:
             last.message = f"{last.message} (gave up after {len(tried) or attempts} attempt(s))"
         raise last
 
+    # -- transactions -------------------------------------------------------------------------
+
+    async def send_in_transaction(
+        self, message: Message, local_transaction: LocalTransaction, *,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> TransactionSendResult:
+        """Store ``message`` as a half message (invisible to consumers), run
+        ``local_transaction(message, send_result)`` (a coroutine function, or a blocking one run
+        in a thread) and commit or roll back by its answer. UNKNOWN (or an exception) leaves it
+        to the broker's checks, answered by the producer's ``transaction_checker``."""
+        self._check()
+        if not self.group:
+            raise InvalidArgumentError("transactional sends need a producer group (group=...)")
+        if message.delay_level:
+            raise InvalidArgumentError("a transaction message cannot be delayed")
+        result = await self.send(half_message(message, self.group), timeout=timeout)
+        if self._checks is not None:
+            self._checks.watch(result.broker_addr)
+        state = await call_back(local_transaction, message, result)
+        if state is not TransactionState.UNKNOWN:
+            await self._end_transaction(result.broker_addr, result.msg_id, result.msg_id, state, False)
+        return TransactionSendResult(result, state)
+
+    async def watch_transactions(self, topic: str) -> None:
+        """Receive transaction checks from every master of ``topic`` (a restarted producer calls
+        this to resolve what its predecessor left open); needs a ``transaction_checker``."""
+        self._check()
+        if self._checks is None:
+            raise InvalidArgumentError("watch_transactions needs a transaction_checker")
+        route = await self._send_route(topic, False)
+        for queue in route.write_queues():
+            addr = route.master_addr(queue.broker_name)
+            if addr is not None:
+                self._checks.watch(addr)
+
+    async def _end_transaction(self, broker_addr: str, transaction_id: str, msg_id: str,
+                               state: TransactionState, from_check: bool) -> None:
+        request = broker_pb2.EndTransactionRequest(
+            producer_group=self.group, transaction_id=transaction_id, msg_id=msg_id,
+            commit=state is TransactionState.COMMIT, from_check=from_check)
+        await self._caller.call(broker_addr, "Transactions/EndTransaction", request, self.send_timeout)
+
     @staticmethod
     def _worth_retrying(exc: PocketMQError) -> bool:
         # Stale routes show up as a slave refusing writes, a broker that lost the topic or its
@@ -338,10 +426,13 @@ class Producer:
         route_refresh_interval: float = 30.0,
         fault_backoff: float = 3.0,
         relay: RelayMode = "direct",
+        transaction_checker: TransactionChecker | None = None,
+        client_id: str = "",
     ) -> None:
         self._async = AsyncProducer(
             namesrv, group=group, send_timeout=send_timeout, retries=retries,
-            route_refresh_interval=route_refresh_interval, fault_backoff=fault_backoff, relay=relay)
+            route_refresh_interval=route_refresh_interval, fault_backoff=fault_backoff, relay=relay,
+            transaction_checker=transaction_checker, client_id=client_id)
 
     @property
     def async_producer(self) -> AsyncProducer:
@@ -370,11 +461,22 @@ class Producer:
         selector: QueueSelector | None = None,
         queue: MessageQueue | None = None,
         require_durable: bool = False,
+        deliver_at: DeliverAt | None = None,
     ) -> SendResult:
         """See :meth:`AsyncProducer.send`."""
         return _loop.run(self._async.send(
             message, timeout=timeout, sharding_key=sharding_key, selector=selector, queue=queue,
-            require_durable=require_durable))
+            require_durable=require_durable, deliver_at=deliver_at))
+
+    def send_in_transaction(self, message: Message, local_transaction: LocalTransaction, *,
+                            timeout: float | None = None) -> TransactionSendResult:
+        """See :meth:`AsyncProducer.send_in_transaction` (a blocking ``local_transaction`` runs in
+        a worker thread)."""
+        return _loop.run(self._async.send_in_transaction(message, local_transaction, timeout=timeout))
+
+    def watch_transactions(self, topic: str) -> None:
+        """See :meth:`AsyncProducer.watch_transactions`."""
+        _loop.run(self._async.watch_transactions(topic))
 
     def send_batch(
         self,

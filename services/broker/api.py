@@ -332,7 +332,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):  # type: ignore[misc]
     @grpc_method
     async def GetBrokerStatus(self, request: pb.GetBrokerStatusRequest, context: Ctx) -> pb.BrokerStatus:
         app = self.app
-        return pb.BrokerStatus(
+        status = pb.BrokerStatus(
             cluster_name=self.cfg.broker_cluster_name, broker_name=self.cfg.broker_name,
             broker_id=self.cfg.broker_id, broker_role=self.cfg.broker_role.name,
             flush_disk_type=app.store_config.flush_disk_type.name, broker_addr=app.identity.broker_addr,
@@ -341,6 +341,9 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):  # type: ignore[misc]
             put_total=app.metrics.put_total, get_total=app.metrics.get_total,
             start_timestamp=app.start_timestamp, master_addr=app.master_addr, version=VERSION,
         )
+        status.timer_pending = app.timers.pending
+        status.transaction_half_pending = app.transactions.pending
+        return status
 
     @grpc_method
     async def GetHAStatus(self, request: pb.GetHAStatusRequest, context: Ctx) -> pb.HAStatus:

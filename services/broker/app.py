@@ -15,6 +15,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry
@@ -46,6 +47,9 @@ from services.broker.send import SendService
 from services.broker.storage.config import StoreConfig
 from services.broker.storage.status import PutMessageStatus
 from services.broker.storage.store import MessageStore
+from services.broker.timer.service import TIMER_QUEUES, TimerService
+from services.broker.transaction import TransactionService
+from services.broker.transaction_api import TransactionsServicer
 from services.broker.v2.service import MessagingServicer
 from services.broker.v2.status import SERVICE_NAME as V2_SERVICE
 from services.common.errors import NotFoundError
@@ -59,6 +63,7 @@ BROKER_SERVICES = (
     broker_pb2.DESCRIPTOR.services_by_name["Broker"].full_name,
     broker_pb2.DESCRIPTOR.services_by_name["BrokerMetadata"].full_name,
     V2_SERVICE,
+    broker_pb2.DESCRIPTOR.services_by_name["Transactions"].full_name,
 )
 #: Topic changes are published to the NameServers after this quiet period (coalescing bursts).
 REGISTER_DEBOUNCE_S = 0.2
@@ -140,6 +145,8 @@ class BrokerApp:
         self.pull: PullService
         #: The RocketMQ 5 API (apache.rocketmq.v2.MessagingService).
         self.v2: MessagingServicer | None = None
+        self.timers: TimerService
+        self.transactions: TransactionService
 
     # -- properties used by the API -----------------------------------------------------------
 
@@ -197,10 +204,13 @@ class BrokerApp:
         self.pull = PullService(cfg, self.store_config, self.store, self.topics, self.groups, self.offsets,
                                 self.notifier, self.metrics, self.ensure_group)
         self.metrics.add_gauges(self._gauges)
+        await self._load_timers_and_transactions()
 
         if self.ha_factory is not None:
             self.ha = self.ha_factory(self)
             await self.ha.start()
+        self.timers.start()
+        self.transactions.start()
         if cfg.is_master:
             self._delay = DelayDeliveryService(self.store, self.delay_offsets, cfg.delay_levels_ms,
                                                self.notifier, self.send.deliver, self.metrics)
@@ -219,6 +229,7 @@ class BrokerApp:
             broker_pb2_grpc.add_BrokerServicer_to_server(BrokerServicer(self), server)
             broker_pb2_grpc.add_BrokerMetadataServicer_to_server(BrokerMetadataServicer(self), server)
             v2_grpc.add_MessagingServiceServicer_to_server(self.v2, server)
+            broker_pb2_grpc.add_TransactionsServicer_to_server(TransactionsServicer(self), server)
 
         address = f"{cfg.listen_host}:{cfg.listen_port}"
         tls = None
@@ -249,6 +260,24 @@ class BrokerApp:
             "addr": self.identity.broker_addr, "store": self.store_config.store_path_root_dir,
             "max_offset": self.store.max_offset, "topics": len(self.topics)})
 
+    async def _load_timers_and_transactions(self) -> None:
+        """Build the timer and transaction indexes (snapshot + the system queues since)."""
+        cfg = self.broker_config
+        root = Path(self.store_config.store_path_root_dir)
+        self.timers = TimerService(
+            self.store, root / "timer" / "snapshot", append=self.send.append, notifier=self.notifier,
+            master=cfg.is_master, flush_interval_s=cfg.timer_flush_interval_ms / 1000,
+            deliver_batch=cfg.timer_deliver_batch, store_host=self.store.store_host,
+            registry_labels=(self.metrics.registry, self.metrics.ident))
+        self.transactions = TransactionService(
+            self.store, root / "transaction" / "snapshot", append=self.send.append, notifier=self.notifier,
+            master=cfg.is_master, check_writable=self.send.check_writable_broker,
+            msg_id=lambda offset: self.send.msg_ids([offset])[0], timeout_ms=cfg.transaction_time_out,
+            check_interval_ms=cfg.transaction_check_interval, check_max=cfg.transaction_check_max,
+            store_host=self.store.store_host)
+        await asyncio.to_thread(self.timers.load)
+        await asyncio.to_thread(self.transactions.load)
+
     async def _label_pod(self) -> None:
         await k8s_labels.label_own_pod(self.broker_config.broker_role, self.broker_config.broker_id)
 
@@ -259,6 +288,9 @@ class BrokerApp:
             n = self.broker_config.default_topic_queue_nums
             self.topics.ensure_system_topic(
                 TopicConfig(v.AUTO_CREATE_TOPIC_KEY, n, n, v.PERM_ALL))
+        self.topics.ensure_system_topic(TopicConfig(v.TIMER_TOPIC, TIMER_QUEUES, TIMER_QUEUES))
+        self.topics.ensure_system_topic(TopicConfig(v.TRANS_HALF_TOPIC, 1, 1))
+        self.topics.ensure_system_topic(TopicConfig(v.TRANS_OP_HALF_TOPIC, 1, 1))
 
     # -- stop -------------------------------------------------------------------------------
 
@@ -272,6 +304,10 @@ class BrokerApp:
         log.info("broker stopping", extra={"broker": cfg.broker_name, "broker_id": cfg.broker_id})
         if self._delay is not None:
             await self._delay.stop()
+        if hasattr(self, "timers"):
+            await self.timers.stop()
+        if hasattr(self, "transactions"):
+            await self.transactions.stop()
         if hasattr(self, "notifier"):
             self.notifier.close()
         if self._grpc is not None:
@@ -405,6 +441,15 @@ class BrokerApp:
                                          self.notifier.waiting if hasattr(self, "notifier") else 0),
             prefix + "is_master": ("1 on a master, 0 on a slave.", 1 if self.broker_config.is_master else 0),
         }
+        if hasattr(self, "timers"):
+            gauges[prefix + "timer_pending_messages"] = (
+                "Timer messages not yet delivered.", self.timers.pending)
+            gauges[prefix + "timer_lag_seconds"] = (
+                "How far behind its due time the earliest undelivered timer message is.",
+                self.timers.lag_ms() / 1000)
+        if hasattr(self, "transactions"):
+            gauges[prefix + "transaction_half_pending_messages"] = (
+                "Half (transaction) messages neither committed nor rolled back.", self.transactions.pending)
         if self._delay is not None:
             gauges["pocketmq_broker_delay_backlog_messages"] = (
                 "Delayed messages not yet delivered.", self._delay.backlog(store.max_queue_offset))

@@ -135,6 +135,19 @@ class BrokerConfig:
     tls_listen_port: int = 0
     tls_server_cert_path: str = ""
     tls_server_key_path: str = ""
+    #: Timer messages (TIMER_DELIVER_MS): the farthest accepted delivery time from now (s).
+    timer_max_delay_sec: int = 259_200
+    #: How often the timer index is snapshotted to the store directory when it changed (ms);
+    #: after a crash it is rebuilt from the snapshot plus the commit log written since.
+    timer_flush_interval_ms: int = 1_000
+    #: Timer messages delivered per store append.
+    timer_deliver_batch: int = 64
+    #: Transactions: a half message is first checked this long after it was stored (ms) ...
+    transaction_time_out: int = 6_000
+    #: ... unresolved ones are looked for this often (ms) ...
+    transaction_check_interval: int = 60_000
+    #: ... and one is discarded (rolled back) after this many unanswered checks.
+    transaction_check_max: int = 15
 
     def __post_init__(self) -> None:
         require(bool(self.broker_cluster_name.strip()), "brokerClusterName", "must not be empty")
@@ -173,6 +186,12 @@ class BrokerConfig:
         if self.tls_enable:
             require(bool(self.tls_server_cert_path), "tlsServerCertPath", "required when tlsEnable=true")
             require(bool(self.tls_server_key_path), "tlsServerKeyPath", "required when tlsEnable=true")
+        require(self.timer_max_delay_sec > 0, "timerMaxDelaySec", "must be > 0")
+        require(self.timer_flush_interval_ms > 0, "timerFlushIntervalMs", "must be > 0")
+        require(1 <= self.timer_deliver_batch <= 1024, "timerDeliverBatch", "must be 1..1024")
+        require(self.transaction_time_out > 0, "transactionTimeOut", "must be > 0")
+        require(self.transaction_check_interval > 0, "transactionCheckInterval", "must be > 0")
+        require(self.transaction_check_max > 0, "transactionCheckMax", "must be > 0")
 
     @property
     def is_master(self) -> bool:

@@ -70,6 +70,11 @@ class BrokerMetrics:
         self.put_total = 0
         self.get_total = 0
 
+    @property
+    def ident(self) -> list[str]:
+        """Values of the cluster/broker/broker_id labels (for series defined elsewhere)."""
+        return list(self._ident)
+
     def add_gauges(self, sample: Callable[[], dict[str, tuple[str, float]]]) -> None:
         self.registry.register(_GaugeCollector(self._ident, sample))
 

@@ -23,6 +23,7 @@ from services.broker.config import BrokerConfig, BrokerRole
 from services.broker.longpoll import QueueNotifier
 from services.broker.metadata import TopicConfig, TopicConfigManager
 from services.broker.metrics import BrokerMetrics
+from services.broker.rewrite import is_special, rewrite_special
 from services.broker.storage import record
 from services.broker.storage.config import FlushDiskType, StoreConfig
 from services.broker.storage.status import PutMessageStatus, PutResult
@@ -205,6 +206,14 @@ class SendService:
         if reason:
             return self._refused(PutMessageStatus.MESSAGE_ILLEGAL, queue_id, reason, started, 1)
         born = request.born_timestamp or int(time.time() * 1000)
+        special = rewrite_special(
+            props, tc.topic_name, queue_id, delay_level=level, max_delay_sec=self.config.timer_max_delay_sec,
+            now_ms=int(time.time() * 1000)) if is_special(props) else None
+        if special is not None:
+            # Timer or half (transaction) message: parked in a system topic until due/committed.
+            stored = record.Message(special[0], msg.body, special[1], msg.flag, props, born, born_host)
+            outcome = await self._append([stored], queue_id, started, len(msg.body))
+            return dataclasses.replace(outcome, queue_offset=-1) if outcome.msg_ids else outcome
         if level:
             # RocketMQ's scheduled delivery: park in SCHEDULE_TOPIC_XXXX, queue = level - 1.
             props[record.PROPERTY_REAL_TOPIC] = tc.topic_name
@@ -251,6 +260,9 @@ class SendService:
             if msg.properties or msg.tags or msg.keys or producer_group:
                 props: Mapping[str, str] = self._properties(msg, producer_group)
                 reason = self._illegal(body, props)
+                if not reason and is_special(props):
+                    reason = ("timer and transaction messages are not supported in batches; "
+                              "send them one by one")
             else:
                 props = _NO_PROPERTIES
                 reason = "" if 0 < size <= max_size else self._illegal(body, props)

@@ -23,8 +23,15 @@ GROUP_MAX_LENGTH = 255
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 #: The template topic auto-created topics copy (RocketMQ's ``TBW102``).
 AUTO_CREATE_TOPIC_KEY = "TBW102"
+#: Where timer messages (arbitrary delivery time) wait: queue 0 holds the messages, queue 1
+#: the broker's delivery records (RocketMQ 5's timer topic name).
+TIMER_TOPIC = "rmq_sys_wheel_timer"
+#: Half (prepared) transaction messages and the op records resolving them (RocketMQ's names).
+TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 #: Topics clients may not send to directly.
-SYSTEM_TOPICS = frozenset({SCHEDULE_TOPIC, AUTO_CREATE_TOPIC_KEY})
+SYSTEM_TOPICS = frozenset({SCHEDULE_TOPIC, AUTO_CREATE_TOPIC_KEY, TIMER_TOPIC, TRANS_HALF_TOPIC,
+                           TRANS_OP_HALF_TOPIC})
 
 #: Property keys the broker sets itself; a client may not send them.
 RESERVED_PROPERTIES = frozenset({record.PROPERTY_REAL_TOPIC, record.PROPERTY_REAL_QUEUE_ID})

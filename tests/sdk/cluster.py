@@ -183,11 +183,20 @@ def _parse(stdout: str) -> dict[str, dict[str, Any]]:
 
 
 def run_python_sdk(
-    endpoint: str, plan: list[dict[str, Any]], timeout: float = 120
+    endpoint: str, plan: list[dict[str, Any]], timeout: float = 120, checker: str = "commit"
 ) -> dict[str, dict[str, Any]]:
     """Run tests/sdk/python/produce.py in .venv-sdk; results by scenario name."""
     proc = subprocess.run(
-        [str(SDK_PYTHON), str(SDK_PY_SCRIPT), "--endpoint", endpoint, "--plan", json.dumps(plan)],
+        [
+            str(SDK_PYTHON),
+            str(SDK_PY_SCRIPT),
+            "--endpoint",
+            endpoint,
+            "--plan",
+            json.dumps(plan),
+            "--checker",
+            checker,
+        ],
         capture_output=True,
         text=True,
         timeout=timeout,

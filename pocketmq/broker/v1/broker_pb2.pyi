@@ -411,7 +411,7 @@ class GetBrokerStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class BrokerStatus(_message.Message):
-    __slots__ = ("cluster_name", "broker_name", "broker_id", "broker_role", "flush_disk_type", "broker_addr", "ha_server_addr", "commit_log_min_offset", "commit_log_max_offset", "topic_count", "put_total", "get_total", "start_timestamp", "master_addr", "version")
+    __slots__ = ("cluster_name", "broker_name", "broker_id", "broker_role", "flush_disk_type", "broker_addr", "ha_server_addr", "commit_log_min_offset", "commit_log_max_offset", "topic_count", "put_total", "get_total", "start_timestamp", "master_addr", "version", "timer_pending", "transaction_half_pending")
     CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
     BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -427,6 +427,8 @@ class BrokerStatus(_message.Message):
     START_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
     MASTER_ADDR_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
+    TIMER_PENDING_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_HALF_PENDING_FIELD_NUMBER: _ClassVar[int]
     cluster_name: str
     broker_name: str
     broker_id: int
@@ -442,7 +444,9 @@ class BrokerStatus(_message.Message):
     start_timestamp: int
     master_addr: str
     version: str
-    def __init__(self, cluster_name: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., broker_role: _Optional[str] = ..., flush_disk_type: _Optional[str] = ..., broker_addr: _Optional[str] = ..., ha_server_addr: _Optional[str] = ..., commit_log_min_offset: _Optional[int] = ..., commit_log_max_offset: _Optional[int] = ..., topic_count: _Optional[int] = ..., put_total: _Optional[int] = ..., get_total: _Optional[int] = ..., start_timestamp: _Optional[int] = ..., master_addr: _Optional[str] = ..., version: _Optional[str] = ...) -> None: ...
+    timer_pending: int
+    transaction_half_pending: int
+    def __init__(self, cluster_name: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., broker_role: _Optional[str] = ..., flush_disk_type: _Optional[str] = ..., broker_addr: _Optional[str] = ..., ha_server_addr: _Optional[str] = ..., commit_log_min_offset: _Optional[int] = ..., commit_log_max_offset: _Optional[int] = ..., topic_count: _Optional[int] = ..., put_total: _Optional[int] = ..., get_total: _Optional[int] = ..., start_timestamp: _Optional[int] = ..., master_addr: _Optional[str] = ..., version: _Optional[str] = ..., timer_pending: _Optional[int] = ..., transaction_half_pending: _Optional[int] = ...) -> None: ...
 
 class GetHAStatusRequest(_message.Message):
     __slots__ = ()
@@ -554,3 +558,60 @@ class SubscriptionGroupTable(_message.Message):
     data_version: _common_pb2.DataVersion
     configs: _containers.RepeatedCompositeFieldContainer[SubscriptionGroupConfig]
     def __init__(self, data_version: _Optional[_Union[_common_pb2.DataVersion, _Mapping]] = ..., configs: _Optional[_Iterable[_Union[SubscriptionGroupConfig, _Mapping]]] = ...) -> None: ...
+
+class EndTransactionRequest(_message.Message):
+    __slots__ = ("producer_group", "transaction_id", "msg_id", "commit", "from_check")
+    PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    MSG_ID_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_FIELD_NUMBER: _ClassVar[int]
+    FROM_CHECK_FIELD_NUMBER: _ClassVar[int]
+    producer_group: str
+    transaction_id: str
+    msg_id: str
+    commit: bool
+    from_check: bool
+    def __init__(self, producer_group: _Optional[str] = ..., transaction_id: _Optional[str] = ..., msg_id: _Optional[str] = ..., commit: _Optional[bool] = ..., from_check: _Optional[bool] = ...) -> None: ...
+
+class EndTransactionResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class TransactionChecksRequest(_message.Message):
+    __slots__ = ("producer_group", "client_id")
+    PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    producer_group: str
+    client_id: str
+    def __init__(self, producer_group: _Optional[str] = ..., client_id: _Optional[str] = ...) -> None: ...
+
+class TransactionCheck(_message.Message):
+    __slots__ = ("transaction_id", "msg_id", "topic", "queue_id", "body", "properties", "born_timestamp", "store_timestamp", "check_times", "producer_group")
+    class PropertiesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    MSG_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    PROPERTIES_FIELD_NUMBER: _ClassVar[int]
+    BORN_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    STORE_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    CHECK_TIMES_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    transaction_id: str
+    msg_id: str
+    topic: str
+    queue_id: int
+    body: bytes
+    properties: _containers.ScalarMap[str, str]
+    born_timestamp: int
+    store_timestamp: int
+    check_times: int
+    producer_group: str
+    def __init__(self, transaction_id: _Optional[str] = ..., msg_id: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., body: _Optional[bytes] = ..., properties: _Optional[_Mapping[str, str]] = ..., born_timestamp: _Optional[int] = ..., store_timestamp: _Optional[int] = ..., check_times: _Optional[int] = ..., producer_group: _Optional[str] = ...) -> None: ...

@@ -1221,3 +1221,127 @@ class BrokerMetadata:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class TransactionsStub:
+    """Transactional messages: a half message is sent through Broker.SendMessage with the property
+    TRAN_MSG=true (and a producer group); its msg_id is the transaction id.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.EndTransaction = channel.unary_unary(
+                '/pocketmq.broker.v1.Transactions/EndTransaction',
+                request_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.EndTransactionRequest.SerializeToString,
+                response_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.EndTransactionResponse.FromString,
+                _registered_method=True)
+        self.TransactionChecks = channel.unary_stream(
+                '/pocketmq.broker.v1.Transactions/TransactionChecks',
+                request_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.TransactionChecksRequest.SerializeToString,
+                response_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.TransactionCheck.FromString,
+                _registered_method=True)
+
+
+class TransactionsServicer:
+    """Transactional messages: a half message is sent through Broker.SendMessage with the property
+    TRAN_MSG=true (and a producer group); its msg_id is the transaction id.
+    """
+
+    def EndTransaction(self, request, context):
+        """Commits (the message becomes visible in its topic) or rolls back a half message.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def TransactionChecks(self, request, context):
+        """Kept open by a producer of the group: the broker streams a check for every half message left
+        unresolved longer than transactionTimeOut; the producer answers with EndTransaction.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_TransactionsServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'EndTransaction': grpc.unary_unary_rpc_method_handler(
+                    servicer.EndTransaction,
+                    request_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.EndTransactionRequest.FromString,
+                    response_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.EndTransactionResponse.SerializeToString,
+            ),
+            'TransactionChecks': grpc.unary_stream_rpc_method_handler(
+                    servicer.TransactionChecks,
+                    request_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.TransactionChecksRequest.FromString,
+                    response_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.TransactionCheck.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'pocketmq.broker.v1.Transactions', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('pocketmq.broker.v1.Transactions', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class Transactions:
+    """Transactional messages: a half message is sent through Broker.SendMessage with the property
+    TRAN_MSG=true (and a producer group); its msg_id is the transaction id.
+    """
+
+    @staticmethod
+    def EndTransaction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/pocketmq.broker.v1.Transactions/EndTransaction',
+            pocketmq_dot_broker_dot_v1_dot_broker__pb2.EndTransactionRequest.SerializeToString,
+            pocketmq_dot_broker_dot_v1_dot_broker__pb2.EndTransactionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TransactionChecks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/pocketmq.broker.v1.Transactions/TransactionChecks',
+            pocketmq_dot_broker_dot_v1_dot_broker__pb2.TransactionChecksRequest.SerializeToString,
+            pocketmq_dot_broker_dot_v1_dot_broker__pb2.TransactionCheck.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

@@ -88,6 +88,12 @@ PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX = "UNIQ_KEY"
 PROPERTY_MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
 PROPERTY_CONSUME_START_TIMESTAMP = "CONSUME_START_TIME"
 PROPERTY_SHARDING_KEY = "__SHARDINGKEY"
+#: Epoch milliseconds at which a timer message is delivered to its real topic (RocketMQ 5).
+PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+#: How often an unresolved half (transaction) message was checked (RocketMQ's name).
+PROPERTY_TRANSACTION_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
+#: What an op record of the transaction op topic did: commit, rollback or discard.
+PROPERTY_TRANSACTION_OP = "TRAN_OP"
 #: Separator of several keys in the KEYS property.
 KEY_SEPARATOR = " "
 NAME_VALUE_SEPARATOR = "\x01"

@@ -31,9 +31,6 @@ if TYPE_CHECKING:
     from services.broker.app import BrokerApp
 
 MessageType = definition_pb2.MessageType
-#: The property the timer store reads (epoch ms); absent until the timer store exists.
-# TODO(merge): record.PROPERTY_TIMER_DELIVER_MS once the timer store half lands.
-TIMER_PROPERTY: str | None = getattr(record, "PROPERTY_TIMER_DELIVER_MS", None)
 #: RocketMQ's limits on what a v2 message may carry.
 MAX_MESSAGE_GROUP_LENGTH = 64
 MAX_PROPERTIES_SIZE = 16 * 1024
@@ -43,7 +40,7 @@ _FORBIDDEN_CHARS = (record.NAME_VALUE_SEPARATOR, record.PROPERTY_SEPARATOR)
 #: Property keys the broker and the system properties own; users may not set them.
 SYSTEM_PROPERTY_KEYS = frozenset(
     {str(getattr(record, name)) for name in dir(record) if name.startswith("PROPERTY_")
-     and isinstance(getattr(record, name), str)} | {"TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS"})
+     and isinstance(getattr(record, name), str)} | {"TIMER_DELAY_SEC", "TIMER_DELAY_MS"})
 _TYPE_NAMES: dict[int, str] = {MessageType.NORMAL: "NORMAL", MessageType.FIFO: "FIFO",
                                MessageType.DELAY: "DELAY", MessageType.TRANSACTION: "TRANSACTION"}
 
@@ -188,17 +185,11 @@ class Producer:
         if msg_type == MessageType.FIFO:
             queue_id = fifo_queue(sp.message_group, tc.write_queue_nums)
         elif msg_type == MessageType.DELAY:
-            if TIMER_PROPERTY is None:
-                raise V2Error(Code.NOT_IMPLEMENTED, "DELAY messages need the broker's timer store, "
-                                                    "which this broker version does not have")
             deliver_ms = timestamp_ms(sp.delivery_timestamp)
             if deliver_ms <= 0:
                 raise V2Error(Code.ILLEGAL_DELIVERY_TIME, f"delivery_timestamp {deliver_ms} ms is not a time")
-            props[TIMER_PROPERTY] = str(deliver_ms)
+            props[record.PROPERTY_TIMER_DELIVER_MS] = str(deliver_ms)
         elif msg_type == MessageType.TRANSACTION:
-            if getattr(self.app, "transactions", None) is None:
-                raise V2Error(Code.NOT_IMPLEMENTED, "TRANSACTION messages need the broker's transaction "
-                                                    "store, which this broker version does not have")
             props[record.PROPERTY_TRANSACTION_PREPARED] = "true"
             producer_group = topic
         born_ms = timestamp_ms(sp.born_timestamp) if sp.HasField("born_timestamp") else 0

@@ -78,9 +78,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
     # -- lifecycle ----------------------------------------------------------------------------
 
     def start(self) -> None:
-        service = getattr(self.app, "transactions", None)
-        if service is not None:
-            service.register_checker(self.transactions.check)
+        self.app.transactions.register_checker(self.transactions.check)
         self._expire_task = asyncio.create_task(self._expire_loop(), name="v2-client-expiry")
 
     async def stop(self) -> None:

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import logging
 import zlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from google.protobuf import timestamp_pb2
 
 from apache.rocketmq.v2 import definition_pb2, service_pb2
 from services.broker.storage import record
+from services.broker.transaction import HalfMessage
 from services.broker.v2.clients import ClientRegistry
 from services.broker.v2.produce import SYSTEM_PROPERTY_KEYS
 from services.broker.v2.resources import RequestMeta, client_resource, topic_name
@@ -39,10 +40,10 @@ def _timestamp(ms: int) -> timestamp_pb2.Timestamp:
     return ts
 
 
-def half_to_v2(half: Any, namespace: str) -> definition_pb2.Message:
+def half_to_v2(half: HalfMessage, namespace: str) -> definition_pb2.Message:
     """A half message (the store's ``HalfMessage``) as the v2 Message a checker receives."""
     props: dict[str, str] = dict(half.properties)
-    rec = getattr(half, "record", None)
+    rec = half.record
     sp = definition_pb2.SystemProperties(
         message_id=half.message_id, message_type=definition_pb2.MessageType.TRANSACTION,
         body_digest=definition_pb2.Digest(type=definition_pb2.DigestType.CRC32,
@@ -67,9 +68,6 @@ class Transactions:
         self.app = app
         self.clients = clients
 
-    @property
-    def service(self) -> Any:
-        return getattr(self.app, "transactions", None)
 
     async def end(self, request: service_pb2.EndTransactionRequest,
                   meta: RequestMeta) -> service_pb2.EndTransactionResponse:
@@ -81,14 +79,13 @@ class Transactions:
         if not request.message_id:
             raise V2Error(Code.ILLEGAL_MESSAGE_ID, "message_id is required")
         if request.resolution not in (Resolution.COMMIT, Resolution.ROLLBACK):
-            raise V2Error(Code.BAD_REQUEST, "resolution must be COMMIT or ROLLBACK")
-        service = self.service
-        if service is None:
-            raise V2Error(Code.NOT_IMPLEMENTED, "this broker has no transaction store")
+            # No decision yet (RocketMQ's UNKNOWN): the half message stays open and is checked again.
+            log.debug("transaction left open", extra={"topic": topic, "transaction_id": tid})
+            return service_pb2.EndTransactionResponse(status=ok())
         commit = request.resolution == Resolution.COMMIT
         from_check = request.source == Source.SOURCE_SERVER_CHECK
         try:
-            await service.end_transaction(producer_group=topic, transaction_id=tid,
+            await self.app.transactions.end_transaction(producer_group=topic, transaction_id=tid,
                                           message_id=request.message_id, commit=commit, from_check=from_check)
         except ServiceError as exc:
             raise from_service_error(exc, not_found=Code.INVALID_TRANSACTION_ID,
@@ -97,7 +94,7 @@ class Transactions:
                                               "from_check": from_check})
         return service_pb2.EndTransactionResponse(status=ok())
 
-    async def check(self, half: Any) -> bool:
+    async def check(self, half: HalfMessage) -> bool:
         """The TransactionChecker registered with the transaction service: ask one live producer
         of the half message's group (= topic) to resolve it."""
         for client in self.clients.producers_of(half.producer_group):

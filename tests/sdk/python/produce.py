@@ -7,10 +7,10 @@ Runs in the SDK's own virtual environment (.venv-sdk), never in the test process
 Each scenario is ``{"name", "kind", "topic", ...}``; kinds: ``sync`` / ``async`` (``count``,
 ``tag``, ``keys``, ``properties``), ``fifo`` (``groups``, ``count`` per group), ``delay``
 (``count``, ``delay_ms``), ``transaction`` (``commit``, ``rollback``, ``unresolved`` counts:
-the checker commits unresolved ones; with ``"wait_check": true`` the script waits until every
-unresolved one was checked, printing ``{"event": "sent"}`` first so a test can restart the
-broker in between). Prints one JSON object per scenario (``{"name", "receipts" | "error"}``)
-and a final ``{"event": "done"}``.
+the checker commits unresolved ones, or leaves them open with ``--checker unknown``; with
+``"wait_check": true`` the script waits until every unresolved one was checked), ``await_checks``
+(``message_ids``: wait until the broker asked this producer's checker about each). Prints one
+JSON object per scenario (``{"name", "receipts" | "error"}``) and a final ``{"event": "done"}``.
 """
 
 from __future__ import annotations
@@ -62,14 +62,31 @@ def message(topic: str, body: bytes, sc: dict) -> Message:
 
 
 class Checker(TransactionChecker):
-    def __init__(self) -> None:
+    """Records every check; answers COMMIT, or "unknown" (no decision: checked again later)."""
+
+    def __init__(self, answer: str) -> None:
+        self.answer = answer
         self.checked: list[str] = []
         self.lock = threading.Lock()
 
     def check(self, msg: Message) -> TransactionResolution:
         with self.lock:
             self.checked.append(msg.message_id)
+        if self.answer == "unknown":
+            return TransactionResolution.TRANSACTION_RESOLUTION_UNSPECIFIED
         return TransactionResolution.COMMIT
+
+
+def wait_checks(checker: Checker, expected: set[str], timeout_s: float) -> list[str]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with checker.lock:
+            if expected <= set(checker.checked):
+                break
+        time.sleep(0.1)
+    time.sleep(1.0)  # let the checker's EndTransaction reach the broker
+    with checker.lock:
+        return sorted(set(checker.checked))
 
 
 def run(producer: Producer, checker: Checker, sc: dict) -> dict:
@@ -111,16 +128,10 @@ def run(producer: Producer, checker: Checker, sc: dict) -> dict:
                 receipts.append(receipt(r, {"outcome": outcome, "i": i}))
         unresolved = {r["message_id"] for r in receipts if r["outcome"] == "unresolved"}
         if sc.get("wait_check") and unresolved:
-            out({"event": "sent", "name": sc["name"], "receipts": receipts})
-            deadline = time.monotonic() + sc.get("check_timeout_s", 60)
-            while time.monotonic() < deadline:
-                with checker.lock:
-                    if unresolved <= set(checker.checked):
-                        break
-                time.sleep(0.1)
-            time.sleep(1.0)  # let the checker's EndTransaction reach the broker
-            with checker.lock:
-                result["checked"] = sorted(set(checker.checked))
+            result["checked"] = wait_checks(checker, unresolved, sc.get("check_timeout_s", 60))
+    elif kind == "await_checks":
+        # A producer started later (e.g. after a broker restart) resolves what others left open.
+        result["checked"] = wait_checks(checker, set(sc["message_ids"]), sc.get("check_timeout_s", 60))
     else:
         raise ValueError(f"unknown scenario kind {kind!r}")
     return result
@@ -131,10 +142,11 @@ def main() -> int:
     parser.add_argument("--endpoint", required=True)
     parser.add_argument("--plan", required=True)
     parser.add_argument("--namespace", default="")
+    parser.add_argument("--checker", choices=["commit", "unknown"], default="commit")
     args = parser.parse_args()
     plan = json.loads(args.plan)
     topics = sorted({sc["topic"] for sc in plan})
-    checker = Checker()
+    checker = Checker(args.checker)
     config = ClientConfiguration(args.endpoint, Credentials(), namespace=args.namespace)
     producer = Producer(config, topics, checker=checker)
     producer.startup()
