@@ -23,6 +23,7 @@ COPY requirements/lock.txt requirements/lock.txt
 COPY pyproject.toml README.md ./
 COPY pocketmq pocketmq
 COPY services services
+COPY apache apache
 # Runtime dependencies plus the k8s extra (pod self-labelling) at the lock file's exact versions;
 # all of them ship binary wheels, so no build tools are needed even here.
 RUN /opt/pocketmq/bin/pip install --prefer-binary --constraint requirements/lock.txt ".[k8s]" \

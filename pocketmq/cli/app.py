@@ -228,6 +228,9 @@ def topic_create(
     write_queues: Annotated[int, typer.Option("--write-queues", "-w", min=1, max=1024)] = 4,
     perm: Annotated[str, typer.Option("--perm", help="R, W or RW.")] = "RW",
     order: Annotated[bool, typer.Option("--order/--no-order", help="Ordered topic flag.")] = False,
+    message_type: Annotated[str, typer.Option(
+        "--message-type",
+        help="RocketMQ 5 message.type: NORMAL, FIFO, DELAY or TRANSACTION (default: any).")] = "",
     cluster: ClusterOpt = None,
     broker: BrokerOpt = None,
     access: AccessOpt = Access.auto,
@@ -241,7 +244,8 @@ def topic_create(
     async def go() -> None:
         async with _admin(namesrv, broker, access, timeout) as admin:
             results = await admin.create_topic(topic, read_queues=read_queues, write_queues=write_queues,
-                                               perm=perm_bits, order=order, cluster=cluster)
+                                               perm=perm_bits, order=order, cluster=cluster,
+                                               message_type=message_type.upper())
         _print_topic_results("create topic", topic, results, output)
 
     run_command(go, output)

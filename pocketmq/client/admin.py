@@ -195,13 +195,15 @@ class AsyncAdmin:
 
     async def create_topic(
         self, topic: str, *, read_queues: int = 4, write_queues: int = 4, perm: int = PERM_READ | PERM_WRITE,
-        order: bool = False, cluster: str | None = None,
+        order: bool = False, cluster: str | None = None, message_type: str = "",
     ) -> list[BrokerResult[common_pb2.TopicConfig]]:
-        """Create (or overwrite) the topic on every master (of ``cluster``)."""
+        """Create (or overwrite) the topic on every master (of ``cluster``). ``message_type``:
+        the RocketMQ 5 ``message.type`` attribute (NORMAL, FIFO, DELAY, TRANSACTION; "" = any)."""
         if read_queues < 1 or write_queues < 1:
             raise InvalidArgumentError("read and write queue counts must be >= 1")
         config = common_pb2.TopicConfig(topic_name=topic, read_queue_nums=read_queues,
-                                        write_queue_nums=write_queues, perm=perm, order=order)
+                                        write_queue_nums=write_queues, perm=perm, order=order,
+                                        attributes={"message.type": message_type} if message_type else {})
 
         async def create(t: BrokerTarget) -> common_pb2.TopicConfig:
             reply = await self.call(t.addr, "CreateTopic", broker_pb2.CreateTopicRequest(topic_config=config))
