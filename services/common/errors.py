@@ -42,7 +42,7 @@ class PermissionDeniedError(ServiceError):
 
 
 class UnavailableError(ServiceError):
-    """A transient refusal the caller may retry (e.g. the store refused an op record)."""
+    """Retry later (e.g. the store refused a write the request needs)."""
 
     code = grpc.StatusCode.UNAVAILABLE
 

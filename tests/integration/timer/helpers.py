@@ -4,7 +4,6 @@ consumer that collects what a topic received."""
 from __future__ import annotations
 
 import asyncio
-import time
 
 import grpc
 
@@ -17,15 +16,22 @@ BROKER_FLAGS = ("--transaction-time-out", "1000", "--transaction-check-interval"
                 "--timer-max-delay-sec", "3600", "--timer-flush-interval-ms", "500")
 
 
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 def status(broker: Broker) -> broker_pb2.BrokerStatus:
     with grpc.insecure_channel(broker.addr) as channel:
         reply: broker_pb2.BrokerStatus = broker_pb2_grpc.BrokerStub(channel).GetBrokerStatus(
             broker_pb2.GetBrokerStatusRequest(), timeout=5)
         return reply
+
+
+def knows_topic(broker: Broker, topic: str) -> bool:
+    with grpc.insecure_channel(broker.addr) as channel:
+        try:
+            broker_pb2_grpc.BrokerStub(channel).GetTopic(broker_pb2.GetTopicRequest(topic=topic), timeout=5)
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.NOT_FOUND:  # type: ignore[attr-defined]
+                return False
+            raise
+    return True
 
 
 def max_offsets(broker: Broker, topic: str, queues: int) -> int:

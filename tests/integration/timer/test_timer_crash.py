@@ -16,8 +16,9 @@ import pytest
 
 from pocketmq import AsyncProducer, Message
 from tests.integration.client.cluster import Cluster
-from tests.integration.procs import ProcessGroup, async_wait_until
-from tests.integration.timer.helpers import BROKER_FLAGS, collect, max_offsets, now_ms, status
+from tests.integration.procs import ProcessGroup
+from tests.integration.timer.helpers import BROKER_FLAGS, collect, max_offsets, status
+from tests.support import async_wait_until, now_ms
 
 pytestmark = pytest.mark.slow
 

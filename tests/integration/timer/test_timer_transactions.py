@@ -9,12 +9,12 @@ from collections.abc import Callable
 
 import pytest
 
-from pocketmq import AsyncProducer, Message, ReceivedMessage, TransactionCheck, TransactionState
+from pocketmq import AsyncProducer, Message, Producer, ReceivedMessage, TransactionCheck, TransactionState
 from pocketmq import errors as e
 from pocketmq.client.message import SendResult
 from tests.integration.client.cluster import Broker, Cluster
-from tests.integration.procs import async_wait_until
-from tests.integration.timer.helpers import BROKER_FLAGS, collect, max_offsets, now_ms, status
+from tests.integration.timer.helpers import BROKER_FLAGS, collect, knows_topic, max_offsets, status
+from tests.support import async_wait_until, now_ms
 
 pytestmark = pytest.mark.slow
 
@@ -152,6 +152,19 @@ async def test_transactions_commit_rollback_and_check(tc: Cluster) -> None:
     await until(lambda: status(slave(tc)).transaction_half_pending == 0, 5, "slave resolved")
 
 
+def test_blocking_producer_sends_in_transaction(tc: Cluster) -> None:
+    tc.create_topic("tx-sync", queues=1)
+    with Producer(tc.namesrv, group="tx-sync-pg") as producer:
+        committed = producer.send_in_transaction(Message("tx-sync", "yes"),
+                                                 lambda _m, _r: TransactionState.COMMIT)
+        rolled_back = producer.send_in_transaction(Message("tx-sync", "no"),
+                                                   lambda _m, _r: TransactionState.ROLLBACK)
+        timer = producer.send(Message("tx-sync", "later"), deliver_at=now_ms() / 1000 + 60)
+    assert committed.state is TransactionState.COMMIT and rolled_back.state is TransactionState.ROLLBACK
+    assert timer.ok and timer.queue_offset == -1
+    assert max_offsets(master(tc), "tx-sync", 1) == 1
+
+
 @pytest.mark.asyncio
 async def test_unresolved_transaction_is_checked_after_a_broker_crash(tc: Cluster) -> None:
     tc.create_topic("tx-restart", queues=1)
@@ -195,6 +208,9 @@ async def test_slave_serves_timers_and_transactions_after_failover(tc: Cluster) 
         master_end = status(old_master).commit_log_max_offset
         await until(lambda: status(old_slave).commit_log_max_offset == master_end, 5, "slave caught up")
         await until(lambda: status(old_slave).transaction_half_pending == 1, 5, "slave knows the open one")
+        # (metadata sync: the slave serves reads of topics it knows)
+        await until(lambda: all(knows_topic(old_slave, t) for t in ("tx-failover", "tm-failover")), 5,
+                    "slave knows the topics")
         assert status(old_slave).timer_pending >= n
         old_master.proc.kill()
         # Reads fail over to the slave: the committed message is there, the half message is not.

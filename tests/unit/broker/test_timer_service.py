@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from services.broker.delay import restore_message
 from services.broker.longpoll import QueueNotifier
@@ -60,12 +61,14 @@ async def deliver_due(timers: TimerService, clock: Clock) -> None:
         await asyncio.wait_for(timers._deliver_round(), 1)
 
 
-def make_timers(store: MessageStore, root: Path, clock: Clock, notifier: QueueNotifier) -> TimerService:
+def make_timers(store: MessageStore, root: Path, clock: Clock, notifier: QueueNotifier,
+                registry: CollectorRegistry | None = None) -> TimerService:
     def append(msgs: Sequence[record.Message]) -> PutResult:
         return store.append_messages(msgs)
 
     return TimerService(store, root / "timer" / "snapshot", append=append, notifier=notifier, master=True,
-                        deliver_batch=7, clock_ms=clock)
+                        deliver_batch=7, clock_ms=clock,
+                        registry_labels=None if registry is None else (registry, ["c", "b", "0"]))
 
 
 def test_timers_survive_a_restart_from_an_old_snapshot_exactly_once(tmp_path: Path) -> None:
@@ -76,14 +79,22 @@ def test_timers_survive_a_restart_from_an_old_snapshot_exactly_once(tmp_path: Pa
         notifier = QueueNotifier(asyncio.get_running_loop(), store.max_queue_offset)
         dues = {f"m{i}": BASE + 1000 + (i * 37 % 100) * 10 for i in range(100)}
         assert store.append_messages([timer_message(i, dues[f"m{i}"]) for i in range(100)]).stored
-        timers = make_timers(store, tmp_path, clock, notifier)
+        registry = CollectorRegistry()
+        timers = make_timers(store, tmp_path, clock, notifier, registry)
         timers.load()
         assert timers.pending == 100 and timers.index.next_due() == min(dues.values())
+        clock.now = BASE + 1100
+        assert timers.lag_ms() == 1100 - 1000
         # A quarter is due: delivered in batches, each with its done record.
         clock.now = BASE + 1250
         await deliver_due(timers, clock)
         first = delivered(store)
         assert first == sorted(b for b, d in dues.items() if d <= clock.now)
+        labels = {"cluster": "c", "broker": "b", "broker_id": "0"}
+        sample = registry.get_sample_value
+        assert sample("pocketmq_broker_timer_delivered_messages_total", labels) == len(first)
+        assert sample("pocketmq_broker_timer_lateness_seconds_count", labels) == len(first)
+        assert timers.lag_ms() == 0  # the earliest pending one is not due yet
         await timers.save_snapshot()
         # More deliveries after the snapshot, then a "crash": the snapshot is older than the log.
         clock.now = BASE + 1600
