@@ -1,5 +1,6 @@
 """TLS material for the gRPC listeners: load a configured certificate and key, or generate a
-self-signed pair for local clusters and tests (``make run``). Uses ``cryptography``."""
+self-signed pair for local clusters and tests (``make run``). Generating needs ``cryptography``
+(in the development lock and the ``tls`` extra; the broker image only loads PEM files)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,6 @@ import ipaddress
 import os
 from collections.abc import Sequence
 from pathlib import Path
-
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from services.common.config import ConfigError
 
@@ -23,6 +19,11 @@ SELF_SIGNED_DAYS = 365
 def generate_self_signed(cert_path: Path, key_path: Path, hosts: Sequence[str] = ("localhost", "127.0.0.1"),
                          common_name: str = "pocketmq") -> None:
     """Write a self-signed certificate (PEM) for ``hosts`` and its private key (PEM, mode 0600)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
     key = ec.generate_private_key(ec.SECP256R1())
     names: list[x509.GeneralName] = []
     for host in hosts:
