@@ -18,10 +18,11 @@ from typing import Any, Generic, NamedTuple, TypeVar
 from pocketmq.broker.v1 import broker_pb2
 from pocketmq.client import loop as _loop
 from pocketmq.client.allocate import allocation_table
+from pocketmq.client.core import ClientCore
 from pocketmq.client.message import MessageQueue
 from pocketmq.client.producer import namesrv_from_env
 from pocketmq.client.routes import MASTER_ID, PERM_READ, PERM_WRITE, TopicRoute
-from pocketmq.client.transport import BrokerCaller, ChannelPool, NamesrvClient, RelayMode, parse_addresses
+from pocketmq.client.transport import BrokerCaller, NamesrvClient, RelayMode, parse_addresses
 from pocketmq.common.v1 import common_pb2
 from pocketmq.errors import InvalidArgumentError, NoRouteError, NotFoundError, PocketMQError
 from pocketmq.namesrv.v1 import namesrv_pb2
@@ -92,19 +93,19 @@ class AsyncAdmin:
         self.broker = parse_addresses(broker, "broker")[0] if broker else None
         self.timeout = timeout
         self._relay_mode: RelayMode = "direct" if self.broker else relay
-        self._pool: ChannelPool | None = None
+        self._core: ClientCore | None = None
         self._namesrv: NamesrvClient
         self._caller: BrokerCaller
 
     async def start(self) -> None:
-        if self._pool is None:
-            self._pool = ChannelPool()
-            self._namesrv = NamesrvClient(self.namesrv_addrs, self._pool, self.timeout)
-            self._caller = BrokerCaller(self._pool, self._namesrv, self._relay_mode)
+        if self._core is None:
+            self._core = ClientCore(self.namesrv_addrs, timeout=self.timeout, relay=self._relay_mode)
+            self._namesrv = self._core.namesrv
+            self._caller = self._core.caller
 
     async def close(self) -> None:
-        if self._pool is not None:
-            await self._pool.close()
+        if self._core is not None:
+            await self._core.close()
 
     async def __aenter__(self) -> AsyncAdmin:
         await self.start()

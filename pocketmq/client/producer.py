@@ -21,11 +21,11 @@ from types import TracebackType
 
 from pocketmq.broker.v1 import broker_pb2
 from pocketmq.client import loop as _loop
+from pocketmq.client.core import ClientCore
 from pocketmq.client.message import STORED_STATUSES, Message, MessageQueue, SendResult, SendStatus
 from pocketmq.client.routes import AUTO_CREATE_TOPIC, RouteCache, TopicRoute
 from pocketmq.client.selector import HashSelector, QueueSelector, RoundRobin
 from pocketmq.client.transaction import (
-    PROPERTY_TIMER_DELIVER_MS,
     CheckListener,
     LocalTransaction,
     TransactionChecker,
@@ -34,13 +34,7 @@ from pocketmq.client.transaction import (
     call_back,
     half_message,
 )
-from pocketmq.client.transport import (
-    BrokerCaller,
-    ChannelPool,
-    NamesrvClient,
-    RelayMode,
-    parse_addresses,
-)
+from pocketmq.client.transport import BrokerCaller, RelayMode, parse_addresses
 from pocketmq.errors import (
     ClientClosedError,
     ConnectionFailedError,
@@ -53,6 +47,7 @@ from pocketmq.errors import (
     RequestTimeoutError,
     from_put_status,
 )
+from pocketmq.wire.record import PROPERTY_TIMER_DELIVER_MS
 
 log = logging.getLogger("pocketmq.client")
 
@@ -132,9 +127,8 @@ class AsyncProducer:
         self._transaction_checker = transaction_checker
         self._client_id = client_id
         self._checks: CheckListener | None = None
-        # Created in start() (they bind to the running loop).
-        self._pool: ChannelPool
-        self._namesrv: NamesrvClient
+        # Created in start() (it binds to the running loop).
+        self._core: ClientCore
         self._routes: RouteCache
         self._caller: BrokerCaller
 
@@ -145,15 +139,15 @@ class AsyncProducer:
             raise ClientClosedError("producer is closed")
         if self._started:
             return
-        self._pool = ChannelPool()
-        self._namesrv = NamesrvClient(self.namesrv_addrs, self._pool)
-        self._routes = RouteCache(self._namesrv, self._route_refresh_interval)
-        self._caller = BrokerCaller(self._pool, self._namesrv, self._relay)
-        self._routes.start()
+        self._core = ClientCore(self.namesrv_addrs, route_refresh_interval=self._route_refresh_interval,
+                                relay=self._relay)
+        self._routes = self._core.routes
+        self._caller = self._core.caller
+        self._core.start_route_refresh()
         if self._transaction_checker is not None:
             if not self.group:
                 raise InvalidArgumentError("a transaction_checker needs a producer group (group=...)")
-            self._checks = CheckListener(self._pool, self.group, self._transaction_checker,
+            self._checks = CheckListener(self._core.pool, self.group, self._transaction_checker,
                                          self._end_transaction, self._client_id)
         self._started = True
 
@@ -164,8 +158,7 @@ class AsyncProducer:
         if self._started:
             if self._checks is not None:
                 await self._checks.close()
-            await self._routes.close()
-            await self._pool.close()
+            await self._core.close()
 
     async def __aenter__(self) -> AsyncProducer:
         await self.start()
@@ -243,7 +236,7 @@ class AsyncProducer:
             if message.delay_level:
                 raise InvalidArgumentError("a message has either a delay level or deliver_at, not both")
             request.message.properties[PROPERTY_TIMER_DELIVER_MS] = str(deliver_ms(deliver_at))
-        return await self._send(message.topic, message, request, "SendMessage", timeout, sharding_key,
+        return await self._send(message.topic, message, request, timeout, sharding_key,
                                 selector, queue, require_durable)
 
     async def send_batch(
@@ -273,7 +266,7 @@ class AsyncProducer:
         request = broker_pb2.SendMessageBatchRequest(
             topic=topic, messages=[m.to_proto(topic=False) for m in batch], producer_group=self.group,
             born_timestamp=_now_ms())
-        return await self._send(topic, batch[0], request, "SendMessageBatch", timeout, sharding_key,
+        return await self._send(topic, batch[0], request, timeout, sharding_key,
                                 selector, queue, require_durable)
 
     async def _send(
@@ -281,7 +274,6 @@ class AsyncProducer:
         topic: str,
         first: Message,
         request: broker_pb2.SendMessageRequest | broker_pb2.SendMessageBatchRequest,
-        method: str,
         timeout: float | None,  # noqa: ASYNC109
         sharding_key: str | None,
         selector: QueueSelector | None,
@@ -322,7 +314,11 @@ class AsyncProducer:
             request.queue_id = queue.queue_id
             try:
                 left = max(0.001, deadline - time.monotonic())
-                reply = await self._caller.call(addr, method, request, left)
+                reply: broker_pb2.SendMessageResponse | broker_pb2.SendMessageBatchResponse
+                if isinstance(request, broker_pb2.SendMessageRequest):
+                    reply = await self._caller.send_message(addr, request, left)
+                else:
+                    reply = await self._caller.send_batch(addr, request, left)
             except PocketMQError as exc:
                 last = exc
                 if not self._worth_retrying(exc):
@@ -336,7 +332,8 @@ class AsyncProducer:
                     "ordered": ordered, "error": str(exc)})
                 continue
             stored = STORED_STATUSES.get(reply.status)
-            msg_ids = (reply.msg_id,) if method == "SendMessage" else tuple(reply.msg_ids)
+            msg_ids = ((reply.msg_id,) if isinstance(reply, broker_pb2.SendMessageResponse)
+                       else tuple(reply.msg_ids))
             if stored is not None:
                 result = SendResult(stored, msg_ids, MessageQueue(topic, queue.broker_name, reply.queue_id),
                                     reply.queue_offset, addr, reply.remark)

@@ -1,15 +1,10 @@
-"""Subscription tag expressions: ``"*"`` (everything) or ``"a || b"`` (any of the tags).
-
-The parsing is the broker's own (:func:`services.broker.validation.parse_tag_expression`), so a
-client never accepts an expression the broker would refuse or reads it differently. The broker
-filters by tag hash code; the client re-checks the tag string itself (hash codes collide).
-"""
+"""Subscription tag expressions as the client takes them (the parsing is the wire package's,
+:mod:`pocketmq.wire.tags`, the same the broker uses)."""
 
 from __future__ import annotations
 
 from pocketmq.errors import InvalidArgumentError
-from services.broker.validation import MATCH_ALL, TagFilter, parse_tag_expression
-from services.common.errors import InvalidArgumentError as _ServerInvalidArgument
+from pocketmq.wire.tags import MATCH_ALL, ExpressionError, TagFilter, parse_tag_expression
 
 __all__ = ["MATCH_ALL", "TagFilter", "parse_subscription"]
 
@@ -20,5 +15,5 @@ def parse_subscription(expression: str | None) -> TagFilter:
     whitespace inside."""
     try:
         return parse_tag_expression(expression or "*")
-    except _ServerInvalidArgument as exc:
+    except ExpressionError as exc:
         raise InvalidArgumentError(str(exc)) from None

@@ -26,14 +26,13 @@ import grpc
 from pocketmq.broker.v1 import broker_pb2
 from pocketmq.client.message import Message, SendResult
 from pocketmq.client.transport import ChannelPool
+from pocketmq.wire.record import (
+    PROPERTY_PRODUCER_GROUP,
+    PROPERTY_TRANSACTION_PREPARED,
+)
 
 log = logging.getLogger("pocketmq.client")
 
-#: Message properties of a half message (RocketMQ's names).
-PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
-PROPERTY_PRODUCER_GROUP = "PGROUP"
-#: Epoch milliseconds at which a timer message is delivered (RocketMQ 5's name).
-PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
 #: Wait before reopening a check stream that failed.
 RECONNECT_DELAY_S = 1.0
 

@@ -8,7 +8,6 @@ created them).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import random
@@ -26,13 +25,13 @@ from pocketmq.errors import (
     FailedPreconditionError,
     InternalError,
     InvalidArgumentError,
-    PocketMQError,
     RequestTimeoutError,
     RpcError,
     UnimplementedError,
     from_rpc_error,
 )
 from pocketmq.namesrv.v1 import namesrv_pb2, namesrv_pb2_grpc
+from pocketmq.wire.address import AddressError, parse_address_list
 
 log = logging.getLogger("pocketmq.client")
 
@@ -69,15 +68,10 @@ def parse_addresses(value: str | Iterable[str] | None, what: str = "namesrv") ->
     """``"h1:9876;h2:9876"`` (also ``,``-separated) or a list -> ``["h1:9876", "h2:9876"]``."""
     if value is None:
         return [DEFAULT_NAMESRV]
-    items = value.replace(",", ";").split(";") if isinstance(value, str) else list(value)
-    addrs = [a.strip() for a in items if a and a.strip()]
-    if not addrs:
-        raise InvalidArgumentError(f"no {what} address given")
-    for addr in addrs:
-        host, sep, port = addr.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise InvalidArgumentError(f"invalid {what} address {addr!r} (expected host:port)")
-    return addrs
+    try:
+        return parse_address_list(value, what)
+    except AddressError as exc:
+        raise InvalidArgumentError(str(exc)) from None
 
 
 class ChannelPool:
@@ -260,12 +254,99 @@ class BrokerCaller:
         except DecodeError as exc:
             raise InternalError(f"{method}: undecodable relayed reply: {exc}", address=address) from None
 
+    # -- typed calls ------------------------------------------------------------------------------
 
-async def gather_settled(*aws: Any) -> list[Any]:
-    """``asyncio.gather(..., return_exceptions=True)`` re-raising anything that is not a
-    :class:`~pocketmq.errors.PocketMQError` (bugs must not turn into per-item errors)."""
-    results = await asyncio.gather(*aws, return_exceptions=True)
-    for r in results:
-        if isinstance(r, BaseException) and not isinstance(r, PocketMQError):
-            raise r
-    return list(results)
+    async def send_message(self, address: str, request: broker_pb2.SendMessageRequest,
+                           timeout: float) -> broker_pb2.SendMessageResponse:  # noqa: ASYNC109
+        reply: broker_pb2.SendMessageResponse = await self.call(address, "SendMessage", request, timeout)
+        return reply
+
+    async def send_batch(self, address: str, request: broker_pb2.SendMessageBatchRequest,
+                         timeout: float) -> broker_pb2.SendMessageBatchResponse:  # noqa: ASYNC109
+        reply: broker_pb2.SendMessageBatchResponse = await self.call(
+            address, "SendMessageBatch", request, timeout)
+        return reply
+
+    async def pull(self, address: str, request: broker_pb2.PullMessageRequest,
+                   timeout: float) -> broker_pb2.PullMessageResponse:  # noqa: ASYNC109
+        reply: broker_pb2.PullMessageResponse = await self.call(address, "PullMessage", request, timeout)
+        return reply
+
+    def pull_stream(self, address: str, request: broker_pb2.PullMessageRequest) -> PullStream:
+        """Start a PullMessageStream at ``address`` (direct connections only)."""
+        return PullStream(self.stream(address, "PullMessageStream", request), address)
+
+    async def queue_offset(self, address: str, which: Literal["min", "max"], topic: str, queue_id: int,
+                           timeout: float) -> int:  # noqa: ASYNC109
+        """The min or max offset of a queue."""
+        reply: broker_pb2.OffsetResponse = await self.call(
+            address, "GetMinOffset" if which == "min" else "GetMaxOffset",
+            broker_pb2.QueueRequest(topic=topic, queue_id=queue_id), timeout)
+        return int(reply.offset)
+
+    async def search_offset(self, address: str, topic: str, queue_id: int, timestamp_ms: int,
+                            timeout: float) -> int:  # noqa: ASYNC109
+        """The offset of the first message stored at or after ``timestamp_ms``."""
+        request = broker_pb2.SearchOffsetRequest(topic=topic, queue_id=queue_id, timestamp_ms=timestamp_ms)
+        reply: broker_pb2.OffsetResponse = await self.call(address, "SearchOffset", request, timeout)
+        return int(reply.offset)
+
+    async def query_consumer_offset(self, address: str, group: str, topic: str, queue_id: int,
+                                    timeout: float) -> int:  # noqa: ASYNC109
+        """A group's committed offset of a queue (NotFoundError when it has none)."""
+        reply: broker_pb2.OffsetResponse = await self.call(
+            address, "QueryConsumerOffset", broker_pb2.QueryConsumerOffsetRequest(
+                consumer_group=group, topic=topic, queue_id=queue_id), timeout)
+        return int(reply.offset)
+
+    async def update_consumer_offset(self, address: str, group: str, topic: str, queue_id: int,
+                                     offset: int, timeout: float) -> None:  # noqa: ASYNC109
+        await self.call(address, "UpdateConsumerOffset", broker_pb2.UpdateConsumerOffsetRequest(
+            consumer_group=group, topic=topic, queue_id=queue_id, offset=offset), timeout)
+
+    async def consumer_heartbeat(self, address: str, request: broker_pb2.ConsumerHeartbeatRequest,
+                                 timeout: float) -> None:  # noqa: ASYNC109
+        await self.call(address, "ConsumerHeartbeat", request, timeout)
+
+    async def unregister_consumer(self, address: str, group: str, client_id: str,
+                                  timeout: float) -> None:  # noqa: ASYNC109
+        await self.call(address, "UnregisterConsumer", broker_pb2.UnregisterConsumerRequest(
+            consumer_group=group, client_id=client_id), timeout)
+
+    async def consumer_list(self, address: str, group: str, timeout: float) -> list[str]:  # noqa: ASYNC109
+        """The client ids of a group's members the broker knows."""
+        reply: broker_pb2.GetConsumerListResponse = await self.call(
+            address, "GetConsumerList", broker_pb2.GetConsumerListRequest(consumer_group=group), timeout)
+        return list(reply.client_ids)
+
+    async def broker_status(self, address: str, timeout: float) -> broker_pb2.BrokerStatus:  # noqa: ASYNC109
+        reply: broker_pb2.BrokerStatus = await self.call(
+            address, "GetBrokerStatus", broker_pb2.GetBrokerStatusRequest(), timeout)
+        return reply
+
+
+class PullStream:
+    """A started PullMessageStream: :meth:`read` the replies one by one (None at the end of the
+    stream); :meth:`cancel` it when done. gRPC failures surface as
+    :class:`~pocketmq.errors.RpcError` s."""
+
+    __slots__ = ("_call", "address")
+
+    def __init__(self, call: Any, address: str) -> None:
+        self._call = call
+        self.address = address
+
+    async def read(self) -> broker_pb2.PullMessageResponse | None:
+        try:
+            reply = await self._call.read()
+        except grpc.aio.AioRpcError as exc:
+            raise from_rpc_error(exc, self.address, "PullMessageStream") from None
+        except grpc.aio.UsageError as exc:  # the channel was closed under the call
+            raise ClientClosedError(f"PullMessageStream: {exc}", address=self.address) from None
+        if reply is grpc.aio.EOF:
+            return None
+        message: broker_pb2.PullMessageResponse = reply
+        return message
+
+    def cancel(self) -> None:
+        self._call.cancel()

@@ -1,11 +1,11 @@
 """Every call the data source makes to NameServers and brokers, in one module.
 
-Built on the client's pieces (:mod:`pocketmq.client.transport` channel pool and NameServer
-fail-over, :class:`~pocketmq.client.routes.TopicRoute`, :class:`~pocketmq.client.producer.AsyncProducer`,
-the :mod:`pocketmq.errors` hierarchy) running on the client's shared background event loop
-(:mod:`pocketmq.client.loop`), so Spark's synchronous ``read``/``write`` code calls them as
-plain functions or futures. One :class:`Cluster` per NameServer list and process: a Python
-worker that Spark reuses for many tasks keeps its channels.
+Built on the client's core (:class:`~pocketmq.client.core.ClientCore`: channel pool, NameServer
+fail-over, typed broker calls), :class:`~pocketmq.client.routes.TopicRoute`,
+:class:`~pocketmq.client.producer.AsyncProducer` and the :mod:`pocketmq.errors` hierarchy, running
+on the client's shared background event loop (:mod:`pocketmq.client.loop`), so Spark's synchronous
+``read``/``write`` code calls them as plain functions or futures. One :class:`Cluster` per
+NameServer list and process: a Python worker that Spark reuses for many tasks keeps its channels.
 
 Nothing in here is pickled: readers and partitions carry options and addresses only.
 """
@@ -17,15 +17,15 @@ import concurrent.futures
 import logging
 import threading
 import time
-from collections.abc import Coroutine, Iterable, Mapping, Sequence
-from typing import Any, NamedTuple, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
+from typing import Any, Literal, NamedTuple, TypeVar
 
 from pocketmq.broker.v1 import broker_pb2
 from pocketmq.client import loop as _loop
+from pocketmq.client.core import ClientCore
 from pocketmq.client.message import Message, SendResult
 from pocketmq.client.producer import AsyncProducer
 from pocketmq.client.routes import MASTER_ID, TopicRoute
-from pocketmq.client.transport import BrokerCaller, ChannelPool, NamesrvClient
 from pocketmq.errors import (
     ConnectionFailedError,
     NoRouteError,
@@ -80,40 +80,35 @@ class Cluster:
     def __init__(self, namesrv: Sequence[str], request_timeout: float = 5.0) -> None:
         self.namesrv = tuple(namesrv)
         self.request_timeout = request_timeout
-        self._pool: ChannelPool | None = None
-        self._namesrv: NamesrvClient | None = None
-        self._caller: BrokerCaller | None = None
+        self._core: ClientCore | None = None
         self._producers: dict[tuple[str, float, int], AsyncProducer] = {}
 
     # -- plumbing (on the client loop) -------------------------------------------------------------
 
-    def _parts(self) -> tuple[NamesrvClient, BrokerCaller]:
-        if self._namesrv is None or self._caller is None:
-            self._pool = ChannelPool()
-            self._namesrv = NamesrvClient(self.namesrv, self._pool, timeout=self.request_timeout)
-            self._caller = BrokerCaller(self._pool, self._namesrv, "direct")
-        return self._namesrv, self._caller
+    @property
+    def core(self) -> ClientCore:
+        """The client core (built on the client loop at first use)."""
+        if self._core is None:
+            self._core = ClientCore(self.namesrv, timeout=self.request_timeout)
+        return self._core
 
-    async def call(self, addr: str, method: str, request: Any, timeout: float | None = None) -> Any:  # noqa: ASYNC109
-        _, caller = self._parts()
-        return await caller.call(addr, method, request, timeout or self.request_timeout)
-
-    async def call_first(self, addrs: Sequence[str], method: str, request: Any) -> tuple[Any, str]:
-        """``method`` at the first address that can be reached; other errors are the answer."""
+    async def call_first(self, addrs: Sequence[str], what: str, call: Callable[[str], Awaitable[T]]
+                         ) -> tuple[T, str]:
+        """``call(address)`` at the first address that can be reached; other errors are the
+        answer."""
         last: PocketMQError | None = None
         for addr in addrs:
             try:
-                return await self.call(addr, method, request), addr
+                return await call(addr), addr
             except UNREACHABLE as exc:
                 last = exc
         if last is None:
-            raise NoRouteError(f"{method}: no broker address to call")
+            raise NoRouteError(f"{what}: no broker address to call")
         raise last
 
     async def route_async(self, topic: str) -> TopicRoute:
-        namesrv, _ = self._parts()
         try:
-            data = await namesrv.route(topic)
+            data = await self.core.namesrv.route(topic)
         except NotFoundError as exc:
             raise NoRouteError(f"topic {topic!r} is unknown to the NameServer(s) "
                                f"{', '.join(self.namesrv)}: {exc.message}", address=exc.address) from None
@@ -143,26 +138,29 @@ class Cluster:
                       ) -> tuple[dict[QueueKey, int], dict[QueueKey, PocketMQError]]:
         """``which`` = "min" | "max" offset of each queue, asked of its addresses in order.
         Returns (offsets, errors of the queues no address answered)."""
-        method = "GetMinOffset" if which == "min" else "GetMaxOffset"
+        side: Literal["min", "max"] = "min" if which == "min" else "max"
+        caller, timeout = self.core.caller, self.request_timeout
 
         async def one(key: QueueKey, addrs: Sequence[str]) -> int:
-            reply, _ = await self.call_first(addrs, method, broker_pb2.QueueRequest(
-                topic=key.topic, queue_id=key.queue_id))
-            return int(reply.offset)
+            offset, _ = await self.call_first(addrs, f"{side} offset", lambda addr: caller.queue_offset(
+                addr, side, key.topic, key.queue_id, timeout))
+            return offset
 
         return self._each(queues, one)
 
     def group_offsets(self, group: str, queues: Mapping[QueueKey, Sequence[str]]
                       ) -> tuple[dict[QueueKey, int], dict[QueueKey, PocketMQError]]:
         """The group's committed offset of each queue; queues without one are left out."""
+        caller, timeout = self.core.caller, self.request_timeout
+
         async def one(key: QueueKey, addrs: Sequence[str]) -> int | None:
             try:
-                reply, _ = await self.call_first(
-                    addrs, "QueryConsumerOffset", broker_pb2.QueryConsumerOffsetRequest(
-                        consumer_group=group, topic=key.topic, queue_id=key.queue_id))
+                offset, _ = await self.call_first(
+                    addrs, "QueryConsumerOffset", lambda addr: caller.query_consumer_offset(
+                        addr, group, key.topic, key.queue_id, timeout))
             except NotFoundError:
                 return None
-            return int(reply.offset)
+            return offset
 
         found, errors = self._each(queues, one)
         return {k: v for k, v in found.items() if v is not None}, errors
@@ -175,8 +173,8 @@ class Cluster:
             addr = masters.get(key.broker_name)
             if addr is None:
                 raise NoRouteError(f"broker group {key.broker_name!r} has no master in the route")
-            await self.call(addr, "UpdateConsumerOffset", broker_pb2.UpdateConsumerOffsetRequest(
-                consumer_group=group, topic=key.topic, queue_id=key.queue_id, offset=offset))
+            await self.core.caller.update_consumer_offset(addr, group, key.topic, key.queue_id, offset,
+                                                          self.request_timeout)
 
         async def every() -> list[BaseException | None]:
             calls = (one(k, v) for k, v in offsets.items())
@@ -277,8 +275,8 @@ class QueuePuller:
                 if left <= 0:
                     break
                 try:
-                    reply = await self.cluster.call(addr, "PullMessage", request,
-                                                    min(left, self.timeout + suspend))
+                    reply = await self.cluster.core.caller.pull(
+                        addr, request, min(left, self.timeout + suspend))
                 except UNREACHABLE as exc:
                     last = exc
                     log.warning("pull failed; trying the next address", extra={

@@ -1,11 +1,11 @@
 """Raw pull replies (concatenated commit-log records) -> Arrow record batches, column by column.
 
-The record format is the broker's (:mod:`services.broker.storage.record`, DESIGN.md "Commit log
-record"). Decoding one message at a time into Python objects costs tens of microseconds per
-message; here the only per-record Python work is walking the record sizes, the body CRC check
-and (for messages that have any) splitting the properties. The fixed 88-byte headers are
-gathered into one NumPy structured array; bodies are exposed as Arrow binary views into the
-reply buffer and cast to ``binary`` in one pass; message ids are hex-encoded in bulk.
+The record format is the wire package's (:mod:`pocketmq.wire.record`; its reference decoder is
+what this one must agree with). Decoding one message at a time into Python objects costs tens of
+microseconds per message; here the only per-record Python work is walking the record sizes, the
+body CRC check and (for messages that have any) splitting the properties. The fixed 88-byte
+headers are gathered into one NumPy structured array; bodies are exposed as Arrow binary views
+into the reply buffer and cast to ``binary`` in one pass; message ids are hex-encoded in bulk.
 """
 
 from __future__ import annotations
@@ -19,27 +19,28 @@ import pyarrow as pa  # type: ignore[import-untyped]
 
 from pocketmq.client.tags import parse_subscription
 from pocketmq.spark.schema import arrow_schema
-from services.broker.storage import record
+from pocketmq.wire import record
 
 __all__ = ["DecodedBatch", "RecordFormatError", "decode"]
 
-HEADER_DTYPE = np.dtype([
-    ("total", ">i4"), ("magic", ">u4"), ("crc", ">u4"), ("queue_id", ">i4"), ("flag", ">i4"),
-    ("queue_offset", ">i8"), ("physical_offset", ">i8"), ("sys_flag", ">i4"), ("born_ts", ">i8"),
-    ("born_ip", "V4"), ("born_port", ">i4"), ("store_ts", ">i8"), ("store_ip", "V4"), ("store_port", ">i4"),
-    ("reconsume", ">i4"), ("prepared_tx", ">i8"), ("body_len", ">i4"),
-])
+_NUMPY_CODES = {"i": [("", ">i4")], "I": [("", ">u4")], "q": [("", ">i8")],
+                "4si": [("_ip", "V4"), ("_port", ">i4")]}
+#: The record header (:data:`pocketmq.wire.record.HEADER_FIELDS`) as a NumPy structured type;
+#: a host is two fields, ``<name>_ip`` and ``<name>_port``.
+HEADER_DTYPE = np.dtype([(name + suffix, dtype) for name, code in record.HEADER_FIELDS
+                         for suffix, dtype in _NUMPY_CODES[code]])
 assert HEADER_DTYPE.itemsize == record.HEADER_SIZE
 _HEADER_RANGE = np.arange(record.HEADER_SIZE, dtype=np.int64)
 _SIZE = struct.Struct(">i")
 #: Byte ranges of the header that form the offset message id: store host (ip 4 + port 4) and
 #: the commit-log offset (RocketMQ's ``offsetMsgId``).
-_ID_COLUMNS = np.r_[64:72, 28:36]
+_ID_COLUMNS = np.r_[record.POS_STORE_HOST:record.POS_STORE_HOST + 8,
+                    record.POS_PHYSICAL_OFFSET:record.POS_PHYSICAL_OFFSET + 8]
 _HEX = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)
 _INLINE = 12  # binary_view: values up to 12 bytes live in the view itself
 _TAGS = record.PROPERTY_TAGS
 _KEYS = record.PROPERTY_KEYS
-_V6_FLAGS = record.BORNHOST_V6_FLAG | record.STOREHOSTADDRESS_V6_FLAG
+_V6_FLAGS = record.HOST_V6_FLAGS
 
 Ints = np.ndarray[Any, np.dtype[np.int64]]
 Bytes = np.ndarray[Any, np.dtype[np.uint8]]
@@ -179,8 +180,8 @@ def decode(data: bytes, topic: str, broker_name: str, *, check_crc: bool = True)
         raise RecordFormatError(f"bad magic code at byte {bad}")
     if (head["sys_flag"] & _V6_FLAGS).any():
         raise RecordFormatError("records with IPv6 hosts are not supported")
-    total = head["total"].astype(np.int64)
-    body_len = head["body_len"].astype(np.int64)
+    total = head["total_size"].astype(np.int64)
+    body_len = head["body_length"].astype(np.int64)
     body_start = pos + record.HEADER_SIZE
     body_end = body_start + body_len
     if (body_len < 0).any() or (body_end + 3 > pos + total).any():
@@ -202,7 +203,7 @@ def decode(data: bytes, topic: str, broker_name: str, *, check_crc: bool = True)
     if check_crc:
         crc32 = zlib.crc32
         view = memoryview(data)
-        for s, e, c in zip(body_start.tolist(), body_end.tolist(), head["crc"].tolist(), strict=True):
+        for s, e, c in zip(body_start.tolist(), body_end.tolist(), head["body_crc"].tolist(), strict=True):
             if crc32(view[s:e]) != c:
                 raise RecordFormatError(f"body CRC mismatch in the record at byte {s - record.HEADER_SIZE}")
     map_type = schema.field("properties").type
@@ -218,8 +219,8 @@ def decode(data: bytes, topic: str, broker_name: str, *, check_crc: bool = True)
         tags_col,
         keys_col,
         props_col,
-        _timestamps(head["born_ts"]),
-        _timestamps(head["store_ts"]),
+        _timestamps(head["born_timestamp"]),
+        _timestamps(head["store_timestamp"]),
     ]
     return DecodedBatch(pa.RecordBatch.from_arrays(columns, schema=schema), queue_offsets)
 

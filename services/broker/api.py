@@ -21,6 +21,7 @@ import grpc
 
 from pocketmq.broker.v1 import broker_pb2 as pb
 from pocketmq.broker.v1 import broker_pb2_grpc
+from pocketmq.wire.address import AddressError, parse_host_port
 from services.broker import validation as v
 from services.broker.metadata import SubscriptionGroupConfig, TopicConfig
 from services.broker.send import SendOutcome
@@ -48,9 +49,8 @@ def peer_host(context: Ctx) -> record.Host:
     """``ipv4:1.2.3.4:5678`` -> ("1.2.3.4", 5678); anything else (IPv6, unix) -> loopback/0."""
     peer = context.peer() or ""
     if peer.startswith("ipv4:"):
-        host, _, port = peer[5:].rpartition(":")
-        if port.isdigit():
-            return host, int(port)
+        with contextlib.suppress(AddressError):
+            return parse_host_port(peer[5:], allow_port_zero=True)
     return "127.0.0.1", 0
 
 

@@ -13,6 +13,7 @@ import enum
 import re
 import socket
 
+from pocketmq.wire.address import split_addresses
 from services.common.config import parse_address, require
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
@@ -199,7 +200,7 @@ class BrokerConfig:
 
     @property
     def namesrv_addrs(self) -> list[str]:
-        return [a.strip() for a in self.namesrv_addr.split(";") if a.strip()]
+        return split_addresses(self.namesrv_addr)
 
     @property
     def effective_ha_port(self) -> int:

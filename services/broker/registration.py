@@ -42,6 +42,7 @@ import grpc
 
 from pocketmq.common.v1 import common_pb2
 from pocketmq.namesrv.v1 import namesrv_pb2, namesrv_pb2_grpc
+from pocketmq.wire.address import AddressError, join_host_port, parse_host_port, split_addresses
 from services.common.grpcserver import CHANNEL_OPTIONS
 
 log = logging.getLogger(__name__)
@@ -69,30 +70,16 @@ Resolver = Callable[[str, int], Awaitable[list[str]]]
 def parse_namesrv_addr(text: str) -> list[str]:
     """``"a:9876;b:9876"`` (RocketMQ's ``namesrvAddr``) -> ``["a:9876", "b:9876"]``; blanks and
     duplicates are dropped, order is kept."""
-    addrs: list[str] = []
-    for part in text.split(";"):
-        addr = part.strip()
-        if addr and addr not in addrs:
-            addrs.append(addr)
-    return addrs
+    return split_addresses(text)
 
 
 def split_host_port(addr: str) -> tuple[str, int] | None:
     """``"host:port"`` / ``"[v6]:port"`` -> ``(host, port)`` (brackets removed); None when
-    ``addr`` has no usable port."""
-    host, sep, port = addr.rpartition(":")
-    if not sep or not host or not port.isdigit():
+    ``addr`` is not a usable address (no port, an unbracketed IPv6 address)."""
+    try:
+        return parse_host_port(addr)
+    except AddressError:
         return None
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    elif ":" in host:  # a bare IPv6 address without brackets: ambiguous
-        return None
-    return host, int(port)
-
-
-def join_host_port(host: str, port: int) -> str:
-    """The gRPC target of ``host`` and ``port``: IPv6 addresses in brackets."""
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def is_ip_literal(host: str) -> bool:

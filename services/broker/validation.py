@@ -1,40 +1,41 @@
-"""Request validation shared by the broker API: topic and group names (RocketMQ's rules), tag
-expressions, delay levels and message limits.
+"""Request validation shared by the broker API: topic and group names, tag expressions, delay
+levels and message limits.
 
 Everything here is pure: functions return a value or raise
-:class:`~services.common.errors.InvalidArgumentError` whose text names the offending value.
+:class:`~services.common.errors.InvalidArgumentError` whose text names the offending value. The
+name and tag expression rules are the wire package's (:mod:`pocketmq.wire.names`,
+:mod:`pocketmq.wire.tags`), shared with the client.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import re
 from collections.abc import Callable
 
-from services.broker.storage import record
+from pocketmq.wire import names, tags
+from pocketmq.wire.errors import WireError
+from pocketmq.wire.names import (
+    AUTO_CREATE_TOPIC_KEY,
+    GROUP_MAX_LENGTH,
+    SCHEDULE_TOPIC,
+    SYSTEM_TOPICS,
+    TIMER_TOPIC,
+    TOPIC_MAX_LENGTH,
+    TRANS_HALF_TOPIC,
+    TRANS_OP_HALF_TOPIC,
+)
+from pocketmq.wire.record import PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC, tag_hash_code
+from pocketmq.wire.tags import MATCH_ALL, TagFilter
 from services.common.errors import InvalidArgumentError
 
-#: RocketMQ's TopicValidator: letters, digits, ``%``, ``|``, ``_`` and ``-``.
-_NAME_CHARS = re.compile(r"^[%|a-zA-Z0-9_-]+$")
-TOPIC_MAX_LENGTH = 127
-GROUP_MAX_LENGTH = 255
-
-#: Where delayed messages wait (queue id = delay level - 1), as in RocketMQ.
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
-#: The template topic auto-created topics copy (RocketMQ's ``TBW102``).
-AUTO_CREATE_TOPIC_KEY = "TBW102"
-#: Where timer messages (arbitrary delivery time) wait: queue 0 holds the messages, queue 1
-#: the broker's delivery records (RocketMQ 5's timer topic name).
-TIMER_TOPIC = "rmq_sys_wheel_timer"
-#: Half (prepared) transaction messages and the op records resolving them (RocketMQ's names).
-TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
-TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
-#: Topics clients may not send to directly.
-SYSTEM_TOPICS = frozenset({SCHEDULE_TOPIC, AUTO_CREATE_TOPIC_KEY, TIMER_TOPIC, TRANS_HALF_TOPIC,
-                           TRANS_OP_HALF_TOPIC})
+__all__ = [
+    "AUTO_CREATE_TOPIC_KEY", "GROUP_MAX_LENGTH", "MATCH_ALL", "SCHEDULE_TOPIC", "SYSTEM_TOPICS",
+    "TIMER_TOPIC", "TOPIC_MAX_LENGTH", "TRANS_HALF_TOPIC", "TRANS_OP_HALF_TOPIC", "TagFilter",
+    "effective_delay_level", "parse_tag_expression", "perm_to_string", "validate_group",
+    "validate_offset", "validate_perm", "validate_queue_nums", "validate_send_topic", "validate_topic",
+]
 
 #: Property keys the broker sets itself; a client may not send them.
-RESERVED_PROPERTIES = frozenset({record.PROPERTY_REAL_TOPIC, record.PROPERTY_REAL_QUEUE_ID})
+RESERVED_PROPERTIES = frozenset({PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID})
 
 # Permission bits (RocketMQ's PermName).
 PERM_INHERIT = 1
@@ -51,36 +52,28 @@ MESSAGE_TYPE_ATTRIBUTE = "message.type"
 MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION")
 
 
-def _check_name(kind: str, name: str, max_length: int) -> str:
-    if not name or not name.strip():
-        raise InvalidArgumentError(f"{kind} name must not be empty")
-    if len(name) > max_length:
-        raise InvalidArgumentError(
-            f"{kind} name {name[:40]!r}... is {len(name)} characters long (at most {max_length})"
-        )
-    if not _NAME_CHARS.match(name):
-        raise InvalidArgumentError(
-            f"{kind} name {name!r} has illegal characters (allowed: letters, digits, %, |, _ and -)"
-        )
-    return name
-
-
 def validate_topic(topic: str) -> str:
     """A legal topic name (charset ``[%|a-zA-Z0-9_-]``, 1..127 characters)."""
-    return _check_name("topic", topic, TOPIC_MAX_LENGTH)
+    try:
+        return names.validate_topic(topic)
+    except WireError as exc:
+        raise InvalidArgumentError(str(exc)) from None
 
 
 def validate_send_topic(topic: str) -> str:
     """A topic clients may produce to: legal and not a broker-internal topic."""
-    validate_topic(topic)
-    if topic in SYSTEM_TOPICS:
-        raise InvalidArgumentError(f"topic {topic!r} is a system topic; clients may not send to it")
-    return topic
+    try:
+        return names.validate_send_topic(topic)
+    except WireError as exc:
+        raise InvalidArgumentError(str(exc)) from None
 
 
 def validate_group(group: str) -> str:
     """A legal consumer/subscription group name (same charset, 1..255 characters)."""
-    return _check_name("consumer group", group, GROUP_MAX_LENGTH)
+    try:
+        return names.validate_group(group)
+    except WireError as exc:
+        raise InvalidArgumentError(str(exc)) from None
 
 
 def validate_queue_nums(read_queue_nums: int, write_queue_nums: int) -> None:
@@ -121,49 +114,14 @@ def validate_offset(offset: int, what: str = "queue offset") -> int:
 # -- tag expressions ---------------------------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
-class TagFilter:
-    """A parsed subscription expression: ``None`` tags = everything (``*``)."""
-
-    expression: str
-    tags: frozenset[str] | None
-    hash_codes: frozenset[int] | None
-
-    @property
-    def matches_all(self) -> bool:
-        return self.tags is None
-
-    def matches(self, tag: str | None) -> bool:
-        return self.tags is None or (tag is not None and tag in self.tags)
-
-
-MATCH_ALL = TagFilter("*", None, None)
-
-
 def parse_tag_expression(
-    expression: str, hash_code: Callable[[str], int] = record.tag_hash_code
+    expression: str, hash_code: Callable[[str], int] = tag_hash_code
 ) -> TagFilter:
-    """``"*"``/``""`` -> everything; ``"a || b"`` -> tags a and b (RocketMQ's TAG syntax).
-
-    Empty alternatives (``"a || "``) are ignored; an expression with no tag at all is an error.
-    """
-    text = expression.strip()
-    if text in ("", "*"):
-        return MATCH_ALL
-    tags = [part.strip() for part in text.split("||")]
-    tags = [t for t in tags if t]
-    if not tags:
-        raise InvalidArgumentError(f"subscription expression {expression!r} names no tag")
-    for tag in tags:
-        if tag == "*":
-            return MATCH_ALL
-        if any(c.isspace() for c in tag):
-            raise InvalidArgumentError(
-                f"subscription expression {expression!r}: tag {tag!r} contains whitespace "
-                "(separate tags with ||)"
-            )
-    unique = frozenset(tags)
-    return TagFilter(text, unique, frozenset(hash_code(t) for t in unique))
+    """``"*"``/``""`` -> everything; ``"a || b"`` -> tags a and b (RocketMQ's TAG syntax)."""
+    try:
+        return tags.parse_tag_expression(expression, hash_code)
+    except WireError as exc:
+        raise InvalidArgumentError(str(exc)) from None
 
 
 # -- delay levels ------------------------------------------------------------------------------

@@ -27,6 +27,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from pocketmq.wire.address import AddressError, parse_host_port
+
 T = TypeVar("T")
 
 ENV_PREFIX = "POCKETMQ_"
@@ -211,14 +213,9 @@ def require(condition: bool, key: str, message: str) -> None:
 
 
 def parse_address(value: str, key: str = "address", default_host: str = "0.0.0.0") -> tuple[str, int]:
-    """``host:port`` (or ``:port``/``port``) -> (host, port), with a ConfigError naming ``key``."""
-    host, sep, port_text = value.rpartition(":")
-    if not sep:
-        host, port_text = "", value
-    host = host.strip("[]") or default_host
+    """``host:port`` (or ``:port``/``port``) -> (host, port), with a ConfigError naming ``key``
+    (the parsing is :func:`pocketmq.wire.address.parse_host_port`)."""
     try:
-        port = int(port_text)
-    except ValueError:
-        raise ConfigError(key, f"invalid address {value!r} (expected host:port)") from None
-    require(0 < port < 65536, key, f"port out of range in {value!r}")
-    return host, port
+        return parse_host_port(value, default_host=default_host)
+    except AddressError as exc:
+        raise ConfigError(key, str(exc)) from None

@@ -12,6 +12,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
+from pocketmq.wire.address import AddressError, parse_host_port
 from services.common.ports import ListenError, bind_error, reason_of
 
 log = logging.getLogger(__name__)
@@ -64,12 +65,14 @@ async def start_grpc_server(
         [*service_names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
         server,
     )
-    host, _, port_text = address.rpartition(":")
-    host = host.strip("[]")
+    try:
+        host, port_number = parse_host_port(address, default_host="", allow_port_zero=True)
+    except AddressError:  # not ours to judge: gRPC reports what it cannot bind
+        host, port_number = "", 0
     # gRPC's own bind error says neither why nor which port: find out first, with a plain socket.
     # Only a taken or forbidden port fails here; anything else gRPC may still handle (``[::]``
     # falls back to IPv4 where IPv6 is off), and its failure then carries what the socket met.
-    failed = bind_error(host, int(port_text)) if port_text.isdigit() and int(port_text) > 0 else None
+    failed = bind_error(host, port_number) if port_number > 0 else None
     if failed is not None and failed.errno in (errno.EADDRINUSE, errno.EACCES):
         raise ListenError(address, reason_of(failed), "gRPC") from failed
     reason = reason_of(failed) if failed is not None else "address in use or invalid"

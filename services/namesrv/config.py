@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 
-from services.common.config import require
+from pocketmq.wire.address import AddressError, parse_host_port
+from services.common.config import ConfigError, require
 
 
 def split_listen(value: str) -> tuple[str, int]:
     """``host:port`` -> (host, port); port 0 means "any free port" (tests, embedding)."""
-    host, sep, port = value.rpartition(":")
-    require(bool(sep) and port.isdigit() and int(port) < 65536, "listen",
-            f"invalid address {value!r} (expected host:port, port 0..65535)")
-    return host.strip("[]") or "0.0.0.0", int(port)
+    try:
+        return parse_host_port(value, default_host="0.0.0.0", allow_port_zero=True)
+    except AddressError as exc:
+        raise ConfigError("listen", f"{exc} (expected host:port, port 0..65535)") from None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,13 +9,15 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from pocketmq.wire.address import AddressError, InvalidPortError, parse_host_port
+from pocketmq.wire.names import NAME_CHARS, NAME_CHARSET
 from services.common.errors import InvalidArgumentError
 
 MAX_NAME_LENGTH = 127
 #: Cluster and broker names (as the broker's config accepts them).
 NAME_RE = re.compile(r"[A-Za-z0-9_.%|-]+")
 #: Topic names (RocketMQ's rule: no '.').
-TOPIC_RE = re.compile(r"[A-Za-z0-9_%|-]+")
+TOPIC_RE = NAME_CHARS
 MAX_QUEUE_NUMS = 65_535
 #: READ | WRITE | INHERIT.
 PERM_MASK = 7
@@ -47,12 +49,14 @@ def check_address(field: str, value: str, required: bool = True) -> None:
         if required:
             raise _fail(field, "must not be empty")
         return
-    host, sep, port = value.rpartition(":")
-    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    if not sep or not host or any(c.isspace() for c in value):
+    if any(c.isspace() for c in value):
         raise _fail(field, f"{value!r} is not host:port")
-    if not port.isdigit() or not 0 < int(port) < 65536:
-        raise _fail(field, f"{value!r} has an invalid port (expected 1..65535)")
+    try:
+        parse_host_port(value)
+    except InvalidPortError:
+        raise _fail(field, f"{value!r} has an invalid port (expected 1..65535)") from None
+    except AddressError:
+        raise _fail(field, f"{value!r} is not host:port") from None
 
 
 def check_broker_id(field: str, value: int) -> None:
@@ -81,7 +85,7 @@ def validate_register(req: Any, max_topics: int) -> None:
         _explain_topic_table(req.topic_configs)
 
 
-_TOPIC_LINES_RE = re.compile(rf"(?:[A-Za-z0-9_%|-]{{1,{MAX_NAME_LENGTH}}}\n)*")
+_TOPIC_LINES_RE = re.compile(rf"(?:{NAME_CHARSET}{{1,{MAX_NAME_LENGTH}}}\n)*")
 
 
 def _topic_table_ok(configs: Any) -> bool:

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable, Sequence
 from time import time_ns
 from typing import NamedTuple, Protocol
 
+from pocketmq.wire.record import header_format
 from services.broker.storage.record import (
     BLANK_MAGIC_CODE,
     END_FILE_MIN_BLANK_LENGTH,
@@ -39,8 +40,10 @@ from services.broker.storage.record import (
     HOST_V6_FLAGS,
     MAGIC_CODE,
     MIN_RECORD_SIZE,
+    PREFIX,
     PROPERTY_TAGS,
     TRANSACTION_PREPARED_TYPE,
+    U16,
     CheckKind,
     Host,
     Message,
@@ -72,7 +75,7 @@ from services.broker.storage.status import PutMessageStatus, PutResult
 
 log = logging.getLogger(__name__)
 
-_BLANK_HEADER = struct.Struct(">iI")
+_BLANK_HEADER = PREFIX
 #: Largest record the format allows (TOTALSIZE is a signed 32-bit int).
 MAX_RECORD_SIZE = 2**31 - 1
 #: Bytes per ``posix_fadvise`` call of :meth:`CommitLog.warm_ahead`.
@@ -92,13 +95,14 @@ BULK_WINDOW_S = 0.05
 REPUT_BATCH = 256
 
 # TOTALSIZE and MAGICCODE: the dispatcher's first look at a record.
-_PREFIX = struct.Struct(">iI").unpack_from
-# Record fields the dispatcher needs: TOTALSIZE, MAGICCODE, BODYCRC, QUEUEID, QUEUEOFFSET,
-# PHYSICALOFFSET, SYSFLAG, STORETIMESTAMP, BODYLENGTH.
-_DISPATCH = struct.Struct(">iIIi4xqqi16xq20xi")
+_PREFIX = PREFIX.unpack_from
+# Record fields the dispatcher needs (one unpack that skips the others).
+_DISPATCH = struct.Struct(header_format((
+    "total_size", "magic", "body_crc", "queue_id", "queue_offset", "physical_offset", "sys_flag",
+    "store_timestamp", "body_length")))
 assert _DISPATCH.size == HEADER_SIZE
 _DISPATCH_UNPACK = _DISPATCH.unpack_from
-_U16 = struct.Struct(">H").unpack_from
+_U16 = U16.unpack_from
 _TAGS_KEY = PROPERTY_TAGS.encode() + b"\x01"
 _TOPICS_MAX = 8192
 
@@ -172,8 +176,9 @@ _new_result = tuple.__new__
 
 #: The record header as :meth:`CommitLog.append` packs it: ``HEADER`` with each host (IPv4 4 ·
 #: port 4) as one pre-packed 8-byte field (same bytes, two fewer arguments to convert).
-_PACK_HEADER = struct.Struct(">iIIiiqqiq8sq8siqi").pack_into
-assert struct.calcsize(">iIIiiqqiq8sq8siqi") == HEADER_SIZE
+_PACK = struct.Struct(header_format(raw_hosts=True))
+assert _PACK.size == HEADER_SIZE
+_PACK_HEADER = _PACK.pack_into
 _HOST = struct.Struct(">4si")
 # born host -> its 8 header bytes (bounded, cleared when full: producers are few).
 _born_hosts: dict[Host, bytes] = {}

@@ -1,32 +1,13 @@
 """The commit log record: encoding, decoding and validation (pure: no I/O, no clocks).
 
-Layout (big-endian, RocketMQ 4.x ``CommitLog`` with IPv4 hosts)::
-
-    offset  size  field
-         0     4  TOTALSIZE                   whole record, this field included
-         4     4  MAGICCODE                   0xdaa320a7 (0xcbd43194 for the end-of-file blank)
-         8     4  BODYCRC                     zlib.crc32(body)
-        12     4  QUEUEID
-        16     4  FLAG
-        20     8  QUEUEOFFSET                 index in the (topic, queue id) consume queue
-        28     8  PHYSICALOFFSET              offset of this record in the commit log
-        36     4  SYSFLAG                     see the *_FLAG / TRANSACTION_* constants
-        40     8  BORNTIMESTAMP               ms
-        48     8  BORNHOST                    IPv4 4 + port 4
-        56     8  STORETIMESTAMP              ms
-        64     8  STOREHOSTADDRESS            IPv4 4 + port 4
-        72     4  RECONSUMETIMES
-        76     8  PREPAREDTRANSACTIONOFFSET
-        84     4  BODYLENGTH                  then BODY
-         .     1  TOPICLENGTH                 then TOPIC (UTF-8, at most 127 bytes)
-         .     2  PROPERTIESLENGTH            then PROPERTIES (``k\\x01v\\x02`` pairs, UTF-8)
+The layout, the property codec, tag hash codes and the reference decoder are the wire
+package's (:mod:`pocketmq.wire.record`, shared with the client); this module adds what only the
+store does: encoding (with the body CRC), the end-of-segment blank record and the validation of
+records found in the log.
 
 The tail of a segment that cannot hold the next record (plus the 8-byte minimum blank) is one
 blank record: TOTALSIZE = bytes left in the segment, MAGICCODE = 0xcbd43194, zeros after. So no
 record spans two segment files, and a scan that meets a blank continues at the next segment.
-
-Differences from RocketMQ worth knowing: BODYCRC is the full ``zlib.crc32`` (RocketMQ masks it
-with 0x7fffffff); IPv6 hosts (``BORNHOST_V6_FLAG``/``STOREHOSTADDRESS_V6_FLAG``) are rejected.
 
 Encoding is split in two so the commit log does the minimum under its lock: :func:`prepare`
 validates a :class:`Message` and computes everything that does not depend on where the record
@@ -38,96 +19,101 @@ precompiled ``struct`` pack per record.
 from __future__ import annotations
 
 import enum
-import functools
-import socket
 import struct
 import zlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import NamedTuple
 
-MAGIC_CODE = 0xDAA320A7
-BLANK_MAGIC_CODE = 0xCBD43194
-#: A segment always keeps room for a blank record of at least this size (TOTALSIZE + MAGICCODE).
-END_FILE_MIN_BLANK_LENGTH = 8
-#: Largest topic, in UTF-8 bytes (TOPICLENGTH is a Java byte).
-MAX_TOPIC_LENGTH = 127
-#: Largest encoded properties (PROPERTIESLENGTH is a Java short).
-MAX_PROPERTIES_LENGTH = 32767
+from pocketmq.wire.msgid import Host, host_bytes, offset_msg_id, parse_offset_msg_id
+from pocketmq.wire.record import (
+    BLANK_MAGIC_CODE,
+    BORNHOST_V6_FLAG,
+    COMPRESSED_FLAG,
+    END_FILE_MIN_BLANK_LENGTH,
+    HEADER,
+    HEADER_SIZE,
+    HOST_V6_FLAGS,
+    KEY_SEPARATOR,
+    MAGIC_CODE,
+    MAX_PROPERTIES_LENGTH,
+    MAX_TOPIC_LENGTH,
+    MIN_RECORD_SIZE,
+    MULTI_TAGS_FLAG,
+    NAME_VALUE_SEPARATOR,
+    POS_BODY,
+    POS_MAGIC,
+    POS_PHYSICAL_OFFSET,
+    POS_QUEUE_OFFSET,
+    POS_STORE_TIMESTAMP,
+    POS_TOTAL_SIZE,
+    PREFIX,
+    PROPERTY_CONSUME_START_TIMESTAMP,
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_KEYS,
+    PROPERTY_MAX_OFFSET,
+    PROPERTY_MAX_RECONSUME_TIMES,
+    PROPERTY_MIN_OFFSET,
+    PROPERTY_MSG_REGION,
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_PRODUCER_GROUP,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_RECONSUME_TIME,
+    PROPERTY_RETRY_TOPIC,
+    PROPERTY_SEPARATOR,
+    PROPERTY_SHARDING_KEY,
+    PROPERTY_TAGS,
+    PROPERTY_TIMER_DELIVER_MS,
+    PROPERTY_TIMER_SOURCE_OFFSET,
+    PROPERTY_TRACE_SWITCH,
+    PROPERTY_TRANSACTION_CHECK_TIMES,
+    PROPERTY_TRANSACTION_OP,
+    PROPERTY_TRANSACTION_PREPARED,
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    PROPERTY_WAIT_STORE_MSG_OK,
+    STOREHOSTADDRESS_V6_FLAG,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_MASK,
+    TRANSACTION_NOT_TYPE,
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    U16,
+    MessageRecord,
+    ReadableBuffer,
+    RecordError,
+    decode_properties,
+    decode_record,
+    encode_properties,
+    property_value,
+    read_store_timestamp,
+    split_keys,
+    tag_hash_code,
+)
 
-# SYSFLAG bits (RocketMQ MessageSysFlag).
-COMPRESSED_FLAG = 0x1
-MULTI_TAGS_FLAG = 0x2
-TRANSACTION_NOT_TYPE = 0x0
-TRANSACTION_PREPARED_TYPE = 0x4
-TRANSACTION_COMMIT_TYPE = 0x8
-TRANSACTION_ROLLBACK_TYPE = 0xC
-BORNHOST_V6_FLAG = 0x10
-STOREHOSTADDRESS_V6_FLAG = 0x20
-_TRANSACTION_MASK = 0xC
-#: IPv6 hosts change the record layout; not supported.
-HOST_V6_FLAGS = BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
+__all__ = [  # the wire package's names, re-exported for the store's modules
+    "BLANK_MAGIC_CODE", "BORNHOST_V6_FLAG", "COMPRESSED_FLAG", "END_FILE_MIN_BLANK_LENGTH", "HEADER",
+    "HEADER_SIZE", "HOST_V6_FLAGS", "KEY_SEPARATOR", "MAGIC_CODE", "MAX_PROPERTIES_LENGTH",
+    "MAX_TOPIC_LENGTH", "MIN_RECORD_SIZE", "MULTI_TAGS_FLAG", "NAME_VALUE_SEPARATOR", "POS_BODY",
+    "POS_MAGIC", "POS_PHYSICAL_OFFSET", "POS_QUEUE_OFFSET", "POS_STORE_TIMESTAMP", "POS_TOTAL_SIZE",
+    "PREFIX", "PROPERTY_CONSUME_START_TIMESTAMP", "PROPERTY_DELAY_TIME_LEVEL", "PROPERTY_KEYS",
+    "PROPERTY_MAX_OFFSET", "PROPERTY_MAX_RECONSUME_TIMES", "PROPERTY_MIN_OFFSET", "PROPERTY_MSG_REGION",
+    "PROPERTY_ORIGIN_MESSAGE_ID", "PROPERTY_PRODUCER_GROUP", "PROPERTY_REAL_QUEUE_ID",
+    "PROPERTY_REAL_TOPIC", "PROPERTY_RECONSUME_TIME", "PROPERTY_RETRY_TOPIC", "PROPERTY_SEPARATOR",
+    "PROPERTY_SHARDING_KEY", "PROPERTY_TAGS", "PROPERTY_TIMER_DELIVER_MS",
+    "PROPERTY_TIMER_SOURCE_OFFSET", "PROPERTY_TRACE_SWITCH", "PROPERTY_TRANSACTION_CHECK_TIMES",
+    "PROPERTY_TRANSACTION_OP", "PROPERTY_TRANSACTION_PREPARED",
+    "PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX", "PROPERTY_WAIT_STORE_MSG_OK", "STOREHOSTADDRESS_V6_FLAG",
+    "TRANSACTION_COMMIT_TYPE", "TRANSACTION_MASK", "TRANSACTION_NOT_TYPE", "TRANSACTION_PREPARED_TYPE",
+    "TRANSACTION_ROLLBACK_TYPE", "U16", "Host", "MessageRecord", "ReadableBuffer", "RecordError",
+    "decode_properties", "decode_record", "encode_properties", "host_bytes", "offset_msg_id",
+    "parse_offset_msg_id", "property_value", "read_store_timestamp", "split_keys", "tag_hash_code",
+]
 
-# Well-known property keys (RocketMQ MessageConst).
-PROPERTY_KEYS = "KEYS"
-PROPERTY_TAGS = "TAGS"
-PROPERTY_WAIT_STORE_MSG_OK = "WAIT"
-PROPERTY_DELAY_TIME_LEVEL = "DELAY"
-PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
-PROPERTY_REAL_TOPIC = "REAL_TOPIC"
-PROPERTY_REAL_QUEUE_ID = "REAL_QID"
-PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
-PROPERTY_PRODUCER_GROUP = "PGROUP"
-PROPERTY_MIN_OFFSET = "MIN_OFFSET"
-PROPERTY_MAX_OFFSET = "MAX_OFFSET"
-PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
-PROPERTY_RECONSUME_TIME = "RECONSUME_TIME"
-PROPERTY_MSG_REGION = "MSG_REGION"
-PROPERTY_TRACE_SWITCH = "TRACE_ON"
-PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX = "UNIQ_KEY"
-PROPERTY_MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
-PROPERTY_CONSUME_START_TIMESTAMP = "CONSUME_START_TIME"
-PROPERTY_SHARDING_KEY = "__SHARDINGKEY"
-#: Epoch milliseconds at which a timer message is delivered to its real topic (RocketMQ 5).
-PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
-#: On a delivered timer message: the commit log offset of its timer record (delivery check).
-PROPERTY_TIMER_SOURCE_OFFSET = "TIMER_SOURCE_OFFSET"
-#: How often an unresolved half (transaction) message was checked (RocketMQ's name).
-PROPERTY_TRANSACTION_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
-#: What an op record of the transaction op topic did: commit, rollback or discard.
-PROPERTY_TRANSACTION_OP = "TRAN_OP"
-#: Separator of several keys in the KEYS property.
-KEY_SEPARATOR = " "
-NAME_VALUE_SEPARATOR = "\x01"
-PROPERTY_SEPARATOR = "\x02"
-
-# Field positions inside a record.
-POS_TOTAL_SIZE = 0
-POS_MAGIC = 4
-POS_QUEUE_OFFSET = 20
-POS_PHYSICAL_OFFSET = 28
-POS_STORE_TIMESTAMP = 56
-POS_BODY = 88
-
-#: Everything up to and including BODYLENGTH, in one precompiled struct.
-HEADER = struct.Struct(">iIIiiqqiq4siq4siiqi")
-HEADER_SIZE = HEADER.size  # 88
-#: Record size with empty body, topic and properties (header + TOPICLENGTH + PROPERTIESLENGTH).
-MIN_RECORD_SIZE = HEADER_SIZE + 1 + 2
-_PREFIX = struct.Struct(">iI")  # TOTALSIZE, MAGICCODE
-_U16 = struct.Struct(">H")
-_I64 = struct.Struct(">q")
-_MSG_ID = struct.Struct(">4siq")
-
-
-ReadableBuffer = bytes | bytearray | memoryview
-Host = tuple[str, int]
+_PREFIX = PREFIX
+_U16 = U16
 
 _EMPTY_PROPERTIES: Mapping[str, str] = MappingProxyType({})
-
-
-class RecordError(ValueError):
-    """A message that cannot be encoded, or bytes that are not a valid record."""
 
 
 class PropertiesTooLargeError(RecordError):
@@ -141,106 +127,6 @@ class MessageTooLargeError(RecordError):
         super().__init__(f"message record is {size} bytes, more than maxMessageSize ({limit})")
         self.size = size
         self.limit = limit
-
-
-# --------------------------------------------------------------------------------------------
-# Properties and tags
-# --------------------------------------------------------------------------------------------
-
-
-def encode_properties(properties: Mapping[str, str]) -> bytes:
-    """``{"TAGS": "a", "KEYS": "k"}`` -> ``b"TAGS\\x01a\\x02KEYS\\x01k\\x02"`` (RocketMQ's
-    ``messageProperties2String``). Keys must be non-empty; neither keys nor values may contain
-    the separators ``\\x01``/``\\x02``."""
-    if not properties:
-        return b""
-    try:
-        text = "\x02".join(map("\x01".join, properties.items())) + "\x02"
-    except TypeError:
-        raise RecordError("property keys and values must be strings") from None
-    n = len(properties)
-    if text.count("\x01") != n or text.count("\x02") != n or "" in properties:
-        bad = next((k for k, v in properties.items() if not k or _has_separator(k) or _has_separator(v)), "")
-        raise RecordError(f"property {bad!r}: keys must be non-empty and keys/values must not contain "
-                          "\\x01 or \\x02")
-    return text.encode()
-
-
-def _has_separator(text: str) -> bool:
-    return "\x01" in text or "\x02" in text
-
-
-def decode_properties(data: ReadableBuffer) -> dict[str, str]:
-    """Inverse of :func:`encode_properties`; tolerates a missing final separator."""
-    if not data:
-        return {}
-    props: dict[str, str] = {}
-    for item in bytes(data).decode("utf-8", "replace").split("\x02"):
-        if item:
-            key, _, value = item.partition("\x01")
-            props[key] = value
-    return props
-
-
-def property_value(encoded: bytes, key: str) -> str | None:
-    """One property straight from encoded properties, without decoding the others."""
-    needle = key.encode() + b"\x01"
-    i = encoded.find(needle)
-    while i > 0 and encoded[i - 1] != 2:  # must start a pair, not end another key
-        i = encoded.find(needle, i + 1)
-    if i < 0:
-        return None
-    start = i + len(needle)
-    end = encoded.find(b"\x02", start)
-    return encoded[start: end if end >= 0 else len(encoded)].decode("utf-8", "replace")
-
-
-@functools.lru_cache(maxsize=65536)
-def tag_hash_code(tag: str) -> int:
-    """The consume queue tag code: Java ``String.hashCode()`` of the tag (UTF-16 code units,
-    32-bit wrap-around), sign-extended to int64 as RocketMQ stores it. Empty tag -> 0."""
-    h = 0
-    units: Iterable[int]
-    if tag.isascii():
-        units = tag.encode()
-    else:
-        raw = tag.encode("utf-16-be")
-        units = struct.unpack(f">{len(raw) // 2}H", raw)
-    for unit in units:
-        h = (31 * h + unit) & 0xFFFFFFFF
-    return h - 0x1_0000_0000 if h & 0x8000_0000 else h
-
-
-# --------------------------------------------------------------------------------------------
-# Hosts and message ids
-# --------------------------------------------------------------------------------------------
-
-
-@functools.lru_cache(maxsize=4096)
-def host_bytes(ip: str) -> bytes:
-    """Dotted IPv4 -> 4 bytes. Raises RecordError for anything else (IPv6 is not supported)."""
-    try:
-        return socket.inet_aton(ip) if ip.count(".") == 3 else _bad_host(ip)
-    except OSError:
-        return _bad_host(ip)
-
-
-def _bad_host(ip: str) -> bytes:
-    raise RecordError(f"host {ip!r} is not a dotted IPv4 address")
-
-
-def offset_msg_id(store_host: Host, physical_offset: int) -> str:
-    """RocketMQ's offset message id: hex of store IPv4 4 · port 4 · commit log offset 8."""
-    return _MSG_ID.pack(host_bytes(store_host[0]), store_host[1], physical_offset).hex().upper()
-
-
-def parse_offset_msg_id(msg_id: str) -> tuple[Host, int]:
-    """Inverse of :func:`offset_msg_id`: ``((ip, port), physical offset)``."""
-    try:
-        ip, port, offset = _MSG_ID.unpack(bytes.fromhex(msg_id))
-    except (ValueError, struct.error):
-        raise RecordError(f"not an offset message id: {msg_id!r}") from None
-    return (socket.inet_ntoa(ip), port), offset
 
 
 # --------------------------------------------------------------------------------------------
@@ -286,58 +172,7 @@ class Message(NamedTuple):
 
     @property
     def keys(self) -> list[str]:
-        return _split_keys(self.properties.get(PROPERTY_KEYS))
-
-
-def _split_keys(value: str | None) -> list[str]:
-    return [k for k in value.split(KEY_SEPARATOR) if k] if value else []
-
-
-class MessageRecord(NamedTuple):
-    """A record decoded from the commit log."""
-
-    topic: str
-    queue_id: int
-    queue_offset: int
-    physical_offset: int
-    body: bytes
-    properties: dict[str, str]
-    flag: int
-    sys_flag: int
-    born_timestamp: int
-    born_host: Host
-    store_timestamp: int
-    store_host: Host
-    reconsume_times: int
-    prepared_transaction_offset: int
-    body_crc: int
-    store_size: int
-
-    @property
-    def tags(self) -> str | None:
-        return self.properties.get(PROPERTY_TAGS)
-
-    @property
-    def keys(self) -> list[str]:
-        return _split_keys(self.properties.get(PROPERTY_KEYS))
-
-    @property
-    def tags_code(self) -> int:
-        tags = self.tags
-        return tag_hash_code(tags) if tags else 0
-
-    @property
-    def uniq_key(self) -> str | None:
-        return self.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-
-    @property
-    def msg_id(self) -> str:
-        """The offset message id (store host + physical offset)."""
-        return offset_msg_id(self.store_host, self.physical_offset)
-
-    @property
-    def next_physical_offset(self) -> int:
-        return self.physical_offset + self.store_size
+        return split_keys(self.properties.get(PROPERTY_KEYS))
 
 
 class PreparedRecord(NamedTuple):
@@ -528,39 +363,6 @@ def encode_blank(length: int) -> bytes:
 # --------------------------------------------------------------------------------------------
 
 
-def decode_record(buf: ReadableBuffer, pos: int = 0, *, check_crc: bool = True) -> MessageRecord:
-    """Decode the record at ``buf[pos:]``. Raises :class:`RecordError` if it is not a complete,
-    consistent record (wrong magic, sizes that disagree, CRC mismatch with ``check_crc``)."""
-    try:
-        (total, magic, crc, queue_id, flag, queue_offset, physical_offset, sys_flag, born_ts,
-         born_ip, born_port, store_ts, store_ip, store_port, reconsume, prepared_tx,
-         body_len) = HEADER.unpack_from(buf, pos)
-    except struct.error:
-        raise RecordError(f"truncated record header at {pos}") from None
-    if magic != MAGIC_CODE:
-        raise RecordError(f"bad magic code 0x{magic:08x} at {pos}")
-    body_start = pos + HEADER_SIZE
-    body_end = body_start + body_len
-    if body_len < 0 or body_end + 3 > pos + total or pos + total > len(buf):
-        raise RecordError(f"inconsistent or truncated record at {pos} (size {total})")
-    body = bytes(buf[body_start:body_end])
-    topic_len = buf[body_end]
-    props_at = body_end + 1 + topic_len
-    if props_at + 2 > pos + total:
-        raise RecordError(f"inconsistent record at {pos}: topic overruns the record")
-    (props_len,) = _U16.unpack_from(buf, props_at)
-    if props_at + 2 + props_len != pos + total:
-        raise RecordError(f"inconsistent record at {pos}: sizes do not add up to {total}")
-    if check_crc and zlib.crc32(body) != crc:
-        raise RecordError(f"body CRC mismatch at {pos}")
-    return MessageRecord(
-        bytes(buf[body_end + 1:props_at]).decode("utf-8", "replace"), queue_id, queue_offset,
-        physical_offset, body, decode_properties(buf[props_at + 2:props_at + 2 + props_len]),
-        flag, sys_flag, born_ts, (socket.inet_ntoa(born_ip), born_port), store_ts,
-        (socket.inet_ntoa(store_ip), store_port), reconsume, prepared_tx, crc, total,
-    )
-
-
 class CheckKind(enum.IntEnum):
     RECORD = 0
     #: End-of-segment blank: continue at the next segment.
@@ -649,9 +451,3 @@ def check_record(
             tags_code = tag_hash_code(tags)
     return RecordCheck(CheckKind.RECORD, total, DispatchRequest(
         topic, queue_id, queue_offset, physical_offset, total, tags_code, store_ts, sys_flag))
-
-
-def read_store_timestamp(buf: ReadableBuffer, pos: int) -> int:
-    """STORETIMESTAMP of the record at ``pos`` (no validation)."""
-    value: int = _I64.unpack_from(buf, pos + POS_STORE_TIMESTAMP)[0]
-    return value

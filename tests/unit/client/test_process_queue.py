@@ -6,14 +6,15 @@ import asyncio
 
 import pytest
 
-from pocketmq.client.consumer import AsyncConsumer, ConsumeFrom, _ProcessQueue
+from pocketmq.client.consumer import AsyncConsumer, ConsumeFrom
 from pocketmq.client.message import MessageQueue, ReceivedMessage
+from pocketmq.client.subscription import ProcessQueue
 from pocketmq.errors import ClientClosedError, InvalidArgumentError
 
 
 @pytest.mark.asyncio
 async def test_commit_offset_follows_processing() -> None:
-    pq = _ProcessQueue(MessageQueue("t", "b", 0), 2)
+    pq = ProcessQueue(MessageQueue("t", "b", 0), 2)
     pq.next_offset = 10
     assert pq.commit_offset() == 10
     pq.inflight.extend([10, 12, 15])  # 11, 13, 14 were filtered out by tag
@@ -67,10 +68,10 @@ async def test_receive_acks_on_the_queue_state_a_message_came_from() -> None:
     (that would count messages of the new state as processed before they were delivered)."""
     c = AsyncConsumer("g", "127.0.0.1:1")
     c._started = True
-    ready: asyncio.Queue[tuple[_ProcessQueue, list[ReceivedMessage]] | None] = asyncio.Queue()
+    ready: asyncio.Queue[tuple[ProcessQueue, list[ReceivedMessage]] | None] = asyncio.Queue()
     c._ready = ready
     q = MessageQueue("t", "b", 0)
-    old, new = _ProcessQueue(q, 1), _ProcessQueue(q, 1)
+    old, new = ProcessQueue(q, 1), ProcessQueue(q, 1)
     old.inflight.extend([5, 6, 7])
     ready.put_nowait((old, [_msg(q, 5), _msg(q, 6), _msg(q, 7)]))
     first = await c.receive(0.1)

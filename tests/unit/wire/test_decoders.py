@@ -1,6 +1,7 @@
-"""The consumer's fast raw-record decoder (pocketmq.client.message.decode_records) against the
-reference: the broker's own record decoder (services.broker.storage.record.decode_record), turned
-into ReceivedMessages field by field the straightforward way."""
+"""The fast raw-record decoders against the reference decoder (pocketmq.wire.record.decode_record):
+the consumer's (pocketmq.wire.fast, through pocketmq.client.message.decode_records) turned into
+ReceivedMessages field by field the straightforward way, and the Spark reader's columnar one.
+Records are written by the broker's encoder (services.broker.storage.record)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from hypothesis import strategies as st
 
 from pocketmq.client.message import MessageQueue, ReceivedMessage, decode_records
 from pocketmq.errors import InternalError
+from pocketmq.spark import columnar
+from pocketmq.wire import record as wire_record
 from services.broker.storage import record
 
 
@@ -22,8 +25,8 @@ def reference_decode(data: bytes, broker_name: str) -> list[ReceivedMessage]:
     view = memoryview(data)
     while pos < len(data):
         try:
-            rec = record.decode_record(view, pos)
-        except record.RecordError as exc:
+            rec = wire_record.decode_record(view, pos)
+        except wire_record.RecordError as exc:
             raise InternalError(f"corrupt record in pull reply at byte {pos}: {exc}") from None
         props = rec.properties
         keys = props.get("KEYS", "")
@@ -160,6 +163,37 @@ def test_damaged_replies_fail_or_agree_like_the_reference(
         at = data.draw(st.sampled_from([0, 4, 84]))
         damaged[at:at + 4] = data.draw(st.binary(min_size=4, max_size=4))
     assert outcome(decode_records, bytes(damaged)) == outcome(reference_decode, bytes(damaged))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(messages, min_size=1, max_size=8), st.integers(0, 2**40), st.data())
+def test_columnar_decoder_yields_the_reference_rows(msgs: list[record.Message], physical: int,
+                                                    data: st.DataObject) -> None:
+    topic = msgs[0].topic
+    msgs = [m._replace(topic=topic, born_timestamp=m.born_timestamp % 2**41) for m in msgs]
+    raw = record.encode_batch([record.prepare(m) for m in msgs], list(range(len(msgs))), physical,
+                              data.draw(st.integers(0, 2**41)), record.host_bytes("10.1.2.3"), 10911)
+    decoded = columnar.decode(raw, topic, "broker-a")
+    reference = wire_record.decode_records(raw)
+    assert decoded.queue_offsets.tolist() == [r.queue_offset for r in reference]
+    for row, rec in zip(decoded.batch.to_pylist(), reference, strict=True):
+        assert (row["topic"], row["queue_id"], row["body"], row["msg_id"]) == \
+            (rec.topic, rec.queue_id, rec.body, rec.msg_id)
+        assert (row["tags"], row["keys"]) == (rec.properties.get("TAGS"), rec.properties.get("KEYS"))
+        user = {k: v for k, v in rec.properties.items() if k not in ("TAGS", "KEYS")}
+        assert dict(row["properties"]) == user
+        assert row["born_timestamp"].timestamp() * 1000 == pytest.approx(rec.born_timestamp)
+        assert row["store_timestamp"].timestamp() * 1000 == pytest.approx(rec.store_timestamp)
+
+
+def test_header_views_are_cut_from_the_one_layout() -> None:
+    assert wire_record.HEADER.format == ">iIIiiqqiq4siq4siiqi" and wire_record.HEADER_SIZE == 88
+    assert wire_record.header_format(raw_hosts=True) == ">iIIiiqqiq8sq8siqi"
+    assert wire_record.header_format(("total_size", "magic", "queue_offset", "body_length")) == ">iI12xq56xi"
+    assert [wire_record.field_offset(f) for f in ("queue_offset", "physical_offset", "store_timestamp",
+                                                  "store_host")] == [20, 28, 56, 64]
+    with pytest.raises(ValueError, match="unknown header fields"):
+        wire_record.header_format(("nope",))
 
 
 # -- examples --------------------------------------------------------------------------------------

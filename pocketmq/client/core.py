@@ -1,0 +1,31 @@
+"""The client core: one channel pool, NameServer client, route cache and broker caller, built
+once per client (producer, consumer, admin, the Spark data source) and closed together."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pocketmq.client.routes import RouteCache
+from pocketmq.client.transport import BrokerCaller, ChannelPool, NamesrvClient, RelayMode
+
+__all__ = ["ClientCore"]
+
+
+class ClientCore:
+    """What every client talks to the cluster through. Build it on the event loop it will run
+    on (channels bind to the running loop)."""
+
+    def __init__(self, namesrv_addrs: Sequence[str], *, timeout: float = 3.0,
+                 route_refresh_interval: float = 30.0, relay: RelayMode = "direct") -> None:
+        self.pool = ChannelPool()
+        self.namesrv = NamesrvClient(namesrv_addrs, self.pool, timeout)
+        self.routes = RouteCache(self.namesrv, route_refresh_interval)
+        self.caller = BrokerCaller(self.pool, self.namesrv, relay)
+
+    def start_route_refresh(self) -> None:
+        """Refresh the routes of the topics in use in the background (see :class:`RouteCache`)."""
+        self.routes.start()
+
+    async def close(self) -> None:
+        await self.routes.close()
+        await self.pool.close()

@@ -1,0 +1,248 @@
+"""The fetcher: pulls the messages of a consumer's owned queues and hands them on.
+
+Each owned queue is followed with a ``PullMessageStream`` (``raw_records``: batch after batch
+as they are stored, the broker waiting at the end of the queue) from the master of its broker
+group, or long-polled with ``PullMessage`` when broker calls are relayed by a NameServer or the
+broker has no stream; when the master cannot be reached the queue is read from a slave
+(:mod:`pocketmq.client.failover`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import operator
+from collections.abc import Awaitable, Callable
+
+from pocketmq.broker.v1 import broker_pb2
+from pocketmq.client.failover import UNREACHABLE, Failover
+from pocketmq.client.message import ReceivedMessage, decode_records, from_message_ext
+from pocketmq.client.offsets import OffsetTracker
+from pocketmq.client.routes import BrokerGroup, RouteCache
+from pocketmq.client.subscription import ConsumerSettings, ProcessQueue, SubscriptionState
+from pocketmq.client.tags import TagFilter
+from pocketmq.client.transport import BrokerCaller
+from pocketmq.errors import NoRouteError, PocketMQError, RequestTimeoutError, UnimplementedError
+
+log = logging.getLogger("pocketmq.client")
+
+__all__ = ["Fetcher"]
+
+#: Pull statuses whose reply accept() applies.
+_ACCEPTED = frozenset({broker_pb2.FOUND, broker_pb2.NO_NEW_MSG, broker_pb2.NO_MATCHED_MSG})
+_QUEUE_OFFSET = operator.attrgetter("queue_offset")
+
+Deliver = Callable[[ProcessQueue, list[ReceivedMessage]], Awaitable[None]]
+
+
+class Fetcher:
+    """Pull loops of owned queues; ``deliver(pq, messages)`` takes what they find (waiting
+    while the consumer's buffer is full)."""
+
+    def __init__(self, settings: ConsumerSettings, state: SubscriptionState, routes: RouteCache,
+                 caller: BrokerCaller, failover: Failover, offsets: OffsetTracker, deliver: Deliver,
+                 *, stream_pulls: bool = True) -> None:
+        self.settings = settings
+        self.state = state
+        self.routes = routes
+        self.caller = caller
+        self.failover = failover
+        self.offsets = offsets
+        self.deliver = deliver
+        #: Pull with PullMessageStream (direct connections); PullMessage when relayed, or after
+        #: a broker answered UNIMPLEMENTED.
+        self.stream_pulls = stream_pulls
+
+    async def pull_loop(self, pq: ProcessQueue) -> None:
+        q = pq.queue
+        backoff = 0.2
+        while not pq.dropped:
+            try:
+                if not pq.initialized:
+                    pq.next_offset = await self.offsets.initial_offset(pq)
+                    pq.initialized = True
+                    pq.started.set()
+                    log.debug("queue starts", extra={"queue": str(q), "offset": pq.next_offset})
+                if self.stream_pulls and self.caller.mode == "direct":
+                    await self._pull_stream(pq)
+                else:
+                    await self._pull_once(pq)
+                backoff = 0.2
+            except asyncio.CancelledError:
+                raise
+            except PocketMQError as exc:
+                if pq.dropped:
+                    return
+                log.warning("pull failed", extra={"queue": str(q), "error": str(exc), "retry_s": backoff})
+                if not isinstance(exc, UNREACHABLE):
+                    with contextlib.suppress(PocketMQError):
+                        await self.routes.get(q.topic, refresh=True)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 3.0)
+            except Exception:
+                log.exception("pull loop error", extra={"queue": str(q)})
+                await asyncio.sleep(1.0)
+
+    def _pull_request(self, pq: ProcessQueue, filt: TagFilter) -> broker_pb2.PullMessageRequest:
+        """A pull from ``pq.next_offset`` that also commits the queue's offset when it moved."""
+        q, s = pq.queue, self.settings
+        commit = pq.commit_offset()
+        return broker_pb2.PullMessageRequest(
+            consumer_group=s.group, topic=q.topic, queue_id=q.queue_id, queue_offset=pq.next_offset,
+            max_msg_nums=s.pull_batch_size, subscription=filt.expression,
+            suspend_timeout_ms=int(s.long_poll_timeout * 1000), raw_records=True,
+            commit_offset=commit if commit > pq.committed else -1)
+
+    async def _apply_reply(self, pq: ProcessQueue, filt: TagFilter,
+                           reply: broker_pb2.PullMessageResponse) -> bool:
+        """Deliver what a pull reply (unary or streamed) found; False when its offset was
+        illegal (the queue's offset was corrected: pull again from there)."""
+        status = reply.status
+        if status in _ACCEPTED:
+            messages = self.accept(pq, filt, reply)
+            if messages:
+                await self.deliver(pq, messages)
+        elif status == broker_pb2.OFFSET_ILLEGAL:
+            await self._offset_illegal(pq, reply)
+            return False
+        else:
+            await asyncio.sleep(0.2)
+        return True
+
+    @staticmethod
+    def accept(pq: ProcessQueue, filt: TagFilter, reply: broker_pb2.PullMessageResponse
+               ) -> list[ReceivedMessage]:
+        """Apply a FOUND / NO_NEW_MSG / NO_MATCHED_MSG reply to ``pq``: advance its next offset
+        and return the messages to deliver (now in flight)."""
+        if reply.status != broker_pb2.FOUND:
+            if reply.next_begin_offset > pq.next_offset:
+                pq.next_offset = reply.next_begin_offset
+            return []
+        records = reply.records  # one copy out of the reply
+        if records:
+            messages = decode_records(records, pq.queue.broker_name)
+        else:
+            messages = [from_message_ext(m, pq.queue.broker_name) for m in reply.messages]
+        if not filt.matches_all:
+            messages = [m for m in messages if filt.matches(m.tags)]
+        next_offset = pq.next_offset
+        messages = [m for m in messages if m.queue_offset >= next_offset]
+        pq.next_offset = max(next_offset, reply.next_begin_offset)
+        if messages:
+            pq.inflight.extend(map(_QUEUE_OFFSET, messages))
+        return messages
+
+    async def _offset_illegal(self, pq: ProcessQueue, reply: broker_pb2.PullMessageResponse) -> None:
+        log.warning("offset illegal; moving on", extra={
+            "queue": str(pq.queue), "offset": pq.next_offset, "next": reply.next_begin_offset,
+            "remark": reply.remark})
+        pq.next_offset = reply.next_begin_offset
+        await self.offsets.commit(pq, force=True)
+
+    async def _pull_once(self, pq: ProcessQueue) -> None:
+        """One PullMessage call (long polling): relayed brokers, and brokers without
+        PullMessageStream."""
+        q, s, caller = pq.queue, self.settings, self.caller
+        filt = self.state.subs.get(q.topic)
+        if filt is None:
+            await asyncio.sleep(0.1)
+            return
+        request = self._pull_request(pq, filt)
+        commit = request.commit_offset
+        timeout = s.long_poll_timeout + s.request_timeout
+        reply, addr = await self.failover.call_group(pq, lambda a: caller.pull(a, request, timeout))
+        if pq.dropped:
+            return
+        pq.last_addr = addr
+        route = self.routes.cached(q.topic)
+        if commit > pq.committed and route is not None and route.master_addr(q.broker_name) == addr:
+            pq.committed = commit
+        pq.suggested_id = int(reply.suggest_which_broker_id)
+        await self._apply_reply(pq, filt, reply)
+
+    async def _pull_stream(self, pq: ProcessQueue) -> None:
+        """Follow the queue with PullMessageStream calls: the broker sends batch after batch
+        without waiting for a request each time (the cost of a unary call per batch is what
+        limits a consumer), and waits at the end of the queue as a long poll does. The broker is
+        chosen as for PullMessage (a suggested slave, the master, then the slaves); an
+        unreachable one is left for the next at once."""
+        q = pq.queue
+        filt = self.state.subs.get(q.topic)
+        if filt is None:
+            await asyncio.sleep(0.1)
+            return
+        route = await self.routes.get(q.topic)
+        await self.failover.maybe_restore_master(route, q.broker_name)
+        addrs = self.failover.ordered_addrs(route, q.broker_name, pq.suggested_id)
+        group = route.group(q.broker_name)
+        if not addrs or group is None:
+            await self.routes.get(q.topic, refresh=True)
+            raise NoRouteError(f"broker group {q.broker_name!r} of topic {q.topic!r} is not in the route")
+        last: PocketMQError | None = None
+        for addr in addrs:
+            try:
+                await self._follow(pq, filt, addr, group)
+                return
+            except UnimplementedError:
+                log.info("broker has no PullMessageStream; using PullMessage", extra={"broker": addr})
+                self.stream_pulls = False
+                return
+            except UNREACHABLE as exc:
+                if pq.dropped:
+                    return
+                last = exc
+                self.failover.mark_master_down(route, q.broker_name, addr)
+                pq.suggested_id = 0
+        assert last is not None
+        raise last
+
+    async def _follow(self, pq: ProcessQueue, filt: TagFilter, addr: str, group: BrokerGroup) -> None:
+        """One PullMessageStream from ``addr``, until the queue is dropped, its subscription
+        changes, the master suggests a slave, a slave has answered and been read for
+        master_retry_interval (then the broker is chosen again: the master may be back; as with
+        PullMessage, where an idle slave's long poll holds the next choice back until it ends) or
+        the broker ends the stream. No reply for long_poll_timeout + request_timeout (the broker
+        sends an empty one every long_poll_timeout) counts as a timeout."""
+        q, s = pq.queue, self.settings
+        request = self._pull_request(pq, filt)
+        commit = request.commit_offset
+        from_master = addr == group.master_addr
+        stream = self.caller.pull_stream(addr, request)
+        loop = asyncio.get_running_loop()
+        idle_limit = s.long_poll_timeout + s.request_timeout
+        end_at = None if from_master else loop.time() + s.master_retry_interval
+        answered = False
+        try:
+            async with asyncio.timeout(None) as timer:
+                while True:
+                    deadline = loop.time() + idle_limit
+                    timer.reschedule(deadline if end_at is None or not answered else min(deadline, end_at))
+                    reply = await stream.read()
+                    timer.reschedule(None)
+                    if reply is None:
+                        if not answered:  # ended at once (a broker shutting down): not in a loop
+                            await asyncio.sleep(0.2)
+                        return
+                    if pq.dropped:
+                        return
+                    answered = True
+                    pq.last_addr = addr
+                    if commit > pq.committed and from_master:
+                        pq.committed = commit  # the broker committed it when the stream started
+                    if not await self._apply_reply(pq, filt, reply):
+                        return
+                    suggested = int(reply.suggest_which_broker_id)
+                    if from_master and suggested and suggested in group.addrs:
+                        pq.suggested_id = suggested  # the master suggests reading from a slave
+                        return
+                    if self.state.subs.get(q.topic) is not filt or pq.dropped:
+                        return
+        except TimeoutError:
+            if end_at is not None and answered and loop.time() >= end_at:
+                pq.suggested_id = 0  # ask the master again
+                return
+            raise RequestTimeoutError(f"PullMessageStream: no reply within {idle_limit:g} s",
+                                      address=addr) from None
+        finally:
+            stream.cancel()

@@ -1,0 +1,91 @@
+"""What a consumer subscribes to and owns: its settings, its topics' tag filters and the state
+of every queue it owns (:class:`ProcessQueue`)."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import enum
+
+from pocketmq.client.message import MessageQueue, ReceivedMessage
+from pocketmq.client.tags import TagFilter
+
+__all__ = ["ConsumeFrom", "ConsumerSettings", "ProcessQueue", "SubscriptionState"]
+
+
+class ConsumeFrom(enum.Enum):
+    """Where a group starts reading a queue it has no committed offset for."""
+
+    #: New messages only (the queue's max offset when the group first reads it).
+    LAST_OFFSET = "last"
+    #: Everything still stored (the queue's min offset).
+    FIRST_OFFSET = "first"
+    #: Messages stored at or after ``consume_timestamp``.
+    TIMESTAMP = "timestamp"
+
+
+@dataclasses.dataclass(frozen=True)
+class ConsumerSettings:
+    """A started consumer's settings (see :class:`~pocketmq.client.consumer.AsyncConsumer`)."""
+
+    group: str
+    client_id: str
+    consume_from: ConsumeFrom
+    consume_timestamp_ms: int
+    pull_batch_size: int
+    long_poll_timeout: float
+    heartbeat_interval: float
+    rebalance_interval: float
+    commit_interval: float
+    buffer_batches: int
+    max_reconsume_times: int
+    master_retry_interval: float
+    request_timeout: float
+
+
+class ProcessQueue:
+    """State of one owned queue: where to pull next, what is delivered but not yet processed,
+    what was committed."""
+
+    __slots__ = ("buffer", "committed", "consume_task", "dropped", "inflight", "initialized", "last_addr",
+                 "next_offset", "pull_task", "queue", "started", "suggested_id")
+
+    def __init__(self, queue: MessageQueue, buffer_batches: int) -> None:
+        self.queue = queue
+        self.next_offset = -1
+        self.committed = -1
+        self.initialized = False
+        #: Set once the starting offset is decided and recorded on the broker.
+        self.started = asyncio.Event()
+        self.dropped = False
+        #: Offsets delivered to the application and not processed yet, ascending.
+        self.inflight: collections.deque[int] = collections.deque()
+        self.buffer: asyncio.Queue[list[ReceivedMessage] | None] = asyncio.Queue(buffer_batches)
+        self.pull_task: asyncio.Task[None] | None = None
+        self.consume_task: asyncio.Task[None] | None = None
+        #: A slave the master suggested reading from (0 = the master).
+        self.suggested_id = 0
+        #: The broker the last pull answered from.
+        self.last_addr = ""
+
+    def commit_offset(self) -> int:
+        """The offset to commit: the first unprocessed message, or where the next pull starts."""
+        return self.inflight[0] if self.inflight else self.next_offset
+
+    def ack(self, offset: int) -> None:
+        inflight = self.inflight
+        while inflight and inflight[0] <= offset:
+            inflight.popleft()
+
+
+class SubscriptionState:
+    """Subscribed topics (topic -> tag filter) and owned queues (queue -> state). The
+    coordinator changes the queues, the fetcher reads both."""
+
+    def __init__(self) -> None:
+        self.subs: dict[str, TagFilter] = {}
+        self.pqs: dict[MessageQueue, ProcessQueue] = {}
+
+    def assignment(self) -> frozenset[MessageQueue]:
+        return frozenset(q for q, pq in self.pqs.items() if not pq.dropped)
