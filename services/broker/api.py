@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -266,8 +267,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):  # type: ignore[misc]
     def _topic_to_create(config: common_pb2.TopicConfig) -> TopicConfig:
         tc = TopicConfig.from_proto(config)
         if tc.perm == 0:
-            tc = TopicConfig(tc.topic_name, tc.read_queue_nums, tc.write_queue_nums,
-                             v.PERM_READ | v.PERM_WRITE, tc.topic_sys_flag, tc.order)
+            tc = dataclasses.replace(tc, perm=v.PERM_READ | v.PERM_WRITE)
         if tc.topic_name in v.SYSTEM_TOPICS:
             raise InvalidArgumentError(f"topic {tc.topic_name!r} is a system topic")
         return tc.validated()

@@ -20,6 +20,7 @@ from typing import Protocol
 
 from prometheus_client import CollectorRegistry
 
+from apache.rocketmq.v2 import service_pb2_grpc as v2_grpc
 from pocketmq.broker.v1 import broker_pb2, broker_pb2_grpc
 from pocketmq.common.v1 import common_pb2
 from services.broker import k8s_labels
@@ -49,15 +50,19 @@ from services.broker.storage.store import MessageStore
 from services.broker.timer.service import TIMER_QUEUES, TimerService
 from services.broker.transaction import TransactionService
 from services.broker.transaction_api import TransactionsServicer
+from services.broker.v2.service import MessagingServicer
+from services.broker.v2.status import SERVICE_NAME as V2_SERVICE
 from services.common.errors import NotFoundError
 from services.common.grpcserver import GrpcServer, start_grpc_server
 from services.common.metrics import MetricsServer
+from services.common.tls import load_pair
 
 log = logging.getLogger(__name__)
 
 BROKER_SERVICES = (
     broker_pb2.DESCRIPTOR.services_by_name["Broker"].full_name,
     broker_pb2.DESCRIPTOR.services_by_name["BrokerMetadata"].full_name,
+    V2_SERVICE,
     broker_pb2.DESCRIPTOR.services_by_name["Transactions"].full_name,
 )
 #: Topic changes are published to the NameServers after this quiet period (coalescing bursts).
@@ -83,6 +88,13 @@ class ReplicationService(Protocol):
 
 
 HAFactory = Callable[["BrokerApp"], ReplicationService]
+
+
+def tls_address(addr: str, offset: int) -> str:
+    """A broker's TLS address from its plain one: brokers of a cluster share the offset between
+    listenPort and tlsListenPort (routes answered over TLS point at TLS ports)."""
+    host, _, port = addr.rpartition(":")
+    return f"{host}:{int(port) + offset}" if port.isdigit() else addr
 
 
 class BrokerApp:
@@ -131,6 +143,8 @@ class BrokerApp:
         self.notifier: QueueNotifier
         self.send: SendService
         self.pull: PullService
+        #: The RocketMQ 5 API (apache.rocketmq.v2.MessagingService).
+        self.v2: MessagingServicer | None = None
         self.timers: TimerService
         self.transactions: TransactionService
 
@@ -207,13 +221,23 @@ class BrokerApp:
                 interval_s=cfg.slave_sync_interval / 1000, on_round=self._on_sync_round)
             self._sync.start()
 
+        tls_offset = cfg.effective_tls_port - cfg.listen_port
+        self.v2 = MessagingServicer(self, tls_address_map=lambda addr: tls_address(addr, tls_offset))
+        self.v2.start()
+
         def register(server: object) -> None:
             broker_pb2_grpc.add_BrokerServicer_to_server(BrokerServicer(self), server)
             broker_pb2_grpc.add_BrokerMetadataServicer_to_server(BrokerMetadataServicer(self), server)
+            v2_grpc.add_MessagingServiceServicer_to_server(self.v2, server)
             broker_pb2_grpc.add_TransactionsServicer_to_server(TransactionsServicer(self), server)
 
         address = f"{cfg.listen_host}:{cfg.listen_port}"
-        self._grpc = await start_grpc_server(address, register, BROKER_SERVICES)
+        tls = None
+        if cfg.tls_enable:
+            key, chain = load_pair(cfg.tls_server_cert_path, cfg.tls_server_key_path,
+                                   "tlsServerCertPath", "tlsServerKeyPath")
+            tls = (f"{cfg.listen_host}:{cfg.effective_tls_port}", key, chain)
+        self._grpc = await start_grpc_server(address, register, BROKER_SERVICES, tls)
         if cfg.effective_metrics_port > 0:
             self._metrics_server = MetricsServer(
                 self.metrics.registry, cfg.listen_host, cfg.effective_metrics_port)
@@ -288,6 +312,8 @@ class BrokerApp:
             self.notifier.close()
         if self._grpc is not None:
             await self._grpc.stop(cfg.shutdown_grace_period / 1000)
+        if self.v2 is not None:
+            await self.v2.stop()
         if self._sync is not None:
             await self._sync.stop()
         for task in [*self._tasks, *([self._register_task] if self._register_task else [])]:

@@ -130,6 +130,12 @@ class BrokerConfig:
     consumer_channel_expired_time: int = 120_000
     #: Time allowed for in-flight requests on shutdown (ms).
     shutdown_grace_period: int = 10_000
+    #: A TLS listener serving the same APIs (the RocketMQ 5 SDKs for Java and Go default to
+    #: TLS), with the certificate and key below (PEM). ``tlsListenPort`` 0 = listenPort + 3.
+    tls_enable: bool = False
+    tls_listen_port: int = 0
+    tls_server_cert_path: str = ""
+    tls_server_key_path: str = ""
     #: Timer messages (TIMER_DELIVER_MS): the farthest accepted delivery time from now (s).
     timer_max_delay_sec: int = 259_200
     #: How often the timer index is snapshotted to the store directory when it changed (ms);
@@ -177,6 +183,10 @@ class BrokerConfig:
             object.__setattr__(self, "ha_auth_secret", self.ha_auth_secret.strip())
         check_secret(self.ha_auth_secret, "haAuthSecret")
         parse_delay_levels(self.message_delay_level)
+        require(0 <= self.tls_listen_port < 65536, "tlsListenPort", "must be 0..65535")
+        if self.tls_enable:
+            require(bool(self.tls_server_cert_path), "tlsServerCertPath", "required when tlsEnable=true")
+            require(bool(self.tls_server_key_path), "tlsServerKeyPath", "required when tlsEnable=true")
         require(self.timer_max_delay_sec > 0, "timerMaxDelaySec", "must be > 0")
         require(self.timer_flush_interval_ms > 0, "timerFlushIntervalMs", "must be > 0")
         require(1 <= self.timer_deliver_batch <= 1024, "timerDeliverBatch", "must be 1..1024")
@@ -207,6 +217,10 @@ class BrokerConfig:
     @property
     def broker_addr(self) -> str:
         return f"{self.advertised_ip}:{self.listen_port}"
+
+    @property
+    def effective_tls_port(self) -> int:
+        return self.tls_listen_port or self.listen_port + 3
 
     @property
     def ha_server_addr(self) -> str:
