@@ -16,8 +16,11 @@ PYTEST_ARGS ?=
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: setup apt run test test-unit proto proto-check bench bench-store bench-namesrv bench-broker bench-client \
-        bench-ha bench-spark bench-sdk lint lock clean test-helm dashboards image pipeline
+# One `bench-<name>` target per benchmarks/bench_<name>.py; `make bench` runs them all.
+BENCHES := $(patsubst benchmarks/bench_%.py,bench-%,$(wildcard benchmarks/bench_*.py))
+
+.PHONY: setup apt run test test-unit proto proto-check bench $(BENCHES) lint lock clean test-helm dashboards \
+        image pipeline
 
 setup: $(STAMP) apt $(SDK_STAMP) $(NODE_STAMP)
 
@@ -70,28 +73,12 @@ proto: $(STAMP)
 proto-check: $(STAMP)
 	$(PY) -m scripts.genproto --check
 
-bench: bench-store bench-namesrv bench-broker bench-ha bench-client bench-spark
+bench: $(BENCHES)
 
-bench-store: setup
-	$(PY) benchmarks/bench_store.py
-
-bench-namesrv: setup
-	$(PY) benchmarks/bench_namesrv.py
-
-bench-broker: setup
-	$(PY) benchmarks/bench_broker.py
-
-bench-client: setup
-	$(PY) benchmarks/bench_client.py
-
-bench-ha: setup
-	$(PY) benchmarks/bench_ha.py
-
-bench-spark: setup
-	$(PY) benchmarks/bench_spark.py
-
-bench-sdk: setup
-	$(PY) benchmarks/bench_sdk.py
+# A static pattern rule: make skips implicit-rule search for phony targets, so a plain
+# `bench-%` rule would silently do nothing for the .PHONY names above.
+$(BENCHES): bench-%: setup
+	$(PY) benchmarks/bench_$*.py
 
 lint: setup
 	$(BIN)/ruff check .

@@ -11,6 +11,8 @@ Starts a NameServer and one broker on loopback, then for each mode runs ``--roun
   time (also one message per RPC);
 * ``own async``    - PocketMQ's client, ``--in-flight`` concurrent single sends.
 
+Each median line also shows the broker's CPU time per message (the server's share of the cost:
+the SDK spends more of its own CPU per message than PocketMQ's client, on the same 2 cores).
 Last line: ``sdk_send_msgs=<SDK async median msgs/s> sdk_vs_own=<SDK async / own async>``,
 plus the sync figures (``sdk_sync_msgs``, ``sdk_sync_vs_own``). Target: sdk_vs_own >= 0.8.
 
@@ -28,7 +30,7 @@ import sys
 import tempfile
 import time
 
-from benchlib import ROOT, free_port, wait_port
+from benchlib import ROOT, cpu_seconds, free_port, wait_port
 
 from pocketmq.client.message import Message
 from pocketmq.client.producer import AsyncProducer
@@ -71,7 +73,8 @@ def sdk_rounds(endpoint: str, mode: str, args: argparse.Namespace) -> list[float
         if line.startswith("{"):
             doc = json.loads(line)
             rates.append(doc["messages"] / doc["seconds"])
-            print(f"sdk {mode:5s} round {doc['round']}: {rates[-1]:9.0f} msgs/s", flush=True)
+            print(f"sdk {mode:5s} round {doc['round']}: {rates[-1]:9.0f} msgs/s   "
+                  f"(SDK process CPU {doc['cpu'] / max(doc['messages'], 1) * 1e6:.0f} us/msg)", flush=True)
     if len(rates) != args.rounds:
         raise SystemExit(
             f"SDK {mode} run failed (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr[-3000:]}"
@@ -87,6 +90,7 @@ async def own_rounds(namesrv: str, mode: str, args: argparse.Namespace) -> list[
         for i in range(args.rounds):
             end = time.perf_counter() + args.seconds
             start = time.perf_counter()
+            cpu = time.process_time()
             count = 0
 
             async def loop(end: float) -> None:
@@ -97,7 +101,9 @@ async def own_rounds(namesrv: str, mode: str, args: argparse.Namespace) -> list[
 
             await asyncio.gather(*(loop(end) for _ in range(1 if mode == "sync" else args.in_flight)))
             rates.append(count / (time.perf_counter() - start))
-            print(f"own {mode:5s} round {i}: {rates[-1]:9.0f} msgs/s", flush=True)
+            print(f"own {mode:5s} round {i}: {rates[-1]:9.0f} msgs/s   "
+                  f"(client process CPU {(time.process_time() - cpu) / max(count, 1) * 1e6:.0f} us/msg)",
+                  flush=True)
     return rates
 
 
@@ -150,13 +156,18 @@ def main() -> int:
                 flush=True,
             )
             medians = {}
+            broker_pid = procs[1].pid
             for who, mode in (("sdk", "sync"), ("own", "sync"), ("sdk", "async"), ("own", "async")):
+                cpu_before = cpu_seconds(broker_pid)
                 if who == "sdk":
                     rates = sdk_rounds(namesrv, mode, args)
                 else:
                     rates = asyncio.run(own_rounds(namesrv, mode, args))
+                cpu = cpu_seconds(broker_pid) - cpu_before
+                sent = sum(rates) * args.seconds
                 medians[(who, mode)] = statistics.median(rates)
-                print(f"{who} {mode:5s} median : {medians[(who, mode)]:9.0f} msgs/s", flush=True)
+                print(f"{who} {mode:5s} median : {medians[(who, mode)]:9.0f} msgs/s   "
+                      f"(broker CPU {cpu / sent * 1e6:.0f} us/msg)", flush=True)
         finally:
             for p in reversed(procs):
                 p.terminate()

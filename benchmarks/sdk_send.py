@@ -1,7 +1,8 @@
 """The official RocketMQ 5 Python SDK's send loop for bench_sdk.py: runs in .venv-sdk (never in
 PocketMQ's process). Sends ``--size``-byte NORMAL messages for ``--seconds`` per round, either
 one at a time (``sync``) or with ``--in-flight`` outstanding ``send_async`` calls, and prints
-one JSON line per round: ``{"mode", "round", "messages", "seconds"}``."""
+one JSON line per round: ``{"mode", "round", "messages", "seconds", "cpu"}`` (the SDK process's
+CPU seconds in the round)."""
 
 from __future__ import annotations
 
@@ -77,11 +78,14 @@ def main() -> None:
     try:
         producer.send(message(args.topic, body))  # warm-up: route, channels
         for i in range(args.rounds):
+            cpu = time.process_time()
             if args.mode == "sync":
                 n, secs = run_sync(producer, args.topic, body, args.seconds)
             else:
                 n, secs = run_async(producer, args.topic, body, args.seconds, args.in_flight)
-            print(json.dumps({"mode": args.mode, "round": i, "messages": n, "seconds": secs}), flush=True)
+            cpu = time.process_time() - cpu
+            print(json.dumps({"mode": args.mode, "round": i, "messages": n, "seconds": secs, "cpu": cpu}),
+                  flush=True)
     finally:
         producer.shutdown()
 

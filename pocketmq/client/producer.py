@@ -388,7 +388,7 @@ class AsyncProducer:
         self._check()
         if self._checks is None:
             raise InvalidArgumentError("watch_transactions needs a transaction_checker")
-        route = await self._send_route(topic, False)
+        route = await self._send_route(topic, True)
         for queue in route.write_queues():
             addr = route.master_addr(queue.broker_name)
             if addr is not None:

@@ -90,6 +90,8 @@ PROPERTY_CONSUME_START_TIMESTAMP = "CONSUME_START_TIME"
 PROPERTY_SHARDING_KEY = "__SHARDINGKEY"
 #: Epoch milliseconds at which a timer message is delivered to its real topic (RocketMQ 5).
 PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+#: On a delivered timer message: the commit log offset of its timer record (delivery check).
+PROPERTY_TIMER_SOURCE_OFFSET = "TIMER_SOURCE_OFFSET"
 #: How often an unresolved half (transaction) message was checked (RocketMQ's name).
 PROPERTY_TRANSACTION_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
 #: What an op record of the transaction op topic did: commit, rollback or discard.

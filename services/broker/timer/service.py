@@ -93,6 +93,9 @@ class TimerService:
         self.delivered = 0
         self.lost = 0
         self.last_lateness_ms = 0
+        #: The earliest due time as of the last index change (read by the metrics thread, which
+        #: must not touch the heap itself).
+        self.next_due_ms: int | None = None
         self._dirty = False
         self._wake = asyncio.Event()
         self._stop = asyncio.Event()
@@ -132,9 +135,57 @@ class TimerService:
         self.done_offset = clamp_offset(self.store, TIMER_TOPIC, DONE_QUEUE, self.done_offset)
         started = time.monotonic()
         replayed = self.catch_up(limit=None)
+        repaired = self.repair_torn_delivery() if self.master else 0
         log.info("timer index loaded", extra={
             "snapshot": snapshot is not None, "pending": len(self.index), "replayed": replayed,
-            "seconds": round(time.monotonic() - started, 3)})
+            "repaired": repaired, "seconds": round(time.monotonic() - started, 3)})
+
+    def repair_torn_delivery(self) -> int:
+        """Find delivered messages whose done record a crash cut off, and write it.
+
+        A delivery is one append of the messages and then their done record; at a commit log
+        segment boundary that append is two writes, so a crash between them can keep messages
+        without their done record. Such messages are the last records of their queues, and
+        their entries are among the earliest due: check the tails of those queues for a record
+        naming the entry (TIMER_SOURCE_OFFSET)."""
+        due = sorted(e for e in self.index.entries() if e.deliver_ms <= self.clock_ms())[:self.deliver_batch]
+        found: list[int] = []
+        tails: dict[tuple[str, int], set[str]] = {}
+        for entry in due:
+            rec = self.store.read_message(entry.offset)
+            msg = restore_message(rec) if rec is not None else None
+            if msg is None:
+                continue
+            key = (msg.topic, msg.queue_id)
+            if key not in tails:
+                tails[key] = self._tail_sources(*key)
+            if str(entry.offset) in tails[key]:
+                found.append(entry.offset)
+        if not found:
+            return 0
+        done = record.Message(TIMER_TOPIC, encode_done(found), DONE_QUEUE, born_timestamp=self.clock_ms(),
+                              born_host=self.store_host)
+        result = self.append([done])
+        if not result.stored:
+            raise RuntimeError(f"cannot write the repaired timer done record: {result.status.name}")
+        for offset in found:
+            self.index.remove(offset)
+        self.catch_up(limit=None)
+        log.warning("timer deliveries completed after a crash cut off their done record",
+                    extra={"messages": len(found)})
+        return len(found)
+
+    def _tail_sources(self, topic: str, queue_id: int) -> set[str]:
+        """TIMER_SOURCE_OFFSET values of the last ``deliver_batch`` records of a queue."""
+        end = self.store.max_queue_offset(topic, queue_id)
+        start = max(self.store.min_queue_offset(topic, queue_id), end - self.deliver_batch)
+        sources: set[str] = set()
+        for _next, rec in follow(self.store, topic, queue_id, start, end - start):
+            if rec is not None:
+                value = rec.properties.get(record.PROPERTY_TIMER_SOURCE_OFFSET)
+                if value is not None:
+                    sources.add(value)
+        return sources
 
     def catch_up(self, limit: int | None = 4096) -> int:
         """Index new records of the entries queue, then of the done queue (a done record always
@@ -166,7 +217,7 @@ class TimerService:
                                                                   "error": str(exc)})
         if count:
             self._dirty = True
-            after = self.index.next_due()
+            after = self.next_due_ms = self.index.next_due()
             if after is not None and (before is None or after < before):
                 self._wake.set()
         return count
@@ -197,8 +248,9 @@ class TimerService:
         return len(self.index)
 
     def lag_ms(self) -> int:
-        """How far behind its due time the earliest pending message is (0 when none is due)."""
-        due = self.index.next_due()
+        """How far behind its due time the earliest pending message is (0 when none is due).
+        Safe from any thread."""
+        due = self.next_due_ms
         return 0 if due is None else max(0, self.clock_ms() - due)
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -259,8 +311,9 @@ class TimerService:
         self.catch_up(limit=None)
         now = self.clock_ms()
         due = self.index.pop_due(now, self.deliver_batch)
+        self.next_due_ms = self.index.next_due()
         if not due:
-            nxt = self.index.next_due()
+            nxt = self.next_due_ms
             self._wake.clear()
             wait_s = IDLE_WAIT_S if nxt is None else min(IDLE_WAIT_S, (nxt - now) / 1000)
             with contextlib.suppress(TimeoutError):
@@ -277,7 +330,8 @@ class TimerService:
                 log.error("timer message unreadable or without REAL_TOPIC/REAL_QID; dropped",
                           extra={"offset": entry.offset})
                 continue
-            messages.append(msg)
+            messages.append(msg._replace(properties={
+                **msg.properties, record.PROPERTY_TIMER_SOURCE_OFFSET: str(entry.offset)}))
         done = record.Message(TIMER_TOPIC, encode_done(e.offset for e in due), DONE_QUEUE,
                               born_timestamp=now, born_host=self.store_host)
         result = self.append([*messages, done])

@@ -3,7 +3,6 @@ slave, shared by the module; the last tests restart and fail over the master).""
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import threading
 from collections.abc import Callable
@@ -83,7 +82,7 @@ async def test_far_future_and_malformed_delivery_times_are_refused(tc: Cluster) 
         assert status(master(tc)).timer_pending == before
         ok = await producer.send(Message("tm-far", "in an hour"), deliver_at=now_ms() / 1000 + 3500)
         assert ok.ok and ok.queue_offset == -1
-        assert status(master(tc)).timer_pending == before + 1
+        await until(lambda: status(master(tc)).timer_pending == before + 1, 5, "indexed")
     assert max_offsets(master(tc), "tm-far", 1) == 0
 
 
@@ -179,25 +178,40 @@ async def test_unresolved_transaction_is_checked_after_a_broker_crash(tc: Cluste
 
 
 @pytest.mark.asyncio
-async def test_slave_delivers_pending_timers_after_failover(tc: Cluster) -> None:
+async def test_slave_serves_timers_and_transactions_after_failover(tc: Cluster) -> None:
     tc.create_topic("tm-failover", queues=2)
+    tc.create_topic("tx-failover", queues=1)
     n = 40
     t0 = now_ms()
     old_master, old_slave = master(tc), slave(tc)
-    async with AsyncProducer(tc.namesrv, group="tm-pg") as producer:
+    checker = Checker()
+    async with AsyncProducer(tc.namesrv, group="tx-failover-pg", transaction_checker=checker) as producer:
         for i in range(n):
-            await producer.send(Message("tm-failover", f"f{i}"), deliver_at=(t0 + 7000 + i * 100) / 1000)
-    await until(lambda: status(old_slave).commit_log_max_offset == status(old_master).commit_log_max_offset,
-                5, "slave caught up")
-    assert status(old_slave).timer_pending >= n
-    old_master.proc.kill()
-    old_slave.proc.kill()
-    promoted = tc.start_broker("broker-a", 0, *BROKER_FLAGS, port=old_slave.port,
-                               store_dir=old_slave.store_dir)
-    assert status(promoted).timer_pending >= n
+            await producer.send(Message("tm-failover", f"f{i}"), deliver_at=(t0 + 8000 + i * 100) / 1000)
+        await producer.send_in_transaction(Message("tx-failover", "committed"),
+                                           lambda _m, _r: TransactionState.COMMIT)
+        await producer.send_in_transaction(Message("tx-failover", "open"),
+                                           lambda _m, _r: TransactionState.UNKNOWN)
+        master_end = status(old_master).commit_log_max_offset
+        await until(lambda: status(old_slave).commit_log_max_offset == master_end, 5, "slave caught up")
+        await until(lambda: status(old_slave).transaction_half_pending == 1, 5, "slave knows the open one")
+        assert status(old_slave).timer_pending >= n
+        old_master.proc.kill()
+        # Reads fail over to the slave: the committed message is there, the half message is not.
+        got = await collect(tc.namesrv, "tx-failover-c", "tx-failover", 1, within=15, quiet=1.0)
+        assert [m.text for m in got] == ["committed"]
+        # The slave is restarted as the master (same store): it delivers the pending timers and
+        # resolves the open transaction through the producer's checker.
+        old_slave.proc.kill()
+        promoted = tc.start_broker("broker-a", 0, *BROKER_FLAGS, port=old_slave.port,
+                                   store_dir=old_slave.store_dir)
+        assert status(promoted).timer_pending >= n
+        assert status(promoted).transaction_half_pending == 1
+        checker.answers["open"] = TransactionState.COMMIT
+        await producer.watch_transactions("tx-failover")
+        await until(lambda: max_offsets(promoted, "tx-failover", 1) == 2, 15, "open one committed by a check")
     msgs = await collect(tc.namesrv, "tm-failover-c", "tm-failover", n, within=25, quiet=1.0)
     counts = collections.Counter(m.text for m in msgs)
     assert set(counts) == {f"f{i}" for i in range(n)} and set(counts.values()) == {1}
     assert max_offsets(promoted, "tm-failover", 2) == n
     assert_on_time(msgs)
-    await asyncio.sleep(0)

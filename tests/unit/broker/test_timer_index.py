@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from services.broker.config import BrokerConfig
 from services.broker.timer.index import (
     Snapshot,
     TimerEntry,
@@ -15,6 +16,7 @@ from services.broker.timer.index import (
     encode_done,
     encode_snapshot,
 )
+from services.common.config import ConfigError, build_sections
 
 _OPS = st.lists(st.one_of(
     st.tuples(st.just("add"), st.integers(0, 200), st.integers(0, 60)),
@@ -88,3 +90,14 @@ def test_done_records_list_offsets() -> None:
     assert decode_done(encode_done([0, 7, 2**40])) == [0, 7, 2**40]
     with pytest.raises(ValueError):
         decode_done(b"123")
+
+
+def test_timer_and_transaction_config_keys() -> None:
+    (cfg,) = build_sections([BrokerConfig], {"timerMaxDelaySec": "60", "transactionTimeOut": "1500",
+                                             "transactionCheckInterval": "500", "transactionCheckMax": "3"})
+    assert (cfg.timer_max_delay_sec, cfg.transaction_time_out, cfg.transaction_check_interval,
+            cfg.transaction_check_max) == (60, 1500, 500, 3)
+    assert BrokerConfig().timer_max_delay_sec == 259_200
+    for key in ("timerMaxDelaySec", "transactionCheckMax", "timerFlushIntervalMs"):
+        with pytest.raises(ConfigError, match=key):
+            build_sections([BrokerConfig], {key: "0"})

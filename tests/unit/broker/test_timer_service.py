@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from services.broker.delay import restore_message
 from services.broker.longpoll import QueueNotifier
 from services.broker.rewrite import rewrite_special
 from services.broker.storage import record
@@ -205,6 +206,40 @@ def test_transaction_service_resolves_checks_and_discards(tmp_path: Path) -> Non
         assert await tx2.check_round() == 0  # checked transactionCheckMax times: discarded
         assert tx2.pending == 0 and tx2.discarded == 1
         assert [m.body for m in store.get_messages("real", 0, 0, 10).messages] == [b"h0"]
+        store.shutdown()
+
+    asyncio.run(scenario())
+
+
+def test_a_delivery_whose_done_record_was_cut_off_is_not_repeated(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        store = MessageStore(small_config(tmp_path / "s", mapped_file_size_commit_log=1 << 20))
+        store.start()
+        clock = Clock()
+        notifier = QueueNotifier(asyncio.get_running_loop(), store.max_queue_offset)
+        result = store.append_messages([timer_message(i, BASE + 100 + i) for i in range(4)])
+        offsets = result.physical_offsets
+        clock.now = BASE + 1000
+        # What a crash at a segment boundary leaves: m0 and m1 delivered, their done record lost.
+        torn = []
+        for i in (0, 1):
+            rec = store.read_message(offsets[i])
+            assert rec is not None
+            msg = restore_message(rec)
+            assert msg is not None
+            torn.append(msg._replace(properties={**msg.properties,
+                                                 record.PROPERTY_TIMER_SOURCE_OFFSET: str(offsets[i])}))
+        assert store.append_messages(torn).stored
+        timers = make_timers(store, tmp_path, clock, notifier)
+        timers.load()
+        assert timers.pending == 2 and sorted(e.offset for e in timers.index.entries()) == offsets[2:]
+        await deliver_due(timers, clock)
+        assert delivered(store) == ["m0", "m1", "m2", "m3"]
+        # The repair is in the log: a rebuild from the queues (no snapshot was written) agrees.
+        assert not (tmp_path / "timer" / "snapshot").exists()
+        again = make_timers(store, tmp_path, clock, notifier)
+        again.load()
+        assert again.pending == 0
         store.shutdown()
 
     asyncio.run(scenario())

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import pytest
 import typer
 from typer.testing import CliRunner
 
 from pocketmq.broker.v1 import broker_pb2
 from pocketmq.cli import app, main
-from pocketmq.cli.app import _perm
 from pocketmq.cli.bench import Summary, percentile
-from pocketmq.cli.output import human_bytes, ms_to_iso, proto_dict
+from pocketmq.cli.commands.topic import _perm
+from pocketmq.cli.common import ACCESS, CLUSTER, Access, Conn, connected
+from pocketmq.cli.output import Output, human_bytes, ms_to_iso, proto_dict
 from pocketmq.namesrv.v1 import namesrv_pb2
 
 
@@ -54,3 +57,31 @@ def test_command_tree_and_common_options() -> None:
         assert "--namesrv" in result.output and "--output" in result.output, path
     assert main(["--help"]) == 0
     assert main(["topic", "create"]) == 2  # missing argument
+
+
+def test_shared_options_arrive_as_one_conn() -> None:
+    seen: list[Conn] = []
+    toy = typer.Typer()
+
+    @toy.command("one")
+    @connected(CLUSTER, ACCESS, timeout=7.0)
+    def one(name: Annotated[str, typer.Argument()], *, conn: Conn) -> None:
+        assert name == "x"
+        seen.append(conn)
+
+    @toy.command("two")
+    @connected()
+    def two(*, conn: Conn) -> None:
+        seen.append(conn)
+
+    runner = CliRunner()
+    result = runner.invoke(toy, ["one", "x", "-c", "DefaultCluster", "--output", "JSON", "-n", "h:1"],
+                           env={"POCKETMQ_ACCESS": "relay"})
+    assert result.exit_code == 0, result.output
+    assert seen.pop() == Conn(namesrv="h:1", output=Output.json, timeout=7.0, cluster="DefaultCluster",
+                              access=Access.relay)
+    assert runner.invoke(toy, ["two"], env={"POCKETMQ_NAMESRV": "e:2"}).exit_code == 0
+    assert seen.pop() == Conn(namesrv="e:2")
+    assert runner.invoke(toy, ["two", "--cluster", "c"]).exit_code == 2  # not one of its options
+    with pytest.raises(TypeError, match="conn"):
+        connected()(lambda: None)

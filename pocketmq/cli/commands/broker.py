@@ -1,0 +1,78 @@
+"""``pocketmq broker``: broker status and replication (HA) status."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import typer
+
+from pocketmq.cli.common import ACCESS, BROKER, CLUSTER, Conn, FailedError, connected, results_rows
+from pocketmq.cli.output import human_bytes, ms_to_iso, print_json, stdout_console, table
+
+app = typer.Typer(help="Broker status and replication.", no_args_is_help=True)
+
+
+@app.command("status")
+@connected(CLUSTER, BROKER, ACCESS)
+def broker_status(*, conn: Conn) -> None:
+    """Identity, role, commit-log offsets and counters of every broker (or --broker)."""
+    results = conn.call(lambda admin: admin.broker_status(conn.cluster))
+    rows, ok = results_rows(results, "status")
+    if conn.json:
+        print_json({"brokers": rows})
+    else:
+        now = time.time() * 1000
+
+        def cells(r: Any) -> list[Any]:
+            t = r.target
+            if r.error is not None:
+                return [t.broker_name, t.broker_id, t.addr, "[red]unreachable[/red]", "", "", "", "", "",
+                        str(r.error)]
+            s = r.value
+            uptime = f"{(now - s.start_timestamp) / 1000:.0f} s" if s.start_timestamp else "-"
+            return [t.broker_name, t.broker_id, t.addr, s.broker_role, s.flush_disk_type,
+                    s.commit_log_max_offset, s.topic_count, s.put_total, s.get_total, uptime]
+
+        stdout_console().print(table("Brokers", [
+            "broker", "id", "address", "role", "flush", "max offset", "topics", "put total", "get total",
+            "uptime"], (cells(r) for r in results),
+            right=["id", "max offset", "topics", "put total", "get total", "uptime"]))
+    if not ok:
+        raise FailedError
+
+
+@app.command("ha-status")
+@connected(CLUSTER, BROKER, ACCESS)
+def broker_ha_status(*, conn: Conn) -> None:
+    """Replication: per slave of each master its ack offset, lag and connection time; each
+    slave's own view of its master."""
+    results = conn.call(lambda admin: admin.ha_status(conn.cluster))
+    rows, ok = results_rows(results, "ha")
+    if conn.json:
+        print_json({"brokers": rows})
+    else:
+        console = stdout_console()
+        slave_rows = []
+        for r in results:
+            if r.value is None or not r.target.is_master:
+                continue
+            for s in r.value.slaves:
+                slave_rows.append([r.target.broker_name, r.target.addr, s.slave_addr, s.ack_offset,
+                                   s.lag_bytes, human_bytes(s.lag_bytes), ms_to_iso(s.connected_since_ms),
+                                   ms_to_iso(s.last_ack_timestamp_ms)])
+        console.print(table("Slaves as their masters see them", [
+            "broker", "master", "slave", "ack offset", "lag bytes", "lag", "connected since", "last ack"],
+            slave_rows, right=["ack offset", "lag bytes", "lag"]))
+        console.print(table("Brokers", [
+            "broker", "id", "address", "role", "max offset", "push2slave max", "slaves", "connected",
+            "error"],
+            ([r.target.broker_name, r.target.broker_id, r.target.addr,
+              r.value.broker_role if r.value else "", r.value.commit_log_max_offset if r.value else "",
+              r.value.push2slave_max_offset if r.value and r.target.is_master else "",
+              len(r.value.slaves) if r.value and r.target.is_master else "",
+              ("yes" if r.value.connected else "no") if r.value and not r.target.is_master else "",
+              str(r.error or "")] for r in results),
+            right=["id", "max offset", "push2slave max", "slaves"]))
+    if not ok:
+        raise FailedError
