@@ -68,6 +68,11 @@ def run(pop_cluster: Cluster) -> dict[str, Any]:
     for topic in counts:
         pop_cluster.create_topic(topic)
     broker.client.create_group("g-dlq", retry_max_times=2)
+    pop_cluster.create_topic("pop-fifo", "FIFO")
+    broker.client.create_group("g-fifo", consume_message_orderly=True, retry_max_times=16)
+    for i in range(5):
+        for queue, name in ((0, "a"), (1, "b")):
+            broker.client.send("pop-fifo", f"{name}-{i}".encode(), queue)
     for topic, n in counts.items():
         for i in range(n):
             broker.client.send(topic, f"{topic}-{i}".encode(), tags="t")
@@ -97,6 +102,14 @@ def run(pop_cluster: Cluster) -> dict[str, Any]:
             "fail": -1,
             "deliveries": 3,
             "linger": 2,
+        },
+        {
+            "name": "fifo",
+            "kind": "push",
+            "topic": "pop-fifo",
+            "group": "g-fifo",
+            "fail_bodies": ["a-2"],
+            "count": 10,
         },
         {"name": "pair", "kind": "pair", "topic": "pop-pair", "group": "g-pair", "count": 40, "hold": 0.05},
     ]
@@ -141,6 +154,14 @@ def test_always_failing_message_goes_to_the_dead_letter_topic(
     dead = wait_until(lambda: client.pull_all("%DLQ%g-dlq", 0), 15, message="dead letter")
     assert [m.body for m in dead] == [b"pop-dlq-0"]
     assert dead[0].properties["RETRY_TOPIC"] == "pop-dlq" and dead[0].reconsume_times == 3
+
+
+def test_fifo_push_consumer_gets_each_queue_in_order_with_a_failure_in_the_middle(
+    run: dict[str, Any],
+) -> None:
+    bodies = [d[4] for d in run["fifo"]["deliveries"]]
+    assert [b for b in bodies if b.startswith("a")] == ["a-0", "a-1", "a-2", "a-2", "a-3", "a-4"]
+    assert [b for b in bodies if b.startswith("b")] == [f"b-{i}" for i in range(5)]
 
 
 def test_two_consumers_of_one_group_never_hold_the_same_message(run: dict[str, Any]) -> None:

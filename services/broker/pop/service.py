@@ -150,9 +150,11 @@ class PopService:
             if op == OP_CHECKPOINT:
                 self.inflight.checkpoint(Checkpoint.decode(rec.body), rec.queue_offset)
             elif op == OP_ACK:
-                group, acks = decode_acks(rec.body)
+                group, acks, resets = decode_acks(rec.body)
                 for topic, qid, offset, ck_id in acks:
                     self.inflight.remove((group, topic, qid, offset), ck_id)
+                for topic, qid, offset, attempt in resets:
+                    self.inflight.reset((group, topic, qid, offset), attempt)
         except (ValueError, KeyError, TypeError) as exc:
             log.error("unreadable pop record skipped", extra={"offset": rec.queue_offset, "error": str(exc)})
 
@@ -228,8 +230,11 @@ class PopService:
             self._commit(qk)
             return []
         now = int(time.time() * 1000)
+        fifo_attempts = self.inflight.fifo_attempts
+        attempts = tuple(fifo_attempts.pop((req.group, topic, qid, r.queue_offset), r.reconsume_times + 1)
+                         for r in recs)
         ck = Checkpoint(req.group, topic, qid, tuple(r.queue_offset for r in recs),
-                        tuple(r.reconsume_times + 1 for r in recs), now, now + req.invisible_ms,
+                        attempts, now, now + req.invisible_ms,
                         req.client_id, req.auto_renew)
         ck_id = self._write(OP_CHECKPOINT, ck.encode())
         entries = self.inflight.checkpoint(ck, ck_id)
@@ -283,11 +288,17 @@ class PopService:
             self.metrics.acked(group, len(done))
         return results
 
-    def _resolve(self, group: str, entries: Sequence[Entry]) -> None:
-        self._write(OP_ACK, encode_acks(group, [(e.key[1], e.key[2], e.key[3], e.ck_id) for e in entries]))
+    def _resolve(self, group: str, entries: Sequence[Entry], *, fifo_again: bool = False) -> None:
+        """Ack ``entries`` durably; ``fifo_again``: hand them out again from their own queue (FIFO
+        groups), at the next attempt."""
+        items = [(e.key[1], e.key[2], e.key[3], e.ck_id) for e in entries]
+        resets = [(e.key[1], e.key[2], e.key[3], e.attempt + 1) for e in entries] if fifo_again else None
+        self._write(OP_ACK, encode_acks(group, items, resets))
         queues = set()
         for entry in entries:
             self.inflight.remove(entry.key, entry.ck_id)
+            if fifo_again:
+                self.inflight.reset(entry.key, entry.attempt + 1)
             queues.add(entry.key[:3])
         for qk in queues:
             self._commit(qk)  # type: ignore[arg-type]
@@ -341,8 +352,16 @@ class PopService:
         group = entry.key[0]
         config = self.group_config(group)
         rec = self._read(entry.key)
+        last = entry.attempt >= config.retry_max_times + 1
+        if rec is not None and config.consume_message_orderly and not last \
+                and not entry.key[1].startswith(RETRY_PREFIX):
+            # FIFO: the message stays in its queue, in order, and comes back from there.
+            self.metrics.revived(group)
+            self.metrics.retried(group)
+            self._resolve(group, [entry], fifo_again=True)
+            return
         if rec is not None:
-            if entry.attempt >= config.retry_max_times + 1:
+            if last:
                 self._put_again(dlq_topic(group), rec, entry)
                 self.metrics.dead_lettered(group)
                 log.info("message dead-lettered", extra={"group": group, "topic": rec.topic,

@@ -64,14 +64,23 @@ class Checkpoint:
                    bool(d.get("r", False)))
 
 
-def encode_acks(group: str, acks: list[tuple[str, int, int, int]]) -> bytes:
-    """``acks``: (topic, queue id, offset, checkpoint id)."""
-    return json.dumps({"g": group, "k": [list(a) for a in acks]}, separators=(",", ":")).encode()
+#: (topic, queue id, offset, checkpoint id) of an ack; (topic, queue id, offset, next attempt) of
+#: a FIFO redelivery (the queue's cursor goes back to the offset).
+AckItem = tuple[str, int, int, int]
 
 
-def decode_acks(body: bytes) -> tuple[str, list[tuple[str, int, int, int]]]:
+def encode_acks(group: str, acks: list[AckItem], resets: list[AckItem] | None = None) -> bytes:
+    doc: dict[str, object] = {"g": group, "k": [list(a) for a in acks]}
+    if resets:
+        doc["f"] = [list(r) for r in resets]
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def decode_acks(body: bytes) -> tuple[str, list[AckItem], list[AckItem]]:
     d = json.loads(body)
-    return str(d["g"]), [(str(t), int(q), int(o), int(c)) for t, q, o, c in d["k"]]
+    acks = [(str(t), int(q), int(o), int(c)) for t, q, o, c in d["k"]]
+    resets = [(str(t), int(q), int(o), int(a)) for t, q, o, a in d.get("f", ())]
+    return str(d["g"]), acks, resets
 
 
 class InFlight:
@@ -82,6 +91,8 @@ class InFlight:
         self._by_queue: dict[QueueKey, set[int]] = {}
         #: Next offset to pop per (group, topic, queue).
         self.cursors: dict[QueueKey, int] = {}
+        #: FIFO groups: the delivery attempt of a message handed out again from its own queue.
+        self.fifo_attempts: dict[Key, int] = {}
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -98,6 +109,13 @@ class InFlight:
             if self.cursors.get(qk, -1) < offset + 1:
                 self.cursors[qk] = offset + 1
         return added
+
+    def reset(self, key: Key, attempt: int) -> None:
+        """FIFO redelivery: the queue is read again from ``key``'s offset, at ``attempt``."""
+        qk: QueueKey = (key[0], key[1], key[2])
+        cursor = self.cursors.get(qk)
+        self.cursors[qk] = key[3] if cursor is None else min(cursor, key[3])
+        self.fifo_attempts[key] = attempt
 
     def get(self, key: Key, ck_id: int) -> Entry | None:
         entry = self.entries.get(key)

@@ -11,8 +11,9 @@ Scenarios run in parallel threads; each is ``{"name", "kind", "topic", "group", 
 * ``redeliver``: receives one message (its time: when that receive call started), does not
   ack it (with ``change_to`` s: changes its
   invisible duration to that right away), waits until it comes back, acks the second delivery.
-* ``push``: a PushConsumer whose listener fails each message ``fail`` times (-1: always) and
-  then succeeds; runs until ``count`` messages succeeded or ``timeout`` s passed.
+* ``push``: a PushConsumer whose listener fails each message ``fail`` times (-1: always), and
+  the bodies in ``fail_bodies`` once, and then succeeds; runs until ``count`` messages
+  succeeded or ``timeout`` s passed.
 * ``pair``: two SimpleConsumers of one group receive concurrently, hold each message
   ``hold`` s and ack it, until ``count`` messages were acked.
 
@@ -93,8 +94,9 @@ def run_redeliver(endpoint: str, sc: dict) -> dict:
                 if first is None:
                     first = m.message_id
                     if sc.get("change_to"):
+                        changing = time.time()  # no later than the broker's new deadline base
                         consumer.change_invisible_duration(m, sc["change_to"])
-                        deliveries[-1].append(time.time())
+                        deliveries[-1].append(changing)
                 elif m.message_id == first:
                     consumer.ack(m)
                     return {"deliveries": deliveries}
@@ -106,8 +108,9 @@ def run_redeliver(endpoint: str, sc: dict) -> dict:
 
 
 class Listener(MessageListener):
-    def __init__(self, fail: int) -> None:
+    def __init__(self, fail: int, fail_bodies: list[str]) -> None:
         self.fail = fail
+        self.fail_bodies = set(fail_bodies)
         self.lock = threading.Lock()
         self.deliveries: list = []
         self.successes: set = set()
@@ -117,15 +120,16 @@ class Listener(MessageListener):
         with self.lock:
             n = self.seen.get(message.message_id, 0) + 1
             self.seen[message.message_id] = n
-            self.deliveries.append([message.message_id, message.delivery_attempt, time.time(), "push"])
-            if self.fail < 0 or n <= self.fail:
+            body = message.body.decode()
+            self.deliveries.append([message.message_id, message.delivery_attempt, time.time(), "push", body])
+            if self.fail < 0 or n <= self.fail or (body in self.fail_bodies and n == 1):
                 return ConsumeResult.FAILURE
             self.successes.add(message.message_id)
             return ConsumeResult.SUCCESS
 
 
 def run_push(endpoint: str, sc: dict) -> dict:
-    listener = Listener(sc.get("fail", 0))
+    listener = Listener(sc.get("fail", 0), sc.get("fail_bodies", []))
     consumer = PushConsumer(config(endpoint), sc["group"], listener, {sc["topic"]: FilterExpression("*")})
     consumer.startup()
     deadline = time.time() + sc.get("timeout", 60)
