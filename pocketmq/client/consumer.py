@@ -21,9 +21,12 @@ The members of a consumer group share the queues of the topics they subscribe to
   broker every ``commit_interval``, when a queue moves to another member and on close, so a
   crash re-delivers at most what was not committed: at-least-once delivery.
 
-A handler that raises gets the message again (backing off up to 5 s) up to
-``max_reconsume_times`` times; then the message is sent to the group's dead-letter topic
-``%DLQ%<group>`` and consumption moves on. Messages of one queue are handled one at a time and
+A handler that raises for a message does not hold up its queue: the message is sent back to the
+group's retry topic ``%RETRY%<group>`` (which the consumer subscribes to) with the delay level of
+its reconsume count, and after ``max_reconsume_times`` to ``%DLQ%<group>``
+(:mod:`pocketmq.client.redelivery`). With ``send_back=False``, or when the send-back fails, the
+handler gets the message again in place (backing off up to 5 s) up to ``max_reconsume_times``
+times before it is dead-lettered. Messages of one queue are handled one at a time and
 in order; different queues are handled concurrently.
 """
 
@@ -51,6 +54,7 @@ from pocketmq.client import loop as _loop
 from pocketmq.client.allocate import allocate_averagely
 from pocketmq.client.message import Message, MessageQueue, ReceivedMessage, decode_records, from_message_ext
 from pocketmq.client.producer import AsyncProducer, namesrv_from_env
+from pocketmq.client.redelivery import Redelivery, retry_topic
 from pocketmq.client.routes import BrokerGroup, RouteCache, TopicRoute
 from pocketmq.client.tags import TagFilter, parse_subscription
 from pocketmq.client.transport import BrokerCaller, ChannelPool, NamesrvClient, RelayMode
@@ -161,6 +165,8 @@ class AsyncConsumer:
         max_reconsume_times: handler attempts per message before it goes to ``%DLQ%<group>``.
         master_retry_interval: while reading from a slave, how often to try the master again.
         relay: ``"relay"`` makes every broker call through a NameServer (see AsyncProducer).
+        send_back: send failed messages to ``%RETRY%<group>`` with backoff (default) instead of
+            retrying them in place.
     """
 
     def __init__(
@@ -182,6 +188,7 @@ class AsyncConsumer:
         request_timeout: float = 5.0,
         route_refresh_interval: float = 30.0,
         relay: RelayMode = "direct",
+        send_back: bool = True,
     ) -> None:
         if not group:
             raise InvalidArgumentError("a consumer group name is required")
@@ -227,6 +234,10 @@ class AsyncConsumer:
         self._rebalance_lock: asyncio.Lock | None = None
         self._rebalance_wakeup: asyncio.Event | None = None
         self._dlq: AsyncProducer | None = None
+        #: Handler mode: failed messages go to %RETRY%<group> with backoff (send_back=False:
+        #: retried in place, blocking their queue).
+        self._redelivery = Redelivery(self.namesrv_addrs, group, max_reconsume_times, relay=relay) \
+            if send_back else None
         #: Pull with PullMessageStream (direct connections); PullMessage when relayed, or after
         #: a broker answered UNIMPLEMENTED.
         self._stream_pulls = True
@@ -276,6 +287,8 @@ class AsyncConsumer:
         self._handler = handler
         if handler is None:
             self._ready = asyncio.Queue(self.buffer_batches * 4)
+        elif self._redelivery is not None and retry_topic(self.group) not in self._subs:
+            self.subscribe(retry_topic(self.group))
         self._pool = ChannelPool()
         self._namesrv = NamesrvClient(self.namesrv_addrs, self._pool, timeout=self.request_timeout)
         self._routes = RouteCache(self._namesrv, self._route_refresh_interval)
@@ -318,6 +331,8 @@ class AsyncConsumer:
         await self._unregister_all()
         if self._dlq is not None:
             await self._dlq.close()
+        if self._redelivery is not None:
+            await self._redelivery.close()
         await self._routes.close()
         await self._pool.close()
         log.info("consumer closed", extra={"group": self.group, "client_id": self.client_id})
@@ -908,7 +923,10 @@ class AsyncConsumer:
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:
-                    if not await self._retry(pq, handler, msg, exc):
+                    if self._redelivery is not None and await self._redelivery.send_back(msg):
+                        log.warning("handler failed; message sent back", extra={
+                            "queue": str(pq.queue), "offset": msg.queue_offset, "error": repr(exc)})
+                    elif not await self._retry(pq, handler, msg, exc):
                         return
                 pq.ack(msg.queue_offset)
                 self.consumed += 1

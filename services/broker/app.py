@@ -42,7 +42,7 @@ from services.broker.metadata import (
 from services.broker.metadata.sync import SlaveMetadataSync, SyncResult
 from services.broker.metrics import BrokerMetrics
 from services.broker.pop.metrics import PopMetrics
-from services.broker.pop.service import PopService, revive_topic
+from services.broker.pop.service import PopService, retry_topic, revive_topic
 from services.broker.pull import PullService
 from services.broker.registration import BrokerIdentity, BrokerRegistrar, clamp_register_period
 from services.broker.send import SendService
@@ -360,6 +360,15 @@ class BrokerApp:
         if self.ha is None:
             return PutMessageStatus.SLAVE_NOT_AVAILABLE
         return await self.ha.wait_replicated(end_offset, self.broker_config.slave_timeout / 1000)
+
+    def ensure_retry_topic(self, group: str) -> None:
+        """The group's retry topic (RocketMQ creates it when a consumer of the group shows up)."""
+        topic = retry_topic(group)
+        if self.broker_config.is_master and self.topics.get(topic) is None:
+            config = self.ensure_group(group)
+            n = max(1, config.retry_queue_nums)
+            self.topics.ensure_system_topic(TopicConfig(topic, n, n))
+            log.info("retry topic created", extra={"topic": topic})
 
     def ensure_group(self, group: str) -> SubscriptionGroupConfig:
         """The group's config; unknown groups are auto-created (autoCreateSubscriptionGroup,
