@@ -44,7 +44,10 @@ class PopMetrics:
     def _inc(self, group: str, event: str, n: int = 1) -> None:
         child = self._children.get((group, event))
         if child is None:
-            child = self._children[(group, event)] = self._counter.labels(*self._values, group, event)
+            # Every event of a group is exported from its first event on (0 until it happens).
+            for name in _EVENTS:
+                self._children[(group, name)] = self._counter.labels(*self._values, group, name)
+            child = self._children[(group, event)]
         child.inc(n)
 
     def popped(self, group: str, n: int) -> None:

@@ -117,6 +117,7 @@ class PopService:
         self._task: asyncio.Task[None] | None = None
         self._rounds = 0
         self._ensured: set[str] = set()
+        self._groups_seen: set[str] = set()
         metrics.add_gauges(self._gauges)
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -244,6 +245,7 @@ class PopService:
             heapq.heappush(self._heap, (entry.deadline_ms, entry.key, ck_id))
         self._commit(qk)
         self.metrics.popped(req.group, len(recs))
+        self._groups_seen.add(req.group)
         return [Popped(rec, entry, self._handle(entry),
                        rec.properties.get(record.PROPERTY_RETRY_TOPIC, topic))
                 for rec, entry in zip(recs, entries, strict=True)]
@@ -427,6 +429,9 @@ class PopService:
     def _gauges(self) -> dict[str, tuple[int, float]]:
         now = int(time.time() * 1000)
         out: dict[str, tuple[int, float]] = {}
+        # Groups that popped before stay exported (0) when nothing is in flight.
+        for group in self._groups_seen:
+            out[group] = (0, 0.0)
         for group, entries in self.inflight.by_group().items():
             oldest = min(e.pop_ms for e in entries)
             out[group] = (len(entries), max(0.0, (now - oldest) / 1000))
