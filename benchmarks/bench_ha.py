@@ -186,11 +186,11 @@ print(total, flush=True)
 
 _SINK = """
 import socket, sys, time
-from services.broker.replication.protocol import SlaveConnectionProtocol, encode_ack
+from services.broker.replication import SlaveConnectionProtocol, encode_ack
 port, want = int(sys.argv[1]), int(sys.argv[2])
 sock = socket.create_connection(("127.0.0.1", port))
 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-proto = SlaveConnectionProtocol(0, stream_bodies=True)
+proto = SlaveConnectionProtocol(0)
 sock.sendall(encode_ack(0))
 buf = bytearray(1 << 20); view = memoryview(buf)
 got = 0; t0 = None

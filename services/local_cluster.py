@@ -9,6 +9,12 @@ endpoints, prefixes their log lines with the process name, and stops everything 
 (each child gets SIGTERM, flushes, unregisters and exits). If a child dies, the others are
 stopped and the exit code is non-zero.
 
+No child outlives it: a second Ctrl-C / SIGTERM, or an unexpected error, SIGKILLs every child
+still running (and says so), and on Linux each child is started with ``PR_SET_PDEATHSIG`` so the
+kernel kills it if this process dies (even of SIGKILL). Before starting anything it checks
+that every port it will use is free, and if one is not, prints one line naming the port and the
+process holding it, and exits with status 1.
+
     python -m services.local_cluster [--data-dir ./data] [--namesrv-port 9876] [--broker-port 10911]
                                      [--ha-auth-secret SECRET] [--no-tls]
 """
@@ -17,19 +23,28 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import ctypes
 import dataclasses
+import errno
 import importlib.util
 import os
 import secrets
 import signal
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from services.common.lifecycle import run_service
 from services.common.logs import setup_logging
+from services.common.ports import bind_error, join_host_port, port_holder, reason_of
 from services.common.tls import generate_self_signed
 
 STOP_TIMEOUT_S = 30.0
+#: How long a SIGKILLed child may take to disappear before we stop waiting for it.
+KILL_WAIT_S = 5.0
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +55,8 @@ class ChildSpec:
     endpoints: tuple[tuple[str, str], ...]
     #: Extra environment variables of the child (secrets: not on its command line).
     env: tuple[tuple[str, str], ...] = ()
+    #: The ports it listens on, with what for (``gRPC``, ``HA``, ``metrics``).
+    ports: tuple[tuple[str, int], ...] = ()
 
 
 def cluster_specs(data_dir: Path, host: str, namesrv_port: int, broker_port: int,
@@ -52,6 +69,7 @@ def cluster_specs(data_dir: Path, host: str, namesrv_port: int, broker_port: int
             "namesrv", "services.namesrv",
             ("--listen", namesrv, "--metrics-port", str(namesrv_port + 1)),
             (("gRPC", namesrv), ("metrics", f"http://{host}:{namesrv_port + 1}/metrics")),
+            ports=(("gRPC", namesrv_port), ("metrics", namesrv_port + 1)),
         )
     ]
     for broker_id, port in ((0, broker_port), (1, broker_port + 10)):
@@ -69,12 +87,91 @@ def cluster_specs(data_dir: Path, host: str, namesrv_port: int, broker_port: int
              *((("TLS gRPC", f"{host}:{port + 3}"),) if tls else ()), ("role", role),
              ("ha-auth", "on" if ha_auth_secret else "off")),
             (("POCKETMQ_HA_AUTH_SECRET", ha_auth_secret),),
+            (("gRPC", port), ("HA", port + 1), ("metrics", port + 2),
+             *((("TLS gRPC", port + 3),) if tls else ())),
         ))
     return specs
 
 
 def available(spec: ChildSpec) -> bool:
     return importlib.util.find_spec(f"{spec.module}.__main__") is not None
+
+
+def busy_port(specs: list[ChildSpec], host: str) -> str | None:
+    """One line naming the first port of ``specs`` that cannot be bound now (and who holds it,
+    when that can be found), or ``None`` when every port is free."""
+    for spec in specs:
+        if not available(spec):
+            continue
+        for what, port in spec.ports:
+            exc = bind_error(host, port)
+            if exc is None:
+                continue
+            where = f"{join_host_port(host, port)} ({spec.name} {what})"
+            if exc.errno != errno.EADDRINUSE:
+                return f"cannot listen on {where}: {reason_of(exc)}"
+            holder = port_holder(port)
+            by = f"by {holder}" if holder else "by another process"
+            return (f"port {port} is already in use {by}: needed for {where}; stop that process "
+                    "or move the cluster with --namesrv-port / --broker-port")
+    return None
+
+
+def die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` asking the kernel to SIGKILL the child when this process dies (Linux
+    ``prctl(PR_SET_PDEATHSIG)``); ``None`` where that is not available."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return preexec
+
+
+def gone(pid: int) -> bool:
+    """Whether process ``pid`` has exited (a zombie has: it holds no ports any more)."""
+    if not os.path.isdir("/proc/self"):  # no /proc: a zombie still counts as running here
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
+
+
+class Children:
+    """The started children, so that every way out can kill the ones still running."""
+
+    def __init__(self) -> None:
+        self.procs: list[tuple[ChildSpec, asyncio.subprocess.Process]] = []
+
+    def kill_all(self, why: str) -> None:
+        """SIGKILL every child still running, say so, and wait (bounded) until they are gone."""
+        left = [(spec, proc) for spec, proc in self.procs if proc.returncode is None and not gone(proc.pid)]
+        if not left:
+            return
+        names = ", ".join(f"{spec.name} (pid {proc.pid})" for spec, proc in left)
+        print(f"{why}: killing {names}", flush=True)
+        for _, proc in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)  # each child leads its own session
+        deadline = time.monotonic() + KILL_WAIT_S
+        while not all(gone(proc.pid) for _, proc in left) and time.monotonic() < deadline:
+            time.sleep(0.01)
 
 
 async def pump(name: str, stream: asyncio.StreamReader) -> None:
@@ -84,9 +181,18 @@ async def pump(name: str, stream: asyncio.StreamReader) -> None:
         sys.stdout.flush()
 
 
-async def run_cluster(specs: list[ChildSpec], stop: asyncio.Event) -> int:
-    procs: list[tuple[ChildSpec, asyncio.subprocess.Process]] = []
+async def run_cluster(specs: list[ChildSpec], stop: asyncio.Event, children: Children | None = None) -> int:
+    children = Children() if children is None else children
+    try:
+        return await _run_cluster(specs, stop, children)
+    finally:
+        children.kill_all("the local cluster is exiting on an error")
+
+
+async def _run_cluster(specs: list[ChildSpec], stop: asyncio.Event, children: Children) -> int:
+    procs = children.procs
     pumps = []
+    preexec = die_with_parent()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     for spec in specs:
         if not available(spec):
@@ -96,6 +202,7 @@ async def run_cluster(specs: list[ChildSpec], stop: asyncio.Event) -> int:
             sys.executable, "-m", spec.module, *spec.args,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env={**env, **dict(spec.env)},
             start_new_session=True,  # Ctrl-C reaches only us; we stop children in order
+            preexec_fn=preexec,  # and they die with us
         )
         assert proc.stdout is not None
         pumps.append(asyncio.create_task(pump(spec.name, proc.stdout)))
@@ -148,23 +255,28 @@ def main(argv: list[str] | None = None) -> int:
                         help="no TLS listener on the brokers (default: listenPort + 3, self-signed)")
     args = parser.parse_args(argv)
     secret = secrets.token_hex(16) if args.ha_auth_secret is None else args.ha_auth_secret
-    setup_logging("local-cluster")
-    args.data_dir.mkdir(parents=True, exist_ok=True)
-    tls = None
-    if not args.no_tls:
-        # A fresh self-signed certificate each run for the brokers' TLS listener (the RocketMQ 5
-        # Java and Go SDKs default to TLS and do not verify it).
-        tls = (args.data_dir.resolve() / "tls" / "server.crt", args.data_dir.resolve() / "tls" / "server.key")
-        generate_self_signed(*tls, hosts=("localhost", args.host))
+    tls_dir = args.data_dir.resolve() / "tls"
+    tls = None if args.no_tls else (tls_dir / "server.crt", tls_dir / "server.key")
     specs = cluster_specs(args.data_dir.resolve(), args.host, args.namesrv_port, args.broker_port, secret,
                           tls)
+    busy = busy_port(specs, args.host)
+    if busy is not None:
+        print(busy, file=sys.stderr, flush=True)
+        return 1
+    setup_logging("local-cluster")
+    args.data_dir.mkdir(parents=True, exist_ok=True)
+    if tls is not None:
+        # A fresh self-signed certificate each run for the brokers' TLS listener (the RocketMQ 5
+        # Java and Go SDKs default to TLS and do not verify it).
+        generate_self_signed(*tls, hosts=("localhost", args.host))
+    children = Children()
     result = 0
 
     async def service(stop: asyncio.Event) -> None:
         nonlocal result
-        result = await run_cluster(specs, stop)
+        result = await run_cluster(specs, stop, children)
 
-    return run_service(service) or result
+    return run_service(service, lambda: children.kill_all("second signal")) or result
 
 
 if __name__ == "__main__":

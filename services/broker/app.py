@@ -1,7 +1,7 @@
 """Wiring of one broker process: store, metadata tables, produce/pull services, delayed delivery,
 slave metadata sync, NameServer registration, gRPC and metrics servers, graceful shutdown.
 
-Replication (issue 5) plugs in through ``ha_factory``: the app owns an optional
+Replication (:mod:`services.broker.replication`) plugs in through ``ha_factory``: the app owns an optional
 :class:`ReplicationService`; SYNC_MASTER sends wait for slaves through
 :meth:`BrokerApp.wait_replicated` only, and the NameServer's master address reaches it through
 :meth:`ReplicationService.set_master`.
@@ -465,7 +465,7 @@ class BrokerApp:
             prefix + "subscription_groups": ("Subscription groups.", len(self.groups)),
             prefix + "consumers_online": ("Live consumer group members.", self.consumers.member_count()),
             prefix + "pulls_suspended": ("Pulls parked waiting for new messages.",
-                                         self.notifier.waiting if hasattr(self, "notifier") else 0),
+                                         self.pull.parked if hasattr(self, "pull") else 0),
             prefix + "is_master": ("1 on a master, 0 on a slave.", 1 if self.broker_config.is_master else 0),
         }
         if hasattr(self, "timers"):

@@ -33,9 +33,8 @@ from services.broker.metadata import (
 from services.broker.metrics import BrokerMetrics
 from services.broker.storage import record
 from services.broker.storage.config import StoreConfig
-from services.broker.storage.consumequeue import FILLER_SIZE
 from services.broker.storage.status import GetMessageStatus, GetResult
-from services.broker.storage.store import MAX_FILTER_SCAN, MessageStore
+from services.broker.storage.store import MessageStore
 from services.common.errors import InvalidArgumentError, NotFoundError, PermissionDeniedError
 
 log = logging.getLogger(__name__)
@@ -137,6 +136,8 @@ class PullService:
         self.notifier = notifier
         self.metrics = metrics
         self.ensure_group = ensure_group
+        #: Pulls parked on the notifier right now (the ``pulls_suspended`` gauge).
+        self.parked = 0
 
     def query(self, request: broker_pb2.PullMessageRequest) -> PullQuery:
         """Validate a pull request (errors name the bad field) and commit its offset."""
@@ -177,75 +178,22 @@ class PullService:
                                        tag_hashes=q.tag_filter.hash_codes)
 
     def get_raw(self, q: PullQuery, queue_offset: int) -> RawResult:
-        """:meth:`MessageStore.get_messages` without decoding: the consume queue entries pick
-        the records, contiguous runs are copied from the commit log in one piece. Same statuses
-        and caps (``maxTransferCount/BytesOnMessageInMemory``)."""
-        store = self.store
-        max_offset = store.max_queue_offset(q.topic, q.queue_id)
-        if max_offset == 0:
-            return RawResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, b"", 0, 0, 0, 0)
-        min_offset = store.min_queue_offset(q.topic, q.queue_id)
-        if queue_offset < min_offset:
-            return RawResult(GetMessageStatus.OFFSET_TOO_SMALL, b"", 0, min_offset, min_offset, max_offset)
-        if queue_offset == max_offset:
-            return RawResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, b"", 0, max_offset, min_offset, max_offset)
-        if queue_offset > max_offset:
-            return RawResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, b"", 0, max_offset, min_offset,
-                             max_offset)
-        cfg = self.store_config
-        max_count = max(1, min(q.max_count, cfg.max_transfer_count_on_message_in_memory))
-        max_bytes = min(q.max_bytes, cfg.max_transfer_bytes_on_message_in_memory)
-        hashes = q.tag_filter.hash_codes
-        scan_limit = max(max_count, MAX_FILTER_SCAN) if hashes is not None else max_count
-        log_min = self.store.min_offset
+        """:meth:`MessageStore.get_messages` without decoding: the same records
+        (:meth:`MessageStore.select_entries`) and statuses, contiguous runs copied from the commit
+        log in one piece."""
+        sel = self.store.select_entries(q.topic, q.queue_id, queue_offset, q.max_count, q.max_bytes,
+                                        q.tag_filter.hash_codes)
+        if not sel.offsets:
+            return RawResult(sel.status, b"", 0, sel.next_begin_offset, sel.min_offset, sel.max_offset)
         parts: list[bytes] = []
-        run_start = run_end = -1
-        offset = queue_offset
-        count = total = scanned = filtered = removed = 0
-        full = False
-        while not full and offset < max_offset and scanned < scan_limit:
-            entries = store.queue_entries(q.topic, q.queue_id, offset,
-                                          min(scan_limit - scanned, max_offset - offset))
-            if not entries:
-                break
-            for physical_offset, size, tags_code in entries:
-                if size == FILLER_SIZE:
-                    pass
-                elif physical_offset < log_min:
-                    removed += 1
-                elif hashes is not None and tags_code not in hashes:
-                    filtered += 1
-                else:
-                    if count and total + size > max_bytes:
-                        full = True
-                        break
-                    if physical_offset != run_end:
-                        if run_start >= 0:
-                            self._copy(run_start, run_end, parts)
-                        run_start = physical_offset
-                        run_end = physical_offset
-                    run_end += size
-                    count += 1
-                    total += size
-                offset += 1
-                scanned += 1
-                if count >= max_count:
-                    full = True
-                    break
-        if run_start >= 0:
-            self._copy(run_start, run_end, parts)
+        for start, end in sel.runs:
+            self._copy(start, end, parts)
         data = b"".join(parts)
-        if count and len(data) == total:
-            status = GetMessageStatus.FOUND
-        elif count:  # a segment vanished under us: report what is left to read again
-            return RawResult(GetMessageStatus.OFFSET_FOUND_NULL, b"", 0, queue_offset, min_offset, max_offset)
-        elif filtered:
-            status = GetMessageStatus.NO_MATCHED_MESSAGE
-        elif removed:
-            status = GetMessageStatus.MESSAGE_WAS_REMOVING
-        else:
-            status = GetMessageStatus.OFFSET_FOUND_NULL
-        return RawResult(status, data, count, offset, min_offset, max_offset, max(run_end, 0))
+        if len(data) != sel.total:  # a segment vanished under us: report what is left to read again
+            return RawResult(GetMessageStatus.OFFSET_FOUND_NULL, b"", 0, queue_offset, sel.min_offset,
+                             sel.max_offset)
+        return RawResult(GetMessageStatus.FOUND, data, len(sel.offsets), sel.next_begin_offset,
+                         sel.min_offset, sel.max_offset, sel.runs[-1][1])
 
     async def pull(
         self, q: PullQuery, suspend_s: float, stopping: StopFlag
@@ -265,7 +213,11 @@ class PullService:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or stopping():
                 break
-            await self.notifier.wait(q.topic, q.queue_id, offset, remaining)
+            self.parked += 1
+            try:
+                await self.notifier.wait(q.topic, q.queue_id, offset, remaining)
+            finally:
+                self.parked -= 1
         reply = self.reply(q, result)
         self.metrics.get(broker_pb2.PullStatus.Name(reply.status), _count(result),
                          time.perf_counter() - started)

@@ -42,6 +42,8 @@ class PermissionDeniedError(ServiceError):
 
 
 class UnavailableError(ServiceError):
+    """A transient refusal the caller may retry (e.g. the store refused an op record)."""
+
     code = grpc.StatusCode.UNAVAILABLE
 
 

@@ -3,6 +3,7 @@ standard health service (grpc.health.v1) and server reflection, and graceful sto
 
 from __future__ import annotations
 
+import errno
 import logging
 from collections.abc import Callable, Sequence
 
@@ -10,6 +11,8 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
+
+from services.common.ports import ListenError, bind_error, reason_of
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +54,7 @@ async def start_grpc_server(
     ``tls``: (address, private key PEM, certificate chain PEM) of an extra TLS listener serving
     the same services.
 
-    Raises RuntimeError with the address when the port cannot be bound.
+    Raises :class:`ListenError` (naming the address and why) when the port cannot be bound.
     """
     server = grpc.aio.server(options=SERVER_OPTIONS)
     register(server)
@@ -61,21 +64,33 @@ async def start_grpc_server(
         [*service_names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
         server,
     )
+    host, _, port_text = address.rpartition(":")
+    host = host.strip("[]")
+    # gRPC's own bind error says neither why nor which port: find out first, with a plain socket.
+    # Only a taken or forbidden port fails here; anything else gRPC may still handle (``[::]``
+    # falls back to IPv4 where IPv6 is off), and its failure then carries what the socket met.
+    failed = bind_error(host, int(port_text)) if port_text.isdigit() and int(port_text) > 0 else None
+    if failed is not None and failed.errno in (errno.EADDRINUSE, errno.EACCES):
+        raise ListenError(address, reason_of(failed), "gRPC") from failed
+    reason = reason_of(failed) if failed is not None else "address in use or invalid"
     try:
         port = server.add_insecure_port(address)
     except RuntimeError as exc:
-        raise RuntimeError(f"cannot listen on {address}: {exc}") from exc
+        raise ListenError(address, reason, "gRPC") from exc
     if port == 0:
-        raise RuntimeError(f"cannot listen on {address}: address in use or invalid")
+        raise ListenError(address, reason, "gRPC")
     if tls is not None:
         tls_address, key, chain = tls
+        tls_host, _, tls_port_text = tls_address.rpartition(":")
+        failed = bind_error(tls_host.strip("[]"), int(tls_port_text)) if tls_port_text.isdigit() else None
+        tls_reason = reason_of(failed) if failed is not None else "address in use or invalid"
         credentials = grpc.ssl_server_credentials([(key, chain)])
         try:
             tls_port = server.add_secure_port(tls_address, credentials)
         except RuntimeError as exc:
-            raise RuntimeError(f"cannot listen (TLS) on {tls_address}: {exc}") from exc
+            raise ListenError(tls_address, tls_reason, "gRPC TLS") from exc
         if tls_port == 0:
-            raise RuntimeError(f"cannot listen (TLS) on {tls_address}: address in use or invalid")
+            raise ListenError(tls_address, tls_reason, "gRPC TLS")
         log.info("grpc TLS listener", extra={"address": tls_address, "port": tls_port})
     await server.start()
     for name in ["", *service_names]:

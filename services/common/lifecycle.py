@@ -13,15 +13,19 @@ import os
 import signal
 from collections.abc import Awaitable, Callable
 
+from services.common.ports import ListenError
+
 log = logging.getLogger(__name__)
 
 ServiceMain = Callable[[asyncio.Event], Awaitable[None]]
 
 
-def run_service(main: ServiceMain) -> int:
+def run_service(main: ServiceMain, on_second_signal: Callable[[], None] | None = None) -> int:
     """Run ``main(stop_event)`` on a fresh event loop; ``stop_event`` is set by SIGTERM/SIGINT.
 
     ``main`` starts its servers, awaits ``stop_event.wait()``, then shuts down gracefully.
+    ``on_second_signal`` runs (on the loop's thread) before the immediate exit a second signal
+    causes. A port that cannot be bound is one error line (its traceback only at DEBUG level).
     Returns the process exit code.
     """
 
@@ -32,7 +36,11 @@ def run_service(main: ServiceMain) -> int:
         def on_signal(signum: int) -> None:
             if stop.is_set():
                 log.warning("second signal, exiting immediately", extra={"signal": signum})
-                os._exit(1)
+                try:
+                    if on_second_signal is not None:
+                        on_second_signal()
+                finally:
+                    os._exit(1)
             log.info("shutdown requested", extra={"signal": signal.Signals(signum).name})
             stop.set()
 
@@ -42,6 +50,10 @@ def run_service(main: ServiceMain) -> int:
 
     try:
         asyncio.run(runner())
+    except ListenError as exc:
+        extra = {"listener": exc.listener} if exc.listener else {}
+        log.error(str(exc), extra=extra, exc_info=log.isEnabledFor(logging.DEBUG))
+        return 1
     except Exception:
         log.exception("fatal error")
         return 1

@@ -10,6 +10,8 @@ from wsgiref.simple_server import WSGIServer
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import GaugeMetricFamily  # noqa: F401  (re-exported for collectors)
 
+from services.common.ports import ListenError, join_host_port, reason_of
+
 log = logging.getLogger(__name__)
 
 
@@ -25,7 +27,7 @@ class MetricsServer:
             try:
                 self._server, self._thread = start_http_server(port, addr=host, registry=registry)
             except OSError as exc:
-                raise RuntimeError(f"cannot serve metrics on {host}:{port}: {exc.strerror}") from exc
+                raise ListenError(join_host_port(host, port), reason_of(exc), "metrics") from exc
             self.port = self._server.server_port
             log.info("metrics listening", extra={"address": f"{host}:{self.port}", "path": "/metrics"})
 

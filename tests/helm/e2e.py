@@ -3,12 +3,9 @@ which services exist yet, polling, a background load, and the shipped dashboard'
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
-import shutil
 import threading
-import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -21,60 +18,18 @@ from apache.rocketmq.v2 import service_pb2 as v2s
 from apache.rocketmq.v2 import service_pb2_grpc as v2_grpc
 from pocketmq.broker.v1 import broker_pb2 as bpb
 from tests.helm import client
-from tests.helm.chart import CHART_DIR, ROOT
+from tests.helm.chart import CHART_DIR
 from tests.helm.localpods import LocalCluster, LocalPod
-from tests.helm.prom import PROMETHEUS
+from tests.support import wait_until
 
 T = TypeVar("T")
 QUEUES = 4
 
 
-def missing(*modules: str) -> list[str]:
-    return [m for m in modules if importlib.util.find_spec(m) is None]
-
-
-SERVICES_MISSING = missing("services.namesrv.__main__", "services.broker.__main__")
-
-
-def replication_missing() -> list[str]:
-    """What is missing before brokers replicate: the master/slave modules, and their wiring into
-    the broker process (an import of services.broker.replication by its entry point or app)."""
-    gaps = missing("services.broker.replication.master", "services.broker.replication.slave")
-    wiring = [ROOT / "services" / "broker" / name for name in ("__main__.py", "app.py")]
-    pattern = re.compile(r"^\s*(from|import) services\.broker\.replication\b", re.M)
-    if not any(path.exists() and pattern.search(path.read_text()) for path in wiring):
-        gaps.append("wiring into the broker (services/broker/__main__.py or app.py importing "
-                    "services.broker.replication)")
-    return gaps
-
-
-REPLICATION_MISSING = replication_missing()
-CLI_MISSING = missing("pocketmq.cli")
-
-needs_services = pytest.mark.skipif(bool(SERVICES_MISSING),
-                                    reason=f"service entry points missing: {SERVICES_MISSING}")
-needs_replication = pytest.mark.skipif(
-    bool(REPLICATION_MISSING),
-    reason=f"commit-log replication is not built yet: {', '.join(REPLICATION_MISSING)} missing")
-needs_cli = pytest.mark.skipif(bool(CLI_MISSING), reason="the pocketmq CLI (pocketmq/cli) does not exist yet")
-needs_prometheus = pytest.mark.skipif(PROMETHEUS is None or shutil.which("promtool") is None,
-                                      reason="prometheus/promtool (Debian package prometheus) not installed")
-
-
 def wait_for(predicate: Callable[[], T], timeout: float, message: str, interval: float = 0.1) -> T:
-    """Call ``predicate`` until it returns something truthy (exceptions count as "not yet")."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while True:
-        try:
-            last = predicate()
-            if last:
-                return last
-        except Exception as exc:
-            last = exc
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not true within {timeout:g}s: {message} (last: {last!r})")
-        time.sleep(interval)
+    """:func:`tests.support.wait_until` where any exception counts as "not yet" (pods start and
+    stop under these tests)."""
+    return wait_until(predicate, timeout, message, interval, ignore=(Exception,))
 
 
 def brokers(cluster: LocalCluster) -> list[LocalPod]:
@@ -180,12 +135,11 @@ def dashboard() -> dict[str, Any]:
 
 
 def dashboard_targets() -> list[Any]:
-    """One pytest param per query of the shipped dashboard; HA queries need replication."""
+    """One pytest param per query of the shipped dashboard."""
     params = []
     for panel in dashboard()["panels"]:
         for target in panel.get("targets", []):
-            marks = [needs_replication] if "pocketmq_ha_" in target["expr"] else []
-            params.append(pytest.param(target["expr"], id=f"{panel['title']}/{target['refId']}", marks=marks))
+            params.append(pytest.param(target["expr"], id=f"{panel['title']}/{target['refId']}"))
     return params
 
 

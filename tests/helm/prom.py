@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
-import socket
 import subprocess
 import time
 import urllib.parse
@@ -21,15 +19,7 @@ import yaml
 
 from tests.helm.chart import selector_matches
 from tests.helm.localpods import LocalCluster
-
-PROMETHEUS = shutil.which("prometheus")
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        port: int = s.getsockname()[1]
-        return port
+from tests.support import free_port, require_executable
 
 
 def scrape_configs(cluster: LocalCluster) -> list[dict[str, Any]]:
@@ -74,7 +64,7 @@ class Prometheus:
     """``prometheus`` on a free loopback port with the cluster's scrape and rule config."""
 
     def __init__(self, cluster: LocalCluster, workdir: Path, evaluation_interval: str = "1s") -> None:
-        assert PROMETHEUS is not None, "prometheus is not installed"
+        self.binary = require_executable("prometheus", "prometheus")
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
         rule_files = []
@@ -93,10 +83,9 @@ class Prometheus:
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 30.0) -> None:
-        assert PROMETHEUS is not None
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
-                [PROMETHEUS, f"--config.file={self.config_path}",
+                [self.binary, f"--config.file={self.config_path}",
                  f"--storage.tsdb.path={self.workdir / 'data'}",
                  f"--web.listen-address=127.0.0.1:{self.port}",
                  "--storage.tsdb.retention.time=1h"],

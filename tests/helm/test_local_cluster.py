@@ -32,17 +32,14 @@ from tests.helm.e2e import (
     group_of,
     masters,
     namesrvs,
-    needs_cli,
-    needs_prometheus,
-    needs_replication,
-    needs_services,
     start_cluster,
     wait_for,
 )
 from tests.helm.localpods import LocalCluster, LocalPod
-from tests.helm.prom import PROMETHEUS, Prometheus
+from tests.helm.prom import Prometheus
+from tests.support import require_executable
 
-pytestmark = [pytest.mark.slow, needs_services]
+pytestmark = pytest.mark.slow
 FULLNAME = f"{RELEASE}-pocketmq"
 TOPIC = "HelmE2E"
 #: 2 NameServers (default), 2 groups x (master + slave), metrics scraped every second.
@@ -130,7 +127,6 @@ def test_routes_produce_and_consume(cluster: LocalCluster) -> None:
         assert sorted(got) == sorted(bodies)
 
 
-@needs_replication
 def test_slaves_replicate_their_masters(cluster: LocalCluster) -> None:
     for group, master in masters(cluster).items():
         slave = next(p for p in brokers(cluster) if p.template.ordinal == 1 and group_of(p) == group)
@@ -145,7 +141,6 @@ def test_slaves_replicate_their_masters(cluster: LocalCluster) -> None:
         assert slave_msgs == master_msgs
 
 
-@needs_cli
 def test_helm_test_pod_round_trip(cluster: LocalCluster) -> None:
     (pod,) = [p for p in cluster.pods if p.template.owner_kind == "Pod"]
     assert cluster.run_to_completion(pod, timeout=120) == 0, pod.describe()
@@ -155,20 +150,18 @@ def test_helm_test_pod_round_trip(cluster: LocalCluster) -> None:
 # -- metrics ----------------------------------------------------------------------------------
 
 
-@needs_prometheus
 def test_every_pods_metrics_pass_promtool(cluster: LocalCluster) -> None:
     for pod in cluster.workload_pods():
         with urllib.request.urlopen(f"http://{pod.addr('metrics')}/metrics", timeout=10) as reply:
             body = reply.read()
         assert b"pocketmq_" in body, pod.name
-        done = subprocess.run(["promtool", "check", "metrics"], input=body, capture_output=True, timeout=30)
+        done = subprocess.run([require_executable("promtool", "prometheus"), "check", "metrics"], input=body,
+                              capture_output=True, timeout=30)
         assert done.returncode == 0, f"{pod.name}: {done.stdout.decode()} {done.stderr.decode()}"
 
 
 @pytest.fixture(scope="module")
 def prometheus(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
-    if PROMETHEUS is None:
-        pytest.skip("prometheus (Debian package) is not installed")
     prom = Prometheus(cluster, tmp_path_factory.mktemp("prometheus"))
     prom.start()
     try:
@@ -187,7 +180,6 @@ def load(cluster: LocalCluster) -> Iterator[Load]:
         running.stop()
 
 
-@needs_prometheus
 def test_prometheus_scrapes_every_pod_through_the_servicemonitor(cluster: LocalCluster,
                                                                  prometheus: Prometheus) -> None:
     expected = {p.name for p in cluster.workload_pods()}
@@ -201,7 +193,6 @@ def test_prometheus_scrapes_every_pod_through_the_servicemonitor(cluster: LocalC
     assert {jobs[p.name] for p in brokers(cluster)} == {"broker"}
 
 
-@needs_prometheus
 def test_rendered_alert_rules_load_and_are_quiet_on_a_healthy_cluster(cluster: LocalCluster,
                                                                       prometheus: Prometheus) -> None:
     def loaded() -> list[dict[str, Any]]:
@@ -217,7 +208,6 @@ def test_rendered_alert_rules_load_and_are_quiet_on_a_healthy_cluster(cluster: L
     assert prometheus.query("ALERTS") == []
 
 
-@needs_prometheus
 @pytest.mark.parametrize("expr", dashboard_targets())
 def test_dashboard_query_returns_data_under_load(expr: str, cluster: LocalCluster, prometheus: Prometheus,
                                                  load: Load) -> None:
@@ -231,21 +221,20 @@ def test_dashboard_query_returns_data_under_load(expr: str, cluster: LocalCluste
 
 
 def test_sigterm_stops_brokers_cleanly_and_they_unregister(cluster: LocalCluster, load: Load,
-                                                           request: pytest.FixtureRequest) -> None:
-    prom: Prometheus | None = request.getfixturevalue("prometheus") if PROMETHEUS is not None else None
+                                                           prometheus: Prometheus) -> None:
+    prom = prometheus
     load.stop()
     codes = cluster.stop(brokers(cluster), max_grace=30)
     assert codes == {p.name: 0 for p in brokers(cluster)}, "a broker did not exit 0 within its grace period"
     for ns in namesrvs(cluster):
         info = client.cluster_info(ns.addr("grpc"))
         assert dict(info.broker_live_table) == {}, f"{ns.name} still lists brokers after SIGTERM"
-    if prom is not None:
-        # the rendered "broker missing" alert now matches every NameServer
-        (rule,) = cluster.manifests.of_kind("PrometheusRule")
-        expr = next(r["expr"] for g in rule["spec"]["groups"] for r in g["rules"]
-                    if r.get("alert") == "PocketMQBrokerMissingFromNameServer")
-        firing = wait_for(lambda: len(prom.query(expr)) == 2 and prom.query(expr), 20,
-                          "broker-missing alert expression matching both NameServers")
-        assert {r["metric"]["pod"] for r in firing} == {p.name for p in namesrvs(cluster)}
+    # the rendered "broker missing" alert now matches every NameServer
+    (rule,) = cluster.manifests.of_kind("PrometheusRule")
+    expr = next(r["expr"] for g in rule["spec"]["groups"] for r in g["rules"]
+                if r.get("alert") == "PocketMQBrokerMissingFromNameServer")
+    firing = wait_for(lambda: len(prom.query(expr)) == 2 and prom.query(expr), 20,
+                      "broker-missing alert expression matching both NameServers")
+    assert {r["metric"]["pod"] for r in firing} == {p.name for p in namesrvs(cluster)}
     codes = cluster.stop(namesrvs(cluster), max_grace=30)
     assert codes == {p.name: 0 for p in namesrvs(cluster)}

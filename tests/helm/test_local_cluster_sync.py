@@ -22,9 +22,6 @@ from tests.helm.e2e import (
     grafana_to_promql,
     masters,
     namesrvs,
-    needs_prometheus,
-    needs_replication,
-    needs_services,
     panel_query,
     start_cluster,
     wait_for,
@@ -32,7 +29,7 @@ from tests.helm.e2e import (
 from tests.helm.localpods import LocalCluster, LocalPod
 from tests.helm.prom import Prometheus
 
-pytestmark = [pytest.mark.slow, needs_services]
+pytestmark = pytest.mark.slow
 VALUES: dict[str, Any] = {
     # the StatefulSet kind (not the default): brokers name the NameServer pod by its stable name
     "namesrv": {"kind": "StatefulSet", "replicas": 1, "readinessWarmUpSeconds": 1},
@@ -84,7 +81,6 @@ def test_ordinal_zero_is_the_sync_master_and_the_slaves_follow_it(cluster: Local
                  f"{slave.name} learned its master from the NameServer")
 
 
-@needs_replication
 def test_sync_sends_are_acknowledged_by_a_slave(cluster: LocalCluster) -> None:
     master = masters(cluster)["broker-a"].addr("grpc")
     client.create_topic(master, "HelmSync", 1)
@@ -93,7 +89,6 @@ def test_sync_sends_are_acknowledged_by_a_slave(cluster: LocalCluster) -> None:
              f"a SYNC_MASTER send acknowledged by a slave (first: {reply})")
 
 
-@needs_replication
 def test_replication_is_authenticated_with_the_charts_secret(cluster: LocalCluster) -> None:
     master = masters(cluster)["broker-a"]
     slaves = [p for p in brokers(cluster) if p.template.ordinal > 0]
@@ -113,7 +108,6 @@ def test_replication_is_authenticated_with_the_charts_secret(cluster: LocalClust
     assert all(HA_AUTH_VALUE not in pod.log_text() for pod in cluster.pods), "a pod logged the secret"
 
 
-@needs_prometheus
 @pytest.mark.parametrize("expr", dashboard_targets())
 def test_dashboard_query_returns_data_with_sync_replication(expr: str, prometheus: Prometheus,
                                                             load: Load) -> None:
@@ -121,8 +115,6 @@ def test_dashboard_query_returns_data_with_sync_replication(expr: str, prometheu
     wait_for(lambda: prometheus.query(promql), 30, f"data for {promql}", interval=0.5)
 
 
-@needs_replication
-@needs_prometheus
 def test_lag_panel_rises_while_a_slave_is_paused_and_returns_to_zero(
         cluster: LocalCluster, prometheus: Prometheus, load: Load) -> None:
     promql = grafana_to_promql(panel_query("Replication lag per slave (bytes)"))

@@ -3,7 +3,6 @@ each alert firing on the series the services export (and staying quiet on a heal
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -12,10 +11,7 @@ import pytest
 import yaml
 
 from tests.helm.chart import NAMESPACE, VALUE_SETS, merge, render
-
-PROMTOOL = shutil.which("promtool")
-pytestmark = pytest.mark.skipif(PROMTOOL is None,
-                                reason="promtool (Debian package prometheus) is not installed")
+from tests.support import require_executable
 
 RULES_ON = {"metrics": {"prometheusRule": {"enabled": True}}}
 
@@ -27,8 +23,8 @@ def rule_groups(values: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def promtool(*args: str, cwd: Path) -> str:
-    assert PROMTOOL is not None
-    done = subprocess.run([PROMTOOL, *args], cwd=cwd, capture_output=True, text=True, timeout=60)
+    done = subprocess.run([require_executable("promtool", "prometheus"), *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, f"promtool {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
     return done.stdout
 

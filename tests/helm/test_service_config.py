@@ -5,7 +5,6 @@ the NameServer's args and namesrv.conf load through the NameServer's parser."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +13,6 @@ import pytest
 from services.broker import k8s_env
 from tests.helm.chart import NAMESPACE, VALUE_SETS, Manifests, PodTemplate, render
 from tests.helm.podenv import container_argv, container_env, expand
-
-BROKER_ENTRY_MISSING = importlib.util.find_spec("services.broker.__main__") is None
-NAMESRV_ENTRY_MISSING = importlib.util.find_spec("services.namesrv.__main__") is None
 
 
 def pod_object(pod: PodTemplate, ip: str) -> dict[str, Any]:
@@ -51,7 +47,6 @@ def localise(argv: list[str], mounts: dict[str, str]) -> list[str]:
     return out
 
 
-@pytest.mark.skipif(BROKER_ENTRY_MISSING, reason="services/broker/__main__.py does not exist yet")
 @pytest.mark.parametrize("value_set", sorted(VALUE_SETS))
 def test_every_broker_pod_loads_its_intended_identity(value_set: str, tmp_path: Path) -> None:
     from services.broker.__main__ import SECTIONS, build_parser
@@ -98,7 +93,6 @@ def test_every_broker_pod_loads_its_intended_identity(value_set: str, tmp_path: 
         assert broker.ha_auth_secret == expected_secret
 
 
-@pytest.mark.skipif(NAMESRV_ENTRY_MISSING, reason="services/namesrv/__main__.py does not exist yet")
 @pytest.mark.parametrize("value_set", sorted(VALUE_SETS))
 def test_every_nameserver_pod_loads_its_config(value_set: str, tmp_path: Path) -> None:
     from services.common.config import from_arguments
@@ -122,7 +116,6 @@ def test_every_nameserver_pod_loads_its_config(value_set: str, tmp_path: Path) -
         assert config.readiness_warm_up_mills == warm_up_s * 1000
 
 
-@pytest.mark.skipif(NAMESRV_ENTRY_MISSING, reason="services/namesrv/__main__.py does not exist yet")
 def test_namesrv_config_values_reach_the_nameserver(tmp_path: Path) -> None:
     from services.common.config import from_arguments
     from services.namesrv.__main__ import build_parser

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.procs import ProcessGroup, free_port
+from tests.integration.procs import ProcessGroup
+from tests.support import free_port
 
 _GROUP_KEY = pytest.StashKey[ProcessGroup]()
 

@@ -1,40 +1,38 @@
 """Helpers for tests that run real service processes on loopback.
 
-* :func:`free_port` - a free TCP port on 127.0.0.1 (never the same one twice per test session).
 * :class:`ProcessGroup` - starts ``sys.executable -m <module> <args>`` with the repository as the
   working directory, output captured to ``<log_dir>/<name>.log``; stops everything with SIGTERM,
   then SIGKILL after a timeout. The ``procs`` fixture (tests/integration/conftest.py) gives each
   test a group and attaches the processes' logs to the report of a failed test.
 * :meth:`ManagedProcess.wait_healthy` - poll grpc.health.v1 until SERVING (fails at once, with the
   log tail, if the process exits).
-* :func:`wait_until` / :func:`async_wait_until` - poll a predicate with a hard time limit.
+
+Ports and polling come from :mod:`tests.support` (re-exported here for older imports).
 
 Nothing here knows about PocketMQ services; other suites reuse it as is.
 """
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import contextlib
-import inspect
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import IO, TypeVar
+from typing import IO
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-ROOT = Path(__file__).resolve().parents[2]
-T = TypeVar("T")
+from tests.support import ROOT, async_wait_until, free_port, wait_until
 
-_handed_out: set[int] = set()
+__all__ = ["ROOT", "ManagedProcess", "ProcessFailedError", "ProcessGroup", "async_wait_until", "free_port",
+           "wait_until"]
+
 _all_processes: list[ManagedProcess] = []
 
 
@@ -45,68 +43,6 @@ def _kill_leftovers() -> None:
         if proc.alive:
             with contextlib.suppress(OSError):
                 proc.popen.kill()
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nothing listens on right now. The port is released before returning, so
-    another process may still take it; ports handed out before are never repeated."""
-    for _ in range(100):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind((host, 0))
-            port: int = s.getsockname()[1]
-        if port not in _handed_out:
-            _handed_out.add(port)
-            return port
-    raise RuntimeError("no free port found")
-
-
-def wait_until(
-    predicate: Callable[[], T],
-    timeout: float,
-    interval: float = 0.05,
-    message: str = "",
-    ignore: tuple[type[BaseException], ...] = (),
-) -> T:
-    """Call ``predicate`` until it returns something truthy and return that; raise TimeoutError
-    after ``timeout`` seconds. Exceptions of the ``ignore`` types count as "not yet"."""
-    deadline = time.monotonic() + timeout
-    last_error: BaseException | None = None
-    while True:
-        try:
-            value = predicate()
-            if value:
-                return value
-        except ignore as exc:
-            last_error = exc
-        if time.monotonic() >= deadline:
-            detail = f" (last error: {last_error!r})" if last_error else ""
-            raise TimeoutError(f"not true within {timeout:g}s: {message or predicate!r}{detail}")
-        time.sleep(interval)
-
-
-async def async_wait_until(
-    predicate: Callable[[], T | Awaitable[T]],
-    timeout: float,  # noqa: ASYNC109 - a polling deadline, not a cancellation scope
-    interval: float = 0.05,
-    message: str = "",
-    ignore: tuple[type[BaseException], ...] = (),
-) -> T:
-    """:func:`wait_until` for event-loop code; ``predicate`` may be a coroutine function."""
-    deadline = time.monotonic() + timeout
-    last_error: BaseException | None = None
-    while True:
-        try:
-            value = predicate()
-            if inspect.isawaitable(value):
-                value = await value
-            if value:
-                return value  # type: ignore[return-value]
-        except ignore as exc:
-            last_error = exc
-        if time.monotonic() >= deadline:
-            detail = f" (last error: {last_error!r})" if last_error else ""
-            raise TimeoutError(f"not true within {timeout:g}s: {message or predicate!r}{detail}")
-        await asyncio.sleep(interval)
 
 
 class ProcessFailedError(AssertionError):

@@ -51,6 +51,15 @@ def sdk_run(cluster: Cluster) -> dict[str, Any]:
             "check_timeout_s": 30,
         }
     )
+    plan.append(
+        {
+            "name": "consumers",
+            "kind": "consumer_start",
+            "topic": NORMAL,
+            "group": "py-consumers",
+            "endpoint": cluster.namesrv,
+        }
+    )
     started_ms = int(time.time() * 1000)
     results = run_python_sdk(cluster.namesrv, plan)
     return {"results": results, "started_ms": started_ms, "ended_ms": int(time.time() * 1000)}
@@ -185,3 +194,10 @@ def test_transaction_checked_after_broker_restart(cluster: Cluster) -> None:
     assert set(ids) <= set(doc["checked"])
     wait_until(lambda: set(ids) <= set(by_id(cluster, topic)), 30, message="checked transactions committed")
     assert sorted(m.properties["UNIQ_KEY"] for m in cluster.messages(topic)) == sorted(ids)
+
+
+def test_sdk_consumers_start_with_the_broker_settings(sdk_run: dict[str, Any]) -> None:
+    doc = sdk_run["results"]["consumers"]
+    assert "error" not in doc, doc["error"]
+    # Without Settings the PushConsumer's start fails after 10 s.
+    assert doc["simple_start_s"] < 5 and doc["push_start_s"] < 5

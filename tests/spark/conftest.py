@@ -38,7 +38,8 @@ def _java_available() -> bool:
 @pytest.fixture(scope="package")
 def spark() -> Iterator[Any]:
     if not _java_available():
-        pytest.skip("Spark needs a Java runtime (java on PATH or JAVA_HOME)")
+        pytest.fail("Spark needs a Java runtime (java on PATH or JAVA_HOME): `make setup` installs "
+                    "the Debian package openjdk-17-jre-headless", pytrace=False)
     from pyspark.sql import SparkSession
 
     import pocketmq.spark

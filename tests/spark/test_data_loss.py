@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from tests.integration.client.cluster import Broker, Cluster
-from tests.integration.procs import wait_until
 from tests.spark.helpers import produce, queue_offset, reader, run_available_now, unique
+from tests.support import wait_until
 
 pytestmark = pytest.mark.slow
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from tests.integration.client.cluster import Cluster
-from tests.integration.procs import wait_until
 from tests.spark.helpers import keys_of, produce, queue_offset, reader, run_available_now, unique
+from tests.support import wait_until
 
 pytestmark = pytest.mark.slow
 

@@ -1,70 +1,11 @@
 """Master side of commit-log replication: the HA port, one connection per slave.
 
-:class:`HAMaster` listens on the HA port (``haListenPort``, default ``listenPort + 1``) and
-runs one :class:`SlaveConnection` per accepted socket.  Each connection has two tasks on the
-broker's event loop:
-
-* the **reader** decodes the slave's 8-byte offset reports with
-  :class:`~services.broker.replication.protocol.MasterConnectionProtocol`.  The first one is the
-  request offset; every later one is an ack that goes to the shared
-  :class:`~services.broker.replication.waiter.SlaveAckTracker` (per-slave acks and
-  ``push2SlaveMaxOffset``), which releases SYNC_MASTER sends waiting in the
-  :class:`~services.broker.replication.waiter.ReplicationWaiter`.
-* the **writer** streams the commit log from the first transfer offset.  It sleeps on an
-  :class:`asyncio.Event` set by the store's append listener (no polling), then plans as many
-  frames as are available (each at most ``haTransferBatchSize`` bytes and never crossing a
-  segment, so each body is one zero-copy ``memoryview`` of the mmap'd segment) and hands up to
-  :data:`ROUND_MAX_BYTES` of them to the kernel in one ``sendmsg`` (scatter/gather: header,
-  body, header, body, ...).  No byte of commit-log data is copied in user space, and the segment
-  slices are held (so the segment cannot be unmapped) until the kernel took every byte.  After
-  ``haSendHeartbeatInterval`` without sending anything it sends a heartbeat (a size-0 frame with
-  the next transfer offset).
-
-The connection ends when either task ends or after ``haHousekeepingInterval`` without reading
-anything (checked by :meth:`SlaveConnection.run`, so a writer blocked on a slave that stopped
-reading cannot hold the connection, and its segment slices, forever).
-
-Catch-up therefore uses the configured frame size unchanged (the wire contract "body <=
-haTransferBatchSize" holds); throughput comes from writing many frames per system call.
-
-Errors close only the connection they happened on (logged with the slave's address):
-
-* an ack beyond the master's max offset (or beyond what this connection sent, or going
-  backwards), a negative offset: the protocol rejects it before any bookkeeping, so
-  ``push2SlaveMaxOffset`` never moves on a bogus ack;
-* a request offset beyond the master's max offset (the slave's log is ahead of ours: it
-  diverged): before closing, the master sends one heartbeat carrying its own max offset, which
-  the slave reads as "my log is ahead of the master's" and can repair (see ``slave.py``);
-* a request offset below the earliest retained offset: a heartbeat with the master's min offset,
-  then close (the slave logs that it must be rebuilt).
-
-Security.  With ``haAuthSecret`` set (the same on the master and its slaves), every accepted
-connection is challenged before anything else happens: the master sends a 21-byte challenge
-(magic ``PMQC``, version, 16 random bytes from :func:`secrets.token_bytes`) and reads exactly the
-32-byte answer, HMAC-SHA256 of the challenge under the secret (see
-:class:`~services.broker.replication.protocol.MasterAuthenticator`), compared in constant time.
-Until the answer is verified the peer is not a slave: it is not listed in the HA status or the
-metrics, nothing it sends is decoded as an offset (so it cannot ack), and not one byte of the
-commit log is sent to it.  A wrong answer, a close, or no answer within ``auth_timeout_s``
-(``min(5 s, haHousekeepingInterval)``) closes the connection with a WARNING naming the peer's
-address and counts in ``pocketmq_ha_auth_failures_total``.  Handshakes in progress count towards
-:data:`MAX_CONNECTIONS`.  A fresh nonce per connection means a recorded answer cannot be
-replayed.  What the handshake does not do: encrypt or authenticate the stream after it (someone
-who can read or alter the traffic between the brokers can still read the commit log or tamper
-with it; keep the port on a private network or use a tunnel); authenticate the master to the
-slave (the slave proves it knows the secret, the master proves nothing, so whoever makes a slave
-connect to it, e.g. by registering a fake master with the NameServer, which has no
-authentication, can feed it data or relay its answer to the real master; ``haMasterAddress``
-pins a slave's master); and protect a weak secret (the config refuses one shorter than 16
-characters).
-
-Without a secret (the default, RocketMQ's behaviour and wire format) the port is open: everything
-received is still validated, at most :data:`MAX_CONNECTIONS` connections are served at once, a
-connection that never sends a request offset is closed by housekeeping, and anything malformed
-closes the connection; but anyone who can reach the port can read the whole commit log, and a
-client that behaves like a slave (valid request offset, acks of what it was sent) is
-indistinguishable from one: its acks count for SYNC_MASTER like a real slave's.  Either way,
-expose the port only to the broker group (the Helm chart's NetworkPolicy does).
+:class:`HAMaster` accepts slaves on ``haListenPort``; each :class:`SlaveConnection` runs a reader
+(the slave's acks, through :class:`~services.broker.replication.protocol.MasterConnectionProtocol`,
+into the shared :class:`~services.broker.replication.waiter.SlaveAckTracker`) and a writer that
+streams the commit log with zero-copy ``sendmsg`` rounds.  With ``haAuthSecret`` every connection
+is challenged first.  Design, error handling and threat model: ``docs/replication.md`` and
+``docs/ha-authentication.md``.
 """
 
 from __future__ import annotations
@@ -82,22 +23,27 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-from services.broker.replication.protocol import (
-    AUTH_MAC_SIZE,
-    AUTH_NONCE_SIZE,
+from services.broker.config import BrokerConfig
+from services.broker.replication.auth import MasterAuthenticator, handshake_timeout_s
+from services.broker.replication.errors import (
     AuthenticationError,
-    MasterAuthenticator,
-    MasterConnectionProtocol,
     ProtocolError,
     RequestBeyondMaxOffsetError,
     RequestOffsetUnavailableError,
+)
+from services.broker.replication.framing import (
+    AUTH_MAC_SIZE,
+    AUTH_NONCE_SIZE,
     encode_heartbeat,
     encode_transfer_header,
 )
+from services.broker.replication.protocol import MasterConnectionProtocol
 from services.broker.replication.waiter import ReplicationWaiter, SlaveAckTracker, WaiterClosedError
+from services.broker.storage.config import StoreConfig
 from services.broker.storage.segment import SegmentSlice
 from services.broker.storage.status import PutMessageStatus
 from services.broker.storage.store import MessageStore
+from services.common.ports import ListenError, join_host_port, reason_of
 
 __all__ = ["MAX_CONNECTIONS", "ROUND_MAX_BYTES", "HAMaster", "MasterSettings", "SlaveConnection", "SlaveInfo"]
 
@@ -116,20 +62,40 @@ _HISTORY_RESOLUTION_S: Final = 0.001
 _HISTORY_MAX: Final = 65_536
 
 
+#: The built-in configuration: the one owner of every default below.
+_BROKER: Final = BrokerConfig()
+_STORE: Final = StoreConfig()
+
+
 @dataclass(frozen=True)
 class MasterSettings:
-    host: str = "0.0.0.0"
-    port: int = 10912
-    batch_size: int = 32 * 1024
-    segment_size: int = 1024 * 1024 * 1024
-    sync_from_earliest: bool = False
-    heartbeat_interval_s: float = 5.0
-    housekeeping_interval_s: float = 20.0
-    fall_behind_max: int = 256 * 1024 * 1024
+    """What :class:`HAMaster` needs from the broker's configuration (:meth:`from_config`); the
+    defaults are those of the built-in :class:`~services.broker.config.BrokerConfig` and
+    :class:`~services.broker.storage.config.StoreConfig`."""
+
+    host: str = _BROKER.listen_host
+    port: int = _BROKER.effective_ha_port
+    batch_size: int = _BROKER.ha_transfer_batch_size
+    segment_size: int = _STORE.mapped_file_size_commit_log
+    sync_from_earliest: bool = _BROKER.ha_sync_from_earliest
+    heartbeat_interval_s: float = _BROKER.ha_send_heartbeat_interval / 1000
+    housekeeping_interval_s: float = _BROKER.ha_housekeeping_interval / 1000
+    fall_behind_max: int = _BROKER.ha_slave_fallbehind_max
     #: haAuthSecret (UTF-8); empty = no authentication.  Never shown by repr().
-    auth_secret: bytes = dataclasses.field(default=b"", repr=False)
+    auth_secret: bytes = dataclasses.field(default=_BROKER.ha_auth_secret.encode(), repr=False)
     #: How long a peer has to answer the challenge.
-    auth_timeout_s: float = 5.0
+    auth_timeout_s: float = handshake_timeout_s(_BROKER.ha_housekeeping_interval / 1000)
+
+    @classmethod
+    def from_config(cls, cfg: BrokerConfig, store: StoreConfig) -> MasterSettings:
+        housekeeping_s = cfg.ha_housekeeping_interval / 1000
+        return cls(host=cfg.listen_host, port=cfg.effective_ha_port, batch_size=cfg.ha_transfer_batch_size,
+                   segment_size=store.mapped_file_size_commit_log,
+                   sync_from_earliest=cfg.ha_sync_from_earliest,
+                   heartbeat_interval_s=cfg.ha_send_heartbeat_interval / 1000,
+                   housekeeping_interval_s=housekeeping_s, fall_behind_max=cfg.ha_slave_fallbehind_max,
+                   auth_secret=cfg.ha_auth_secret.encode(),
+                   auth_timeout_s=handshake_timeout_s(housekeeping_s))
 
 
 @dataclass(frozen=True)
@@ -481,9 +447,10 @@ class HAMaster:
             sock.bind((self.settings.host, self.settings.port))
             sock.listen(64)
             sock.setblocking(False)
-        except OSError:
+        except OSError as exc:
             sock.close()
-            raise
+            raise ListenError(join_host_port(self.settings.host, self.settings.port),
+                              reason_of(exc), "HA") from exc
         self._listener = sock
         self.port = sock.getsockname()[1]
         self.store.add_append_listener(self._on_append)

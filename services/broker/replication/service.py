@@ -2,37 +2,25 @@
 (ASYNC_MASTER, SYNC_MASTER), an :class:`HASlave` on slaves, plus metrics and the admin status.
 
 Wired in by the entry point: ``run_broker(..., ha_factory=create_replication_service)``.
-
-SYNC_MASTER (:meth:`BrokerReplication.wait_replicated`, after the local write and, under
-SYNC_FLUSH, the local flush): if no slave is connected, or the best connected slave is
-``haSlaveFallbehindMax`` or more behind the message's end offset, the answer is
-SLAVE_NOT_AVAILABLE at once (the send path's error text says the message is stored on the
-master); otherwise the send waits, with a real deadline of ``slaveTimeout``, for an ack reaching
-the end offset: PUT_OK, or FLUSH_SLAVE_TIMEOUT.  Waiting is a future in a heap keyed by offset
-that an ack resolves (:class:`~services.broker.replication.waiter.ReplicationWaiter`): one ack
-wakes every send it covers, nothing polls.  ASYNC_MASTER never calls it.
+SYNC_MASTER semantics (:meth:`BrokerReplication.wait_replicated`) are described in
+``docs/replication.md``.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from typing import TYPE_CHECKING
 
 from pocketmq.broker.v1 import broker_pb2
 from services.broker.replication.master import HAMaster, MasterSettings
 from services.broker.replication.metrics import HAMetrics, MasterSample, SlaveSample, SlaveSeries
-from services.broker.replication.protocol import DEFAULT_MAX_BODY_SIZE
 from services.broker.replication.slave import HASlave, SlaveSettings
 from services.broker.storage.status import PutMessageStatus
 
 if TYPE_CHECKING:
     from services.broker.app import BrokerApp, ReplicationService
 
-__all__ = ["AUTH_TIMEOUT_S", "BrokerReplication", "create_replication_service"]
-
-#: Deadline of the haAuthSecret handshake on both sides (or haHousekeepingInterval if shorter).
-AUTH_TIMEOUT_S = 5.0
+__all__ = ["BrokerReplication", "create_replication_service"]
 
 
 class BrokerReplication:
@@ -41,29 +29,12 @@ class BrokerReplication:
         self.role = cfg.broker_role.name
         self.is_master = cfg.is_master
         self.store = app.store
-        segment_size = app.store_config.mapped_file_size_commit_log
-        auth_secret = cfg.ha_auth_secret.encode()
-        auth_timeout_s = min(AUTH_TIMEOUT_S, cfg.ha_housekeeping_interval / 1000)
         self.master: HAMaster | None = None
         self.slave: HASlave | None = None
         if self.is_master:
-            self.master = HAMaster(app.store, MasterSettings(
-                host=cfg.listen_host, port=cfg.effective_ha_port, batch_size=cfg.ha_transfer_batch_size,
-                segment_size=segment_size, sync_from_earliest=cfg.ha_sync_from_earliest,
-                heartbeat_interval_s=cfg.ha_send_heartbeat_interval / 1000,
-                housekeeping_interval_s=cfg.ha_housekeeping_interval / 1000,
-                fall_behind_max=cfg.ha_slave_fallbehind_max,
-                auth_secret=auth_secret, auth_timeout_s=auth_timeout_s))
+            self.master = HAMaster(app.store, MasterSettings.from_config(cfg, app.store_config))
         else:
-            self.slave = HASlave(app.store, SlaveSettings(
-                master_address_override=cfg.ha_master_address,
-                heartbeat_interval_s=cfg.ha_send_heartbeat_interval / 1000,
-                housekeeping_interval_s=cfg.ha_housekeeping_interval / 1000,
-                segment_size=segment_size,
-                max_body_size=max(DEFAULT_MAX_BODY_SIZE, cfg.ha_transfer_batch_size),
-                max_truncate=cfg.ha_slave_fallbehind_max,
-                diverged_dir=os.path.join(app.store_config.store_path_root_dir, "ha-diverged"),
-                auth_secret=auth_secret, auth_timeout_s=auth_timeout_s))
+            self.slave = HASlave(app.store, SlaveSettings.from_config(cfg, app.store_config))
         self.metrics = HAMetrics(app.metrics.registry, cfg.broker_cluster_name, cfg.broker_name,
                                  cfg.broker_id, master=self.is_master)
 

@@ -1,56 +1,11 @@
 """Slave side of commit-log replication (RocketMQ's HAClient).
 
-:class:`HASlave` keeps one connection to the master's HA port and runs on the broker's event
-loop:
-
-* **Where**: the master's HA address comes from the NameServer's reply to the slave's
-  registration (:meth:`HASlave.set_master`, called whenever the routes name another master), or
-  from ``haMasterAddress``, which then wins over the NameServer.  A new address closes the
-  current connection and connects to the new one at once.
-* **Authentication** (only with ``haAuthSecret``): right after connecting, before sending
-  anything, the slave reads the master's 21-byte challenge (at most ``auth_timeout_s``,
-  ``min(5 s, haHousekeepingInterval)``) and sends the 32-byte HMAC answer together with its
-  request offset (see :class:`~services.broker.replication.protocol.SlaveAuthenticator`).  A
-  master without a secret sends no challenge (it waits for the request offset), so the slave
-  gives up after the deadline, or at once if the first bytes are not a challenge, and logs
-  "master does not authenticate; check haAuthSecret on both sides".  The other way round, a
-  slave *without* a secret that meets a challenge says "the master requires haAuthSecret"
-  (the frame decoder recognises the magic) instead of decoding it as a frame.  A master that
-  rejects the answer just closes; the slave then says the secrets probably differ.  All of
-  these are logged at ERROR and retried with the usual backoff: fix the configuration and the
-  slave connects by itself.
-* **Session**: connect (3 s timeout), report the store's max offset (the request offset), then
-  read frames with :class:`~services.broker.replication.protocol.SlaveConnectionProtocol`.
-  Every read goes into one of four preallocated buffers (``recv_into``); the body bytes it
-  holds, whole frames or not, are written with one :meth:`MessageStore.append_data
-  <services.broker.storage.store.MessageStore.append_data>` call (into the commit log,
-  unparsed: the whole 4 KiB blocks of a large append with ``O_DIRECT`` when
-  ``replicaDirectWrite`` is on, the rest with ``pwritev``; the store's reput thread then
-  validates and dispatches the completed records into the consume queues, so consumers can
-  pull from the slave), and one ack with the new max offset goes back (acks of one read are
-  coalesced; an ack may fall inside a record, as RocketMQ's do).  A read of at least 64 KiB
-  (catching up) is queued on a writer thread while the next reads fill the other buffers,
-  and acked as soon as that append returns; appends stay in order, one at a time, and the disk
-  never waits for the event loop between two of them.  The ack covers the commit
-  log, not the consume queues, as in RocketMQ: a SYNC_MASTER PUT_OK means the bytes are in this
-  slave's commit log.  Without any append the slave still reports every ``haSendHeartbeatInterval``, and
-  it closes the connection after ``haHousekeepingInterval`` without reading anything.
-* **Continuity**: a frame (or a heartbeat, once the slave has data) that does not start at the
-  slave's max offset closes the connection; the slave reconnects and asks again from its own
-  max offset, so nothing is skipped or applied twice.
-* **Reconnects**: exponential backoff from :data:`BACKOFF_MIN_S` to :data:`BACKOFF_MAX_S`,
-  reset by a session that received data.
-
-Divergence repair (RocketMQ's slave would retry forever): when the slave's log is *ahead* of the
-master's, the master answers the request with one heartbeat carrying its own max offset and
-closes.  The slave then cuts its log back to that offset with
-:meth:`~services.broker.storage.store.MessageStore.truncate_dirty`, after saving the bytes it drops
-to ``<storePathRootDir>/ha-diverged/<from>-<to>.bin``, and reconnects.  It does so only when the
-offset is a record boundary in its own log, inside its retained range, not 0 (an empty master is
-more likely a wiped disk than a newer history) and when at most ``haSlaveFallbehindMax`` bytes are
-dropped; otherwise it logs an error and keeps retrying without touching the data (an operator
-decides).  A log that diverged *below* the master's max offset cannot be detected with the
-8-byte protocol (no checksums are exchanged); that case is not repaired.
+:class:`HASlave` keeps one connection to the master's HA port (from the NameServer, or
+``haMasterAddress``), answers the ``haAuthSecret`` challenge if configured, appends what it
+receives to the commit log with :meth:`MessageStore.append_data
+<services.broker.storage.store.MessageStore.append_data>` and acks the new max offset.  It
+reconnects with backoff and repairs a log that is ahead of the master's.  Design:
+``docs/replication.md``; authentication: ``docs/ha-authentication.md``.
 """
 
 from __future__ import annotations
@@ -68,18 +23,24 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from services.broker.replication.protocol import (
-    DEFAULT_MAX_BODY_SIZE,
+from services.broker.config import BrokerConfig
+from services.broker.replication.auth import SlaveAuthenticator, handshake_timeout_s
+from services.broker.replication.errors import (
     AuthenticationError,
     ContinuityError,
+    ProtocolError,
+)
+from services.broker.replication.events import (
     DataReceived,
     Event,
-    ProtocolError,
-    SlaveAuthenticator,
-    SlaveConnectionProtocol,
+)
+from services.broker.replication.framing import (
+    DEFAULT_MAX_BODY_SIZE,
     encode_ack,
 )
+from services.broker.replication.protocol import SlaveConnectionProtocol
 from services.broker.storage.commitlog import CommitLogError
+from services.broker.storage.config import StoreConfig
 from services.broker.storage.record import CheckKind, check_record
 from services.broker.storage.store import MessageStore
 from services.common.config import ConfigError, parse_address
@@ -102,24 +63,50 @@ _THREADED_APPEND: Final = 64 * 1024
 _Write = concurrent.futures.Future[int]
 
 
+#: The built-in configuration: the one owner of every default below.
+_BROKER: Final = BrokerConfig()
+_STORE: Final = StoreConfig()
+
+
+def _max_body_size(cfg: BrokerConfig) -> int:
+    # The decoder must understand this broker's own haTransferBatchSize, and at least the
+    # protocol's default limit (the master's batch size may be larger than ours).
+    return max(DEFAULT_MAX_BODY_SIZE, cfg.ha_transfer_batch_size)
+
+
 @dataclass(frozen=True)
 class SlaveSettings:
-    master_address_override: str = ""
-    heartbeat_interval_s: float = 5.0
-    housekeeping_interval_s: float = 20.0
-    segment_size: int = 1024 * 1024 * 1024
+    """What :class:`HASlave` needs from the broker's configuration (:meth:`from_config`); the
+    defaults are those of the built-in :class:`~services.broker.config.BrokerConfig` and
+    :class:`~services.broker.storage.config.StoreConfig`."""
+
+    master_address_override: str = _BROKER.ha_master_address
+    heartbeat_interval_s: float = _BROKER.ha_send_heartbeat_interval / 1000
+    housekeeping_interval_s: float = _BROKER.ha_housekeeping_interval / 1000
+    segment_size: int = _STORE.mapped_file_size_commit_log
     #: Largest frame body accepted (the master's haTransferBatchSize must not exceed it).
-    max_body_size: int = DEFAULT_MAX_BODY_SIZE
+    max_body_size: int = _max_body_size(_BROKER)
     #: Divergence repair drops at most this many bytes (haSlaveFallbehindMax).
-    max_truncate: int = 256 * 1024 * 1024
+    max_truncate: int = _BROKER.ha_slave_fallbehind_max
     #: Where divergence repair saves the bytes it drops ("" = do not save).
     diverged_dir: str = ""
     backoff_min_s: float = BACKOFF_MIN_S
     backoff_max_s: float = BACKOFF_MAX_S
     #: haAuthSecret (UTF-8); empty = no authentication.  Never shown by repr().
-    auth_secret: bytes = dataclasses.field(default=b"", repr=False)
+    auth_secret: bytes = dataclasses.field(default=_BROKER.ha_auth_secret.encode(), repr=False)
     #: How long to wait for the master's challenge.
-    auth_timeout_s: float = 5.0
+    auth_timeout_s: float = handshake_timeout_s(_BROKER.ha_housekeeping_interval / 1000)
+
+    @classmethod
+    def from_config(cls, cfg: BrokerConfig, store: StoreConfig) -> SlaveSettings:
+        housekeeping_s = cfg.ha_housekeeping_interval / 1000
+        return cls(master_address_override=cfg.ha_master_address,
+                   heartbeat_interval_s=cfg.ha_send_heartbeat_interval / 1000,
+                   housekeeping_interval_s=housekeeping_s, segment_size=store.mapped_file_size_commit_log,
+                   max_body_size=_max_body_size(cfg), max_truncate=cfg.ha_slave_fallbehind_max,
+                   diverged_dir=os.path.join(store.store_path_root_dir, "ha-diverged"),
+                   auth_secret=cfg.ha_auth_secret.encode(),
+                   auth_timeout_s=handshake_timeout_s(housekeeping_s))
 
 
 class _SessionEndError(Exception):
@@ -287,8 +274,7 @@ class HASlave:
         store = self.store
         answer = await self._authenticate(sock, loop) if self.settings.auth_secret else b""
         start_offset = store.max_offset
-        proto = SlaveConnectionProtocol(start_offset, max_body_size=self.settings.max_body_size,
-                                        stream_bodies=True)
+        proto = SlaveConnectionProtocol(start_offset, max_body_size=self.settings.max_body_size)
         state = _SessionState(loop.time(), authenticated=bool(answer))
         self.connected = True
         log.info("connected to master", extra={"master_ha_addr": addr, "request_offset": start_offset,

@@ -17,7 +17,8 @@ import heapq
 import itertools
 from typing import Final
 
-from services.broker.replication.protocol import AckBeyondMaxOffsetError
+from services.broker.config import BrokerConfig
+from services.broker.replication.errors import AckBeyondMaxOffsetError
 
 __all__ = [
     "DEFAULT_SLAVE_FALLBEHIND_MAX",
@@ -26,8 +27,9 @@ __all__ = [
     "WaiterClosedError",
 ]
 
-#: ``haSlaveFallbehindMax``: a slave further behind than this is not "available".
-DEFAULT_SLAVE_FALLBEHIND_MAX: Final = 256 * 1024 * 1024
+#: ``haSlaveFallbehindMax`` (its default is :class:`~services.broker.config.BrokerConfig`'s): a
+#: slave further behind than this is not "available".
+DEFAULT_SLAVE_FALLBEHIND_MAX: Final = BrokerConfig.ha_slave_fallbehind_max
 
 
 class WaiterClosedError(RuntimeError):

@@ -606,11 +606,6 @@ class CommitLog:
             count, reason = self._dispatch_locked(None, True)
             return count, reason, self._dispatched
 
-    @property
-    def undispatched(self) -> bool:
-        """Whether written bytes wait for the dispatcher (and it is not stopped by an error)."""
-        return self._dispatched < self._queue.max_offset and self._dispatch_error is None
-
     def reput(self, max_records: int = REPUT_BATCH) -> int:
         """Dispatch up to ``max_records`` whole records from :attr:`dispatched_offset` (one lock
         acquisition: call it in a loop, letting other threads run in between). An invalid

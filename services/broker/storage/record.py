@@ -211,13 +211,6 @@ def tag_hash_code(tag: str) -> int:
     return h - 0x1_0000_0000 if h & 0x8000_0000 else h
 
 
-def is_dispatchable(sys_flag: int) -> bool:
-    """Whether a record gets a consume queue entry: not for prepared or rolled back transaction
-    messages (they wait in the transaction topics), as in RocketMQ."""
-    t = sys_flag & _TRANSACTION_MASK
-    return t in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
-
-
 # --------------------------------------------------------------------------------------------
 # Hosts and message ids
 # --------------------------------------------------------------------------------------------

@@ -1,13 +1,5 @@
 """``MessageStore``: the broker's storage facade (RocketMQ's ``DefaultMessageStore``).
 
-Layout under ``storePathRootDir``::
-
-    commitlog/<20-digit offset>                     all messages, 1 GiB segments
-    consumequeue/<topic>/<queueId>/<20-digit pos>   20-byte index entries per queue
-    checkpoint                                      flushed offsets and timestamps
-    abort                                           present while the store is open
-    lock                                            flock: one process per store
-
 Usage::
 
     with MessageStore(StoreConfig(store_path_root_dir="/data/store")) as store:
@@ -15,39 +7,8 @@ Usage::
         assert r.status is PutMessageStatus.PUT_OK
         got = store.get_messages("orders", 1, queue_offset=0, max_count=32)
 
-All methods are thread-safe. Writes serialise on the commit log lock (one lock acquisition per
-put, also for a batch); reads do not take it. Threads: one flush thread (``FlushRealTimeService``
-or ``GroupCommitService``) and one maintenance thread (consume queue flush + checkpoint, expired
-file deletion).
-
-Writing
-    :meth:`MessageStore.put_message` / :meth:`MessageStore.put_messages` append and, under
-    SYNC_FLUSH, block until flushed (``FLUSH_DISK_TIMEOUT`` after ``syncFlushTimeout``).
-    Asyncio callers use :meth:`MessageStore.append_messages` (never waits for the disk) and
-    ``await asyncio.wait_for(asyncio.wrap_future(store.flush_future(r.end_offset)), timeout)``.
-    Appended messages are readable through :meth:`MessageStore.get_messages` as soon as the
-    call returns. :meth:`MessageStore.add_append_listener` callbacks get the new max offset
-    after every append (replication wakes waiting slaves with it).
-
-Replication
-    Master: :meth:`MessageStore.get_data` returns zero-copy slices of the commit log. Slave:
-    :meth:`MessageStore.append_data` writes them verbatim into the commit log (``pwritev``,
-    unparsed); the ``ReputMessageService`` thread then validates the whole records
-    (body CRC included) and dispatches them into the consume queues (RocketMQ's reput), a
-    batch per lock acquisition. Replicated messages are readable once dispatched:
-    :meth:`MessageStore.add_dispatch_listener` callbacks get the new dispatched offset,
-    :meth:`MessageStore.wait_dispatched` blocks until an offset is dispatched. An invalid
-    record stops the dispatcher (:attr:`MessageStore.dispatch_error`); the next
-    ``append_data`` cuts the log back there and raises ``CorruptDataError``.
-    :meth:`MessageStore.truncate_dirty` cuts a diverged log back.
-
-Recovery (:meth:`MessageStore.start`, reported in :attr:`MessageStore.recovery`)
-    Clean shutdown: the checkpoint holds the exact end of the log; it is checked (nothing
-    written after it) and trusted, no record is read. After a crash (``abort`` file present):
-    records are validated from the start of the segment holding the checkpoint's flushed
-    offset; the first torn or corrupt record ends the log, the tail is zeroed, consume queue
-    entries past the end (and past the checkpoint's consume queue offset) are dropped and
-    rebuilt from the commit log.
+All methods are thread-safe.  Directory layout, threads, the write and read paths, replicated
+data and recovery are described in ``docs/architecture.md`` ("The message store").
 """
 
 from __future__ import annotations
@@ -59,6 +20,7 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Future
 from types import TracebackType
+from typing import NamedTuple
 
 from services.broker.storage.checkpoint import (
     Checkpoint,
@@ -114,6 +76,24 @@ REPUT_BATCH_IDLE = 256
 
 AppendListener = Callable[[int], None]
 DispatchListener = Callable[[int], None]
+
+
+class QueueSelection(NamedTuple):
+    """The records a pull takes from one consume queue (:meth:`MessageStore.select_entries`)."""
+
+    #: FOUND when records were picked, else why none were (out of range, filtered, removed).
+    status: GetMessageStatus
+    #: Commit log offsets of the picked records, in queue order.
+    offsets: list[int]
+    #: The same records as ``(start, end)`` commit log ranges, contiguous records merged.
+    runs: list[tuple[int, int]]
+    #: Bytes of the picked records.
+    total: int
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    #: The status to report if none of the picked records can be read after all.
+    miss_status: GetMessageStatus
 
 
 class StoreError(Exception):
@@ -324,20 +304,8 @@ class MessageStore:
 
     def put_message(self, msg: Message) -> PutResult:
         """Append one message; under SYNC_FLUSH wait until it is on disk."""
-        # Same as append_message, inlined: this is the hottest path of the broker.
-        if not self._running:
-            return _not_available()
-        try:
-            result = self._log.append(msg, self._max_message_size)
-        except RecordError as exc:
-            return _refused(exc)
-        except Exception as exc:
-            return _append_failed(exc)
-        if self._listeners:
-            self._notify(self._log.max_offset)
-        if self._dispatch_listeners:
-            self._notify_dispatched(result.end_offset)
-        if self._sync_flush:
+        result = self.append_message(msg)
+        if self._sync_flush and result.status is PutMessageStatus.PUT_OK:
             return self._wait_flushed(result)
         return result
 
@@ -440,9 +408,6 @@ class MessageStore:
         reput thread dispatched (on that thread). Keep it cheap and non-blocking."""
         self._dispatch_listeners = (*self._dispatch_listeners, listener)
 
-    def remove_dispatch_listener(self, listener: DispatchListener) -> None:
-        self._dispatch_listeners = tuple(x for x in self._dispatch_listeners if x != listener)
-
     def _notify_dispatched(self, offset: int) -> None:
         for listener in self._dispatch_listeners:
             try:
@@ -491,20 +456,34 @@ class MessageStore:
     def get_messages(self, topic: str, queue_id: int, queue_offset: int, max_count: int = 32,
                      max_bytes: int | None = None, tag_hashes: Collection[int] | None = None) -> GetResult:
         """Pull up to ``max_count`` messages (and ``max_bytes``; at least one) of a queue from
-        ``queue_offset``; both capped by ``maxTransferCount/BytesOnMessageInMemory``.
-        ``tag_hashes``: keep only messages whose tag hash code (see
-        :func:`~services.broker.storage.record.tag_hash_code`) is in it (None = all).
-        Continue from ``next_begin_offset``."""
+        ``queue_offset``, chosen by :meth:`select_entries`. Continue from ``next_begin_offset``."""
+        sel = self.select_entries(topic, queue_id, queue_offset, max_count, max_bytes, tag_hashes)
+        if not sel.offsets:
+            return GetResult(sel.status, [], sel.next_begin_offset, sel.min_offset, sel.max_offset)
+        messages = [m for m in self._log.read_many(sel.offsets) if m is not None]
+        return GetResult(GetMessageStatus.FOUND if messages else sel.miss_status, messages,
+                         sel.next_begin_offset, sel.min_offset, sel.max_offset)
+
+    def select_entries(self, topic: str, queue_id: int, queue_offset: int, max_count: int = 32,
+                       max_bytes: int | None = None,
+                       tag_hashes: Collection[int] | None = None) -> QueueSelection:
+        """Choose the records a pull of a queue from ``queue_offset`` returns (the one place
+        that does, for decoded and raw pulls alike): up to ``max_count`` and ``max_bytes`` (at
+        least one record), both capped by ``maxTransferCount/BytesOnMessageInMemory``.
+        ``tag_hashes``: keep only records whose tag hash code (see
+        :func:`~services.broker.storage.record.tag_hash_code`) is in it (None = all); a filtered
+        pull scans at most :data:`MAX_FILTER_SCAN` entries. Filler entries and records below the
+        commit log's min offset (deleted) are skipped."""
         cq = self._cq.get(topic, queue_id)
         if cq is None or cq.max_offset == 0:
-            return GetResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, [], 0, 0, 0)
+            return _selection(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, 0, 0)
         min_offset, max_offset = cq.min_offset, cq.max_offset
         if queue_offset < min_offset:
-            return GetResult(GetMessageStatus.OFFSET_TOO_SMALL, [], min_offset, min_offset, max_offset)
+            return _selection(GetMessageStatus.OFFSET_TOO_SMALL, min_offset, min_offset, max_offset)
         if queue_offset == max_offset:
-            return GetResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, [], queue_offset, min_offset, max_offset)
+            return _selection(GetMessageStatus.OFFSET_OVERFLOW_ONE, queue_offset, min_offset, max_offset)
         if queue_offset > max_offset:
-            return GetResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, [], max_offset, min_offset, max_offset)
+            return _selection(GetMessageStatus.OFFSET_OVERFLOW_BADLY, max_offset, min_offset, max_offset)
         cfg = self.config
         max_count = max(1, min(max_count, cfg.max_transfer_count_on_message_in_memory))
         byte_cap = cfg.max_transfer_bytes_on_message_in_memory
@@ -512,7 +491,9 @@ class MessageStore:
         scan_limit = max(max_count, MAX_FILTER_SCAN) if tag_hashes is not None else max_count
         log_min = self._log.min_offset
         offset = queue_offset
-        picked: list[int] = []
+        offsets: list[int] = []
+        runs: list[tuple[int, int]] = []
+        run_start = run_end = -1
         total = scanned = filtered = removed = 0
         full = False
         while not full and offset < max_offset and scanned < scan_limit:
@@ -527,26 +508,31 @@ class MessageStore:
                 elif tag_hashes is not None and tags_code not in tag_hashes:
                     filtered += 1
                 else:
-                    if picked and total + size > max_bytes:
+                    if offsets and total + size > max_bytes:
                         full = True
                         break
-                    picked.append(physical_offset)
+                    offsets.append(physical_offset)
+                    if physical_offset != run_end:
+                        if run_start >= 0:
+                            runs.append((run_start, run_end))
+                        run_start = run_end = physical_offset
+                    run_end += size
                     total += size
                 offset += 1
                 scanned += 1
-                if len(picked) >= max_count:
+                if len(offsets) >= max_count:
                     full = True
                     break
-        messages = [m for m in self._log.read_many(picked) if m is not None]
-        if messages:
-            status = GetMessageStatus.FOUND
-        elif filtered:
-            status = GetMessageStatus.NO_MATCHED_MESSAGE
+        if run_start >= 0:
+            runs.append((run_start, run_end))
+        if filtered:
+            miss = GetMessageStatus.NO_MATCHED_MESSAGE
         elif removed:
-            status = GetMessageStatus.MESSAGE_WAS_REMOVING
+            miss = GetMessageStatus.MESSAGE_WAS_REMOVING
         else:
-            status = GetMessageStatus.OFFSET_FOUND_NULL
-        return GetResult(status, messages, offset, min_offset, max_offset)
+            miss = GetMessageStatus.OFFSET_FOUND_NULL
+        return QueueSelection(GetMessageStatus.FOUND if offsets else miss, offsets, runs, total, offset,
+                              min_offset, max_offset, miss)
 
     def read_message(self, physical_offset: int) -> MessageRecord | None:
         """The record at a commit log offset (e.g. from an offset message id)."""
@@ -688,6 +674,11 @@ class MessageStore:
         self._cq.flush(0)
         self._checkpoint.save(Checkpoint(physic_msg_timestamp=physic_ts, logics_msg_timestamp=now_ms(),
                                          physic_offset=physic_offset, logics_offset=logics_offset))
+
+
+def _selection(status: GetMessageStatus, next_begin: int, min_offset: int, max_offset: int) -> QueueSelection:
+    """A selection that picked nothing because the offset is outside the queue."""
+    return QueueSelection(status, [], [], 0, next_begin, min_offset, max_offset, status)
 
 
 def _not_available() -> PutResult:

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from tests.integration.broker.client import BrokerClient
-from tests.integration.procs import ManagedProcess, ProcessGroup, free_port
+from tests.integration.procs import ManagedProcess, ProcessGroup
+from tests.support import free_port
 
 BROKER_SERVICE = "pocketmq.broker.v1.Broker"
 

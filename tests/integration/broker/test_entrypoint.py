@@ -12,7 +12,8 @@ import pytest
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from tests.integration.broker.client import BrokerClient
-from tests.integration.procs import ROOT, ProcessGroup, free_port
+from tests.integration.procs import ProcessGroup
+from tests.support import ROOT, free_port
 
 pytestmark = pytest.mark.slow
 

@@ -20,8 +20,9 @@ from typing import Any
 
 import pytest
 
-from tests.integration.client.cluster import Cluster, wait_for
-from tests.integration.procs import ProcessGroup, free_port
+from tests.integration.client.cluster import Cluster
+from tests.integration.procs import ProcessGroup
+from tests.support import free_port, wait_for
 
 pytestmark = pytest.mark.slow
 

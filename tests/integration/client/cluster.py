@@ -8,7 +8,6 @@ Built on :mod:`tests.integration.procs` (free ports, process groups, health wait
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -17,7 +16,8 @@ import grpc
 from pocketmq.broker.v1 import broker_pb2, broker_pb2_grpc
 from pocketmq.common.v1 import common_pb2
 from pocketmq.namesrv.v1 import namesrv_pb2, namesrv_pb2_grpc
-from tests.integration.procs import ManagedProcess, ProcessGroup, free_port, wait_until
+from tests.integration.procs import ManagedProcess, ProcessGroup
+from tests.support import free_port, wait_until
 
 BROKER_SERVICE = "pocketmq.broker.v1.Broker"
 NAMESRV_SERVICE = "pocketmq.namesrv.v1.NameServer"
@@ -150,10 +150,3 @@ class Cluster:
         wait_until(routed, timeout, message=f"route of {topic}")
 
 
-def wait_for(predicate: object, timeout: float, message: str = "", interval: float = 0.05) -> None:
-    """:func:`wait_until` for predicates returning bool (typed loosely for lambdas)."""
-    wait_until(predicate, timeout, interval=interval, message=message)  # type: ignore[arg-type]
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000

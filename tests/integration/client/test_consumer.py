@@ -16,8 +16,9 @@ import pytest
 
 from pocketmq import Admin, AsyncConsumer, AsyncProducer, Consumer, Message, Producer, ReceivedMessage
 from pocketmq.client.allocate import allocation_table
-from tests.integration.client.cluster import CONSUMER_EXPIRY_MS, Cluster, wait_for
-from tests.integration.procs import ManagedProcess, async_wait_until, wait_until
+from tests.integration.client.cluster import CONSUMER_EXPIRY_MS, Cluster
+from tests.integration.procs import ManagedProcess
+from tests.support import async_wait_until, wait_for, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -364,11 +365,11 @@ def test_reads_from_the_slave_while_the_master_is_down_and_back(cluster: Cluster
                 src = consumer.pull_sources()
                 return len(src) == 2 and set(src.values()) == {addr}
 
-            await _wait_async(lambda: sources(master.addr), 10)
+            await async_wait_until(lambda: sources(master.addr), 10)
             master.proc.kill()
-            await _wait_async(lambda: sources(slave.addr), 10)
+            await async_wait_until(lambda: sources(slave.addr), 10)
             await asyncio.to_thread(cluster.restart, master)
-            await _wait_async(lambda: sources(master.addr), 15)
+            await async_wait_until(lambda: sources(master.addr), 15)
             async with AsyncProducer(cluster.namesrv) as producer:
                 await producer.send(Message("c-ha", "after-restart"))
             msg = await consumer.receive(10)
@@ -379,23 +380,6 @@ def test_reads_from_the_slave_while_the_master_is_down_and_back(cluster: Cluster
     asyncio.run(run())
 
 
-def _replication_wired() -> bool:
-    """Brokers replicate once the broker process imports services.broker.replication's
-    master/slave (until then a slave's store stays empty)."""
-    import importlib.util
-    import re
-
-    from tests.integration.procs import ROOT
-
-    if importlib.util.find_spec("services.broker.replication.master") is None:
-        return False
-    pattern = re.compile(r"^\s*(from|import) services\.broker\.replication\b", re.M)
-    return any(pattern.search((ROOT / "services" / "broker" / name).read_text())
-               for name in ("__main__.py", "app.py") if (ROOT / "services" / "broker" / name).exists())
-
-
-@pytest.mark.skipif(not _replication_wired(),
-                    reason="needs commit-log replication (issue 5): the slave has no data to read yet")
 def test_group_keeps_reading_from_the_slave_after_the_master_is_sigkilled(
     cluster: Cluster, tmp_path: Path
 ) -> None:
@@ -430,9 +414,3 @@ def _has_topic(addr: str, topic: str) -> bool:
     return True
 
 
-async def _wait_async(predicate: Any, timeout: float) -> None:  # noqa: ASYNC109
-    deadline = time.monotonic() + timeout
-    while not await predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"not true within {timeout} s")
-        await asyncio.sleep(0.05)

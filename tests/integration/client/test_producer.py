@@ -10,7 +10,8 @@ import pytest
 
 from pocketmq import AsyncConsumer, AsyncProducer, Message, MessageQueue, Producer, SendStatus
 from pocketmq import errors as e
-from tests.integration.client.cluster import Cluster, wait_for
+from tests.integration.client.cluster import Cluster
+from tests.support import async_wait_until, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -142,7 +143,13 @@ def test_route_refresh_picks_up_a_new_broker_group(cluster: Cluster) -> None:
             assert first.queue.broker_name == "broker-a"
             b = cluster.start_broker("broker-b")
             await asyncio.to_thread(cluster.create_topic, "p-refresh", 2, [b])
-            await asyncio.sleep(0.8)
-            return {(await producer.send(Message("p-refresh", "x"))).queue.broker_name for _ in range(8)}
+            seen: set[str] = set()
+
+            async def sent_to_both() -> bool:
+                seen.add((await producer.send(Message("p-refresh", "x"))).queue.broker_name)
+                return seen == {"broker-a", "broker-b"}
+
+            await async_wait_until(sent_to_both, 10, message="a send routed to the new group")
+            return seen
 
     assert asyncio.run(run()) == {"broker-a", "broker-b"}

@@ -14,7 +14,7 @@ import pytest
 from pocketmq import Admin, AsyncConsumer, AsyncProducer, Message, ReceivedMessage
 from pocketmq.client.transport import BrokerCaller
 from tests.integration.client.cluster import Cluster
-from tests.integration.procs import async_wait_until
+from tests.support import async_wait_until
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,8 @@ import pytest
 
 from pocketmq.namesrv.v1 import namesrv_pb2 as pb
 from pocketmq.namesrv.v1 import namesrv_pb2_grpc
-from tests.integration.procs import ManagedProcess, ProcessGroup, free_port
+from tests.integration.procs import ManagedProcess, ProcessGroup
+from tests.support import free_port, wait_until
 
 EXPIRY_MS = 2000
 SCAN_MS = 100
@@ -124,7 +125,7 @@ def start_registrar(procs: ProcessGroup, tmp_path: Path) -> Callable[..., Regist
 
 
 def proc_wait_first_round(registrar: Registrar, timeout: float = 15.0) -> None:
-    from tests.integration.procs import ProcessFailedError, wait_until
+    from tests.integration.procs import ProcessFailedError
 
     def done() -> bool:
         if not registrar.proc.alive:

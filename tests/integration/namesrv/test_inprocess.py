@@ -21,7 +21,7 @@ from services.namesrv.api import SERVICE_NAME
 from services.namesrv.app import NamesrvApp
 from services.namesrv.config import NamesrvConfig
 from services.namesrv.routeinfo import DataVersion, Registration
-from tests.integration.procs import async_wait_until, free_port
+from tests.support import async_wait_until, free_port
 
 pytestmark = pytest.mark.asyncio
 

@@ -21,17 +21,14 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from pocketmq.common.v1 import common_pb2
 from pocketmq.namesrv.v1 import namesrv_pb2 as pb
-from tests.integration.namesrv.conftest import EXPIRY_MS, REGISTER_PERIOD_S, SCAN_MS, Namesrv, Registrar
-from tests.integration.procs import ROOT, ProcessGroup, free_port, wait_until
+from tests.integration.namesrv.conftest import EXPIRY_MS, SCAN_MS, Namesrv, Registrar
+from tests.integration.procs import ProcessGroup
+from tests.support import ROOT, free_port, now_ms, wait_until
 
 pytestmark = pytest.mark.slow
 
 StartNamesrv = Callable[..., Namesrv]
 StartRegistrar = Callable[..., Registrar]
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def test_broker_registers_and_its_topics_appear_in_routes(
@@ -153,14 +150,17 @@ def test_with_two_namesrvs_one_killed_the_broker_stays_registered_with_the_other
         assert ns.route("everywhere") is not None
 
     ns1.proc.kill()
+    killed_at = now_ms()
     rounds_before = broker.status()["rounds"]
     time.sleep(EXPIRY_MS / 1000 * 1.5)  # longer than the expiry: only fresh heartbeats keep it
 
     live = ns2.cluster_info().broker_live_table[broker.broker_addr]
-    assert now_ms() - live.last_update_timestamp < 1000
-    assert ns2.route("everywhere") is not None
     status = broker.status()
-    assert status["rounds"] - rounds_before >= (EXPIRY_MS / 1000 * 1.5 / REGISTER_PERIOD_S) // 2
+    # The status file may lag one round: the third round counted after the kill began after it,
+    # and ns2 took its heartbeat.
+    assert status["rounds"] - rounds_before >= 3
+    assert live.last_update_timestamp >= killed_at
+    assert ns2.route("everywhere") is not None
     assert status["outcomes"][ns2.addr]["ok"] is True
     assert status["outcomes"][ns1.addr]["ok"] is False
     broker.proc.wait_for_log(f"namesrv={ns1.addr}")  # the failure is logged with the address
@@ -182,17 +182,20 @@ def test_a_hung_namesrv_does_not_delay_registration_with_the_others(
     ns = start_namesrv()
     broker = start_registrar([blackhole, ns], "broker-h", topics=("h",), timeout=1.0)
 
+    before = now_ms()
     for _ in range(3):  # a few rounds: the first ones wait for the connection attempt
         rounds = broker.status()["rounds"]
         status = wait_until(lambda r=rounds: (s := broker.status())["rounds"] > r and s, 10)
         hung, good = status["outcomes"][blackhole], status["outcomes"][ns.addr]
         # The hung one fails (handshake or call timeout), bounded by the per-call timeout ...
         assert not hung["ok"] and hung["error"] in ("DEADLINE_EXCEEDED", "UNAVAILABLE")
-        assert hung["elapsed_s"] < 1.0 + 0.5
-        # ... while the call to the healthy one in the same round returns at once.
-        assert good["ok"] and good["elapsed_s"] < 0.5
+        assert hung["elapsed_s"] < 1.0 * 3
+        # ... while the call to the healthy one in the same round returns within that timeout
+        # (the hung one may also fail at once, UNAVAILABLE while its channel backs off).
+        assert good["ok"] and good["elapsed_s"] < 1.0
+    # The rounds counted after ``before`` began after it: the healthy one was registered with since.
     live = ns.cluster_info().broker_live_table[broker.broker_addr]
-    assert now_ms() - live.last_update_timestamp < 1500
+    assert live.last_update_timestamp >= before
     assert ns.route("h") is not None
 
 

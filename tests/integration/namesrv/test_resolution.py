@@ -27,7 +27,7 @@ from services.namesrv.app import NamesrvApp
 from services.namesrv.config import NamesrvConfig
 from services.namesrv.routeinfo import DataVersion, Registration
 from tests.integration.namesrv.test_inprocess import Topics, identity
-from tests.integration.procs import async_wait_until, free_port
+from tests.support import async_wait_until, free_port, ports_free
 
 NAME = "pmq-namesrv-headless.mq.svc.cluster.local"
 BROKER = "127.0.0.1:10911"
@@ -48,21 +48,11 @@ class FakeDNS:
         return list(answer)
 
 
-def _port_free_on(port: int, *hosts: str) -> bool:
-    for host in hosts:
-        with socket.socket() as s:
-            try:
-                s.bind((host, port))
-            except OSError:
-                return False
-    return True
-
-
 def shared_port(*hosts: str) -> int:
     """A port free on every one of ``hosts``."""
     for _ in range(50):
         port = free_port()
-        if _port_free_on(port, *hosts):
+        if ports_free([port], *hosts):
             return port
     raise RuntimeError(f"no port free on all of {hosts}")
 
@@ -333,8 +323,9 @@ async def test_a_new_nameserver_behind_the_name_is_registered_with_between_round
     with caplog.at_level(logging.INFO, logger="services.broker.registration"):
         await registrar.start()
         try:
-            await asyncio.sleep(0.3)  # several discovery passes, nothing new: no extra round
-            assert registrar.rounds == 1 and len(dns.calls) > 3
+            # several discovery passes, nothing new: no extra round
+            await async_wait_until(lambda: len(dns.calls) > 3, 5, message="several discovery passes")
+            assert registrar.rounds == 1
             assert [live(a) for a in apps] == [{BROKER}, set()]
             dns.answers[NAME] = ["127.0.0.1", "127.0.0.2"]  # a NameServer pod started (period: 60 s)
             await async_wait_until(lambda: live(apps[1]) == {BROKER}, timeout=5)

@@ -12,7 +12,8 @@ import pytest
 
 from pocketmq.broker.v1 import broker_pb2 as pb
 from tests.integration.broker.client import BrokerClient
-from tests.integration.procs import ManagedProcess, ProcessGroup, free_port
+from tests.integration.procs import ManagedProcess, ProcessGroup
+from tests.support import free_port
 
 BROKER_SERVICE = "pocketmq.broker.v1.Broker"
 SEGMENT = 1024 * 1024

@@ -1,6 +1,6 @@
 """Commit-log replication between real broker processes on loopback (1 MiB segments).
 
-What issue 5 asks to show: an empty slave catches up a master holding several segments and the
+What replication must show: an empty slave catches up a master holding several segments and the
 commit logs are byte-identical; a SIGKILLed slave resumes from its own offset (no gap, no
 duplicate); under SYNC_MASTER a master SIGKILLed mid-load loses nothing it acknowledged; a
 stopped slave gives SLAVE_NOT_AVAILABLE at once; a slave that stops acking gives
@@ -14,18 +14,17 @@ import socket
 import struct
 import threading
 import time
-import urllib.request
 
 import grpc
 import pytest
 
 from pocketmq.broker.v1 import broker_pb2 as pb
-from services.broker.replication.protocol import encode_ack
+from services.broker.replication import encode_ack
 from services.broker.storage.record import decode_record
 from tests.integration.broker.client import BrokerClient
-from tests.integration.procs import wait_until
 from tests.integration.replication.conftest import SEGMENT, Broker, StartBroker
 from tests.integration.replication.proxy import StallingProxy
+from tests.support import metric_value, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -61,12 +60,7 @@ def caught_up(master: Broker, slave: Broker) -> bool:
 
 
 def metric(broker: Broker, name: str) -> float:
-    url = f"http://127.0.0.1:{broker.metrics_port}/metrics"
-    text = urllib.request.urlopen(url, timeout=5).read().decode()
-    for line in text.splitlines():
-        if line.startswith(name + "{") or line.startswith(name + " "):
-            return float(line.rsplit(" ", 1)[1])
-    raise AssertionError(f"{name} not exported")
+    return metric_value(broker.metrics_port, name)
 
 
 def pull_sequence(client: BrokerClient, queue_id: int) -> list[int]:
@@ -242,7 +236,7 @@ def test_sync_master_answers_slave_not_available_quickly_when_the_slave_is_stopp
     elapsed = time.monotonic() - started
     assert reply.status == pb.SLAVE_NOT_AVAILABLE
     assert "stored on the master" in reply.remark
-    assert elapsed < 0.5
+    assert elapsed < 1.5  # not after the slaveTimeout (3 s by default)
     assert len(master.client.pull_all(TOPIC, 0)) == 8  # stored anyway
     assert metric(master, "pocketmq_ha_slave_not_available_total") == 1
 

@@ -9,8 +9,9 @@ Each scenario is ``{"name", "kind", "topic", ...}``; kinds: ``sync`` / ``async``
 (``count``, ``delay_ms``), ``transaction`` (``commit``, ``rollback``, ``unresolved`` counts:
 the checker commits unresolved ones, or leaves them open with ``--checker unknown``; with
 ``"wait_check": true`` the script waits until every unresolved one was checked), ``await_checks``
-(``message_ids``: wait until the broker asked this producer's checker about each). Prints one
-JSON object per scenario (``{"name", "receipts" | "error"}``) and a final ``{"event": "done"}``.
+(``message_ids``: wait until the broker asked this producer's checker about each),
+``consumer_start`` (``group``, ``endpoint``: start and stop a SimpleConsumer and a PushConsumer).
+Prints one JSON object per scenario (``{"name", "receipts" | "error"}``) and a final ``{"event": "done"}``.
 """
 
 from __future__ import annotations
@@ -23,9 +24,14 @@ import time
 
 from rocketmq import (
     ClientConfiguration,
+    ConsumeResult,
     Credentials,
+    FilterExpression,
     Message,
+    MessageListener,
     Producer,
+    PushConsumer,
+    SimpleConsumer,
     TransactionChecker,
     TransactionResolution,
 )
@@ -75,6 +81,11 @@ class Checker(TransactionChecker):
         if self.answer == "unknown":
             return TransactionResolution.TRANSACTION_RESOLUTION_UNSPECIFIED
         return TransactionResolution.COMMIT
+
+
+class Listener(MessageListener):
+    def consume(self, message: Message) -> ConsumeResult:
+        return ConsumeResult.SUCCESS
 
 
 def wait_checks(checker: Checker, expected: set[str], timeout_s: float) -> list[str]:
@@ -129,6 +140,20 @@ def run(producer: Producer, checker: Checker, sc: dict) -> dict:
         unresolved = {r["message_id"] for r in receipts if r["outcome"] == "unresolved"}
         if sc.get("wait_check") and unresolved:
             result["checked"] = wait_checks(checker, unresolved, sc.get("check_timeout_s", 60))
+    elif kind == "consumer_start":
+        # Consumers start only after the broker answered their Settings (the Python
+        # PushConsumer gives up after 10 s); receiving is not served yet.
+        config = ClientConfiguration(sc["endpoint"], Credentials())
+        subscription = {topic: FilterExpression()}
+        for name, make in (
+            ("simple", lambda: SimpleConsumer(config, sc["group"], subscription)),
+            ("push", lambda: PushConsumer(config, sc["group"], Listener(), subscription)),
+        ):
+            started = time.monotonic()
+            consumer = make()
+            consumer.startup()
+            result[f"{name}_start_s"] = time.monotonic() - started
+            consumer.shutdown()
     elif kind == "await_checks":
         # A producer started later (e.g. after a broker restart) resolves what others left open.
         result["checked"] = wait_checks(checker, set(sc["message_ids"]), sc.get("check_timeout_s", 60))

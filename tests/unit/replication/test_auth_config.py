@@ -13,9 +13,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from services.broker.__main__ import SECTIONS, build_parser
 from services.broker.config import BrokerConfig, BrokerRole, mask_secrets
+from services.broker.replication import AUTH_TIMEOUT_S
 from services.broker.replication.master import MasterSettings
 from services.broker.replication.metrics import HAMetrics, MasterSample
-from services.broker.replication.service import AUTH_TIMEOUT_S, BrokerReplication
+from services.broker.replication.service import BrokerReplication
 from services.broker.replication.slave import SlaveSettings
 from services.broker.storage.config import StoreConfig
 from services.common.config import ConfigError, from_arguments, to_properties

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.broker.replication.protocol import (
+from services.broker.replication import (
     AUTH_CHALLENGE_SIZE,
     AUTH_MAC_SIZE,
     AUTH_MAGIC,
@@ -224,13 +224,12 @@ def test_slave_with_a_secret_recognises_a_master_that_does_not_authenticate(firs
         SlaveAuthenticator(SECRET).receive_data(first[:AUTH_CHALLENGE_SIZE])
 
 
-@pytest.mark.parametrize("stream_bodies", [False, True])
 @pytest.mark.parametrize("initial_offset", [0, 4096])
 @settings(max_examples=50)
 @given(cuts=st.lists(st.integers(0, 30), max_size=6))
 def test_slave_without_a_secret_recognises_the_challenge_instead_of_decoding_it(
-        stream_bodies: bool, initial_offset: int, cuts: list[int]) -> None:
-    proto = SlaveConnectionProtocol(initial_offset, stream_bodies=stream_bodies)
+        initial_offset: int, cuts: list[int]) -> None:
+    proto = SlaveConnectionProtocol(initial_offset)
     events: list[object] = []
     with pytest.raises(AuthRequiredError, match="the master requires haAuthSecret") as info:
         for chunk in split(encode_challenge(NONCE), cuts):
@@ -241,7 +240,7 @@ def test_slave_without_a_secret_recognises_the_challenge_instead_of_decoding_it(
 
 
 def test_real_headers_never_look_like_the_magic() -> None:
-    proto = SlaveConnectionProtocol(0, stream_bodies=True)
+    proto = SlaveConnectionProtocol(0)
     big = (0x504D5143 << 32) - 1  # the largest offset below the magic's range
     events = proto.receive_data(encode_transfer_header(big - 2, 2) + b"ok")
     assert [(type(e), e.offset) for e in events] == [(DataReceived, big - 2)]

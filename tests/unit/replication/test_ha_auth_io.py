@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from services.broker.replication.protocol import (
+from services.broker.replication import (
     AUTH_CHALLENGE_SIZE,
     AUTH_MAGIC,
     TRANSFER_HEADER_SIZE,

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.broker.replication.protocol import (
+from services.broker.replication import (
     AckBeyondMaxOffsetError,
     AckBeyondSentOffsetError,
     AckReceived,

@@ -8,10 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.broker.replication.protocol import (
+from services.broker.replication import (
     DEFAULT_MAX_BODY_SIZE,
     HARD_MAX_BODY_SIZE,
     MAX_OFFSET,
+    TRANSFER_HEADER_SIZE,
     ContinuityError,
     DataReceived,
     FrameTooLargeError,
@@ -87,9 +88,10 @@ class TestDecoding:
         for cut in range(1, len(data)):
             proto = SlaveConnectionProtocol(7)
             first = proto.receive_data(data[:cut])
-            assert first == []
-            assert proto.buffered == cut
-            assert normalized(proto.receive_data(data[cut:])) == [("data", 7, b"xyz")]
+            if cut <= TRANSFER_HEADER_SIZE:
+                assert first == []
+                assert proto.buffered == cut % TRANSFER_HEADER_SIZE
+            assert merged(normalized(first + proto.receive_data(data[cut:]))) == [("data", 7, b"xyz")]
             assert proto.buffered == 0
 
     def test_one_byte_at_a_time(self) -> None:
@@ -98,24 +100,8 @@ class TestDecoding:
         events: list[SlaveEvent] = []
         for byte in stream:
             events += proto.receive_data(bytes([byte]))
-        assert normalized(events) == [("data", 0, b"abc"), ("heartbeat", 3, b""), ("data", 3, b"d" * 40)]
-
-    def test_mutable_input_is_copied(self) -> None:
-        chunk = bytearray(frame(0, b"abc"))
-        proto = SlaveConnectionProtocol(0)
-        (event,) = proto.receive_data(chunk)
-        chunk[-3:] = b"zzz"
-        assert isinstance(event, DataReceived)
-        assert bytes(event.body) == b"abc"
-
-    def test_reassembled_body_is_independent_of_later_input(self) -> None:
-        proto = SlaveConnectionProtocol(0)
-        data = frame(0, b"0123456789") + frame(10, b"abcdefghij")
-        first = proto.receive_data(data[:15])
-        second = proto.receive_data(data[15:30])
-        third = proto.receive_data(data[30:])
-        assert first == []
-        assert normalized(second + third) == [("data", 0, b"0123456789"), ("data", 10, b"abcdefghij")]
+        expected = [("data", 0, b"abc"), ("heartbeat", 3, b""), ("data", 3, b"d" * 40)]
+        assert merged(normalized(events)) == expected
 
     @settings(max_examples=200)
     @given(
@@ -134,7 +120,7 @@ class TestDecoding:
         for lo, hi in itertools.pairwise(bounds):
             chunk = stream[lo:hi]
             events += proto.receive_data(bytearray(chunk) if as_bytearray else chunk)
-        assert normalized(events) == expected
+        assert merged(normalized(events)) == merged(expected)
         assert proto.next_offset == offset
         assert proto.buffered == 0
 
@@ -156,7 +142,7 @@ class TestDecoding:
 class TestStreamBodies:
     def test_body_bytes_come_out_as_they_arrive(self) -> None:
         data = frame(100, b"abcdef") + frame(106, b"gh")
-        proto = SlaveConnectionProtocol(100, stream_bodies=True)
+        proto = SlaveConnectionProtocol(100)
         assert normalized(proto.receive_data(data[:14])) == [("data", 100, b"ab")]
         assert proto.next_offset == 102 and proto.frame_remaining == 4 and proto.buffered == 0
         assert normalized(proto.receive_data(data[14:20])) == [("data", 102, b"cdef")]
@@ -165,14 +151,14 @@ class TestStreamBodies:
 
     def test_bodies_are_views_of_the_buffer_passed_in(self) -> None:
         buf = bytearray(frame(0, b"abc") + frame(3, b"defg"))
-        events = SlaveConnectionProtocol(0, stream_bodies=True).receive_data(memoryview(buf))
+        events = SlaveConnectionProtocol(0).receive_data(memoryview(buf))
         bodies = [e.body for e in events if isinstance(e, DataReceived)]
         assert all(isinstance(b, memoryview) and b.readonly for b in bodies)
         buf[12:15] = b"xyz"  # nothing was copied: the caller owns the buffer until it reuses it
         assert [bytes(b) for b in bodies] == [b"xyz", b"defg"]
 
     def test_continuity_is_checked_at_each_header(self) -> None:
-        proto = SlaveConnectionProtocol(0, stream_bodies=True)
+        proto = SlaveConnectionProtocol(0)
         with pytest.raises(ContinuityError) as info:
             proto.receive_data(frame(0, b"abc") + encode_heartbeat(3) + frame(4, b"d"))
         assert (info.value.expected, info.value.received) == (3, 4)
@@ -181,7 +167,7 @@ class TestStreamBodies:
             proto.receive_data(frame(3, b"d"))  # dead after an error
 
     def test_oversized_header_is_rejected_before_any_body(self) -> None:
-        proto = SlaveConnectionProtocol(0, max_body_size=64, stream_bodies=True)
+        proto = SlaveConnectionProtocol(0, max_body_size=64)
         with pytest.raises(FrameTooLargeError):
             proto.receive_data(encode_transfer_header(0, 65) + b"x" * 65)
 
@@ -195,7 +181,7 @@ class TestStreamBodies:
         self, start: int, items: list[bytes | None], cuts: list[int]
     ) -> None:
         stream, expected, offset = build_stream(start, items)
-        proto = SlaveConnectionProtocol(start, max_body_size=64, stream_bodies=True)
+        proto = SlaveConnectionProtocol(start, max_body_size=64)
         buf = bytearray(len(stream))  # one reused receive buffer, as the slave uses it
         events: list[tuple[str, int, bytes]] = []
         bounds = sorted({0, len(stream), *(min(c, len(stream)) for c in cuts)})

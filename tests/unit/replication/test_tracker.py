@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.broker.replication.protocol import AckBeyondMaxOffsetError
+from services.broker.replication import AckBeyondMaxOffsetError
 from services.broker.replication.waiter import DEFAULT_SLAVE_FALLBEHIND_MAX, SlaveAckTracker
 
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.broker.replication.protocol import (
+from services.broker.replication import (
     AckReceived,
     ContinuityError,
     DataReceived,
@@ -20,14 +22,21 @@ from services.broker.replication.protocol import (
     encode_transfer_header,
 )
 from services.broker.replication.waiter import SlaveAckTracker
+from services.broker.storage.commitlog import OffsetMismatchError
+from services.broker.storage.store import MessageStore
+from tests.unit.replication.test_ha_io import BODY, SEGMENT, fill, make_store
 
 
 @dataclass
 class FakeCommitLog:
-    """An in-memory commit log holding offsets base..base+len(data)."""
+    """An in-memory commit log holding offsets base..base+len(data), whose :meth:`append_data`
+    keeps the contract of ``CommitLog.append_data`` (test_the_fake_keeps_the_commit_logs_contract
+    runs both through the same calls)."""
 
     base: int = 0
     data: bytearray = field(default_factory=bytearray)
+    #: mappedFileSizeCommitLog (master and slave use the same; :class:`Link` sets both).
+    segment_size: int = 1000
 
     @property
     def min_offset(self) -> int:
@@ -42,11 +51,31 @@ class FakeCommitLog:
         assert start >= 0 and start + size <= len(self.data)
         return bytes(self.data[start : start + size])
 
-    def append_at(self, offset: int, body: bytes | memoryview) -> None:
-        if not self.data and self.base == 0:
-            self.base = offset  # an empty slave adopts the master's start
-        assert offset == self.max_offset, "slave appended out of order"
-        self.data += body
+    def append_data(self, start_offset: int, data: bytes | memoryview | Sequence[bytes | memoryview]) -> int:
+        """Append replicated bytes (one buffer or several back to back); returns the new max
+        offset. ``start_offset`` must be the max offset, or a segment boundary when the log is
+        empty; no buffer may cross a segment boundary (the buffers of one call may fill a segment
+        and go on in the next). Everything is checked before anything is written."""
+        pieces = [data] if isinstance(data, (bytes, bytearray, memoryview)) else list(data)
+        size = self.segment_size
+        if not self.data:
+            if start_offset % size:
+                raise OffsetMismatchError(start_offset, 0, f"an empty commit log can only start at a "
+                                                           f"segment boundary, not {start_offset}")
+        elif start_offset != self.max_offset:
+            raise OffsetMismatchError(start_offset, self.max_offset)
+        end = start_offset
+        for piece in pieces:
+            n = len(piece)
+            if n and end // size != (end + n - 1) // size:
+                raise OffsetMismatchError(start_offset, start_offset,
+                                          f"{n} bytes at {end} cross the end of the segment")
+            end += n
+        if not self.data:
+            self.base = start_offset  # an empty slave adopts the master's start
+        for piece in pieces:
+            self.data += piece
+        return self.max_offset
 
 
 class Link:
@@ -63,6 +92,7 @@ class Link:
     ) -> None:
         self.master_log = master_log
         self.slave_log = slave_log
+        master_log.segment_size = slave_log.segment_size = segment_size
         self.master = MasterConnectionProtocol(
             batch_size=batch_size, segment_size=segment_size, sync_from_earliest=sync_from_earliest
         )
@@ -102,9 +132,10 @@ class Link:
         del self.m2s[:n]
         events = self.slave.receive_data(chunk)
         self.slave_events += events
-        for event in events:
-            if isinstance(event, DataReceived):
-                self.slave_log.append_at(event.offset, event.body)
+        # As the slave does: the bodies of one read, in one append from the first one's offset.
+        data = [event for event in events if isinstance(event, DataReceived)]
+        if data:
+            self.slave_log.append_data(data[0].offset, [event.body for event in data])
         if events:
             self.slave_ack()
 
@@ -257,8 +288,72 @@ def test_random_interleavings_and_splits_converge(
     )
     # Acks arrive as sent, whatever the splitting.
     assert [a.offset for a in link.acks_seen] == link.acks_sent
-    # The slave saw exactly what an unsplit decode of the master's stream yields.
+    # The slave saw exactly what an unsplit decode of the master's stream yields (bodies come out
+    # as they arrive, so a split frame is several contiguous pieces: compare them joined).
     whole = SlaveConnectionProtocol(slave_prefix).receive_data(bytes(link.m2s_total))
-    assert [(type(e), e.offset, bytes(getattr(e, "body", b""))) for e in whole] == [
-        (type(e), e.offset, bytes(getattr(e, "body", b""))) for e in link.slave_events
+    assert joined(whole) == joined(link.slave_events)
+
+
+def joined(events: list[SlaveEvent]) -> list[tuple[str, int, bytes]]:
+    """Events as (kind, offset, body) with contiguous data pieces joined into one."""
+    out: list[tuple[str, int, bytes]] = []
+    for e in events:
+        if isinstance(e, DataReceived):
+            last = out[-1] if out else None
+            if last is not None and last[0] == "data" and last[1] + len(last[2]) == e.offset:
+                out[-1] = ("data", last[1], last[2] + bytes(e.body))
+            else:
+                out.append(("data", e.offset, bytes(e.body)))
+        else:
+            out.append(("heartbeat", e.offset, b""))
+    return out
+
+
+def test_the_fake_keeps_the_commit_logs_contract(stores: tuple[MessageStore, MessageStore],
+                                                 tmp_path: Path) -> None:
+    """The same append_data calls on a real slave store and on FakeCommitLog: same new max
+    offsets, same refusals, same bytes."""
+    master, slave = stores
+    fill(master, 3 * SEGMENT // BODY)
+    data = bytearray()
+    while len(data) < master.max_offset:
+        with master.get_data(len(data), SEGMENT) as piece:  # type: ignore[union-attr]
+            data += piece.data
+    s = SEGMENT
+    assert 3 * s < len(data) < 4 * s
+    calls: list[tuple[int, bytes | list[bytes]]] = [
+        (100, [bytes(data[100:110])]),  # an empty log starts at a segment boundary
+        (0, [bytes(data[:s - 50]), b""]),
+        (s - 49, [bytes(data[s - 49:s - 40])]),  # a gap
+        (s - 50, [bytes(data[s - 50:s + 100])]),  # one buffer across the end of a segment
+        (s - 50, [bytes(data[s - 50:s]), bytes(data[s:s + 100])]),  # fill a segment, go on in the next
+        (s + 100, bytes(data[s + 100:2 * s])),  # one buffer, not a list
+        (2 * s, [bytes(data[2 * s:3 * s]), bytes(data[3 * s:])]),
     ]
+    fake = FakeCommitLog(segment_size=s)
+
+    def outcome(log: MessageStore | FakeCommitLog, start: int, pieces: bytes | list[bytes]) -> object:
+        try:
+            return log.append_data(start, pieces)
+        except OffsetMismatchError as exc:
+            return ("refused", exc.start_offset, exc.max_offset)
+
+    seen = []
+    for start, pieces in calls:
+        real = outcome(slave, start, pieces)
+        assert outcome(fake, start, pieces) == real, (start, real)
+        assert fake.max_offset == slave.max_offset
+        seen.append(real)
+    assert seen == [("refused", 100, 0), s - 50, ("refused", s - 49, s - 50), ("refused", s - 50, s - 50),
+                    s + 100, 2 * s, len(data)]
+    assert fake.data == data
+    assert slave.wait_dispatched(len(data), 10)
+
+    # An empty log may also start at a later segment boundary (the master's last segment).
+    late, late_fake = make_store(tmp_path / "late"), FakeCommitLog(segment_size=s)
+    try:
+        for log in (late, late_fake):
+            assert log.append_data(s, bytes(data[s:s + 100])) == s + 100
+            assert log.min_offset == s
+    finally:
+        late.shutdown()

@@ -295,6 +295,42 @@ def test_queue_entries_are_the_raw_consume_queue(open_store: StoreFactory) -> No
     assert store.queue_entries("Nope", 0, 0, 3) == []
 
 
+def test_select_entries_is_what_both_pull_forms_return(open_store: StoreFactory) -> None:
+    store = open_store()
+    for i in range(40):  # two queues interleaved, so a queue's records are not all contiguous
+        tags = "a" if i % 3 else "b"
+        assert store.put_message(msg(i, queue_id=0 if i % 5 else 1, tags=tags)).ok
+    a = {tag_hash_code("a")}
+    for start, count, max_bytes, hashes in [(0, 32, None, None), (2, 5, None, a), (0, 32, 700, a),
+                                            (10, 1, 1, None)]:
+        sel = store.select_entries("TopicA", 0, start, count, max_bytes, hashes)
+        got = store.get_messages("TopicA", 0, start, count, max_bytes, hashes)
+        assert sel.status is got.status is GetMessageStatus.FOUND
+        assert sel.offsets == [m.physical_offset for m in got.messages]
+        assert sel.next_begin_offset == got.next_begin_offset
+        assert sel.total == sum(m.store_size for m in got.messages)
+        # The runs cover exactly the picked records, contiguous ones merged.
+        assert sum(end - begin for begin, end in sel.runs) == sel.total
+        ends = [m.physical_offset + m.store_size for m in got.messages]
+        assert [begin for begin, _ in sel.runs] == [
+            m.physical_offset for k, m in enumerate(got.messages)
+            if k == 0 or ends[k - 1] != m.physical_offset]
+        assert len(sel.runs) < len(sel.offsets) or len(sel.offsets) == 1
+        if hashes is not None:
+            assert all(m.tags == "a" for m in got.messages)
+        if max_bytes is not None:
+            assert len(got.messages) == 1 or sel.total <= max_bytes
+    only_b = store.select_entries("TopicA", 0, 0, 32, None, {tag_hash_code("b")} | {12345})
+    assert only_b.status is GetMessageStatus.FOUND
+    nothing = store.select_entries("TopicA", 0, 0, 32, None, {12345})
+    assert (nothing.status, nothing.offsets, nothing.runs) == (GetMessageStatus.NO_MATCHED_MESSAGE, [], [])
+    assert nothing.next_begin_offset == store.max_queue_offset("TopicA", 0)
+    end = store.max_queue_offset("TopicA", 0)
+    assert store.select_entries("TopicA", 0, end, 32).status is GetMessageStatus.OFFSET_OVERFLOW_ONE
+    assert store.select_entries("TopicA", 0, end + 1, 32).status is GetMessageStatus.OFFSET_OVERFLOW_BADLY
+    assert store.select_entries("TopicA", 7, 0, 32).status is GetMessageStatus.NO_MESSAGE_IN_QUEUE
+
+
 def test_warmer_keeps_pages_cached_ahead_of_the_writer(open_store: StoreFactory) -> None:
     store = open_store(warm_ahead_size=8192)
     store.put_message(msg(0))
