@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
 # PocketMQ: one image for the NameServer, the brokers and the `pocketmq` CLI.
 #
-#   docker build -t pocketmq/pocketmq:0.1.0 .
+#   docker build -t pocketmq/pocketmq:0.1.0 .          # or `make image` (Docker or podman)
 #   docker run --rm pocketmq/pocketmq:0.1.0                                  # a NameServer
 #   docker run --rm pocketmq/pocketmq:0.1.0 pocketmq-broker -c broker.conf   # a broker
 #
@@ -25,8 +25,10 @@ COPY pocketmq pocketmq
 COPY services services
 COPY apache apache
 # Runtime dependencies plus the k8s extra (pod self-labelling) at the lock file's exact versions;
-# all of them ship binary wheels, so no build tools are needed even here.
+# all of them ship binary wheels, so no build tools are needed even here. The Kubernetes client's
+# asyncio copy (kubernetes/aio, about 70 MB) is removed: self-labelling uses the blocking client.
 RUN /opt/pocketmq/bin/pip install --prefer-binary --constraint requirements/lock.txt ".[k8s]" \
+ && rm -rf /opt/pocketmq/lib/python3*/site-packages/kubernetes/aio \
  && /opt/pocketmq/bin/python -m compileall -q -j 0 /opt/pocketmq/lib \
  && /opt/pocketmq/bin/python -m pip uninstall --yes pip setuptools
 
@@ -35,7 +37,9 @@ FROM ${PYTHON_IMAGE}
 LABEL org.opencontainers.image.title="PocketMQ" \
       org.opencontainers.image.description="RocketMQ-style message system in Python: NameServer, brokers, CLI" \
       org.opencontainers.image.licenses="Apache-2.0"
-RUN python -m pip uninstall --yes pip setuptools wheel \
+# python:3.11-slim ships pip/setuptools/wheel in the system Python: removed. A Debian base
+# (scripts/image.py builds one where python:3.11-slim cannot be pulled) has no system pip.
+RUN if python -m pip --version >/dev/null 2>&1; then python -m pip uninstall --yes pip setuptools wheel; fi \
  && groupadd --system --gid 10001 pocketmq \
  && useradd --system --uid 10001 --gid 10001 --home-dir /data --no-create-home \
             --shell /usr/sbin/nologin pocketmq \

@@ -97,6 +97,10 @@ class LocalPod:
     rewrites: list[str] = dataclasses.field(default_factory=list)
     process: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
+    #: The container's own environment (its spec's ``env`` after the rewrites; no image ENV).
+    spec_env: dict[str, str] = dataclasses.field(default_factory=dict)
+    #: mountPath -> the local directory standing for that volume.
+    mounts: dict[str, Path] = dataclasses.field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -143,8 +147,12 @@ class LocalCluster:
     """The pods of ``manifests`` (all but ``helm test`` hooks) as processes under ``workdir``."""
 
     def __init__(self, manifests: Manifests, workdir: Path, namespace: str,
-                 cluster_domain: str = "cluster.local", subnet: str | None = None) -> None:
+                 cluster_domain: str = "cluster.local", subnet: str | None = None,
+                 keep_mount_paths: bool = False) -> None:
         self.manifests = manifests
+        #: Leave mountPaths as written (no rewrite 3): for pods run as containers that mount
+        #: each :attr:`LocalPod.mounts` directory at its mountPath.
+        self.keep_mount_paths = keep_mount_paths
         self.workdir = workdir
         self.namespace = namespace
         self.cluster_domain = cluster_domain
@@ -316,11 +324,14 @@ class LocalCluster:
                 data = self.manifests.get("ConfigMap", volume["configMap"]["name"])["data"]
                 config_files += [(local / key, text) for key, text in data.items()]
             mounts[mount["mountPath"]] = local
+        pod.mounts = dict(mounts)
+        if self.keep_mount_paths:
+            mounts = {}
         spec_env = container_env(container, pod_obj, secrets=self.manifests.secrets())
         argv = container_argv(container, {**self.image_env, **spec_env})
-        pod.env = {**self.image_env, "HOSTNAME": pod.name, "HOME": str(pod.dir),
-                   **{k: self._rewrite(pod, v, mounts, f"env {k}", namesrv_list=k == NAMESRV_LIST_ENV)
-                      for k, v in spec_env.items()}}
+        pod.spec_env = {k: self._rewrite(pod, v, mounts, f"env {k}", namesrv_list=k == NAMESRV_LIST_ENV)
+                        for k, v in spec_env.items()}
+        pod.env = {**self.image_env, "HOSTNAME": pod.name, "HOME": str(pod.dir), **pod.spec_env}
         pod.argv = []
         for i, arg in enumerate(argv):
             flag, eq, value = arg.partition("=")

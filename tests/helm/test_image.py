@@ -1,4 +1,4 @@
-"""The Dockerfile follows the image rules (no Docker engine here, so these are static checks):
+"""The Dockerfile follows the image rules (static checks; tests/image builds and runs it):
 slim multi-stage build, no build tools or pip in the final stage, a numeric non-root user that
 matches the chart, the console-script entry points, and a build context (.dockerignore) that
 holds exactly what the Dockerfile copies."""
