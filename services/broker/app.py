@@ -213,7 +213,9 @@ class BrokerApp:
             append=self.send.append, group_config=self.ensure_group, cluster=cfg.broker_cluster_name,
             broker_name=cfg.broker_name, metrics=PopMetrics(self.metrics.registry, [
                 ("cluster", cfg.broker_cluster_name), ("broker", cfg.broker_name),
-                ("broker_id", str(cfg.broker_id))]))
+                ("broker_id", str(cfg.broker_id))]),
+            auto_renew_ms=cfg.default_invisible_time_mills, renew_ahead_ms=cfg.renew_ahead_time_millis,
+            renew_max_ms=cfg.renew_max_time_millis)
         if cfg.is_master:
             await asyncio.to_thread(self.pop.load)
         await self._load_timers_and_transactions()

@@ -23,6 +23,8 @@ from tests.sdk.cluster import SDK_PYTHON, Cluster, start_cluster
 SCRIPT = ROOT / "tests" / "sdk" / "python" / "consume.py"
 #: Short delay levels: the push consumer's backoff is 1 s, 2 s, 3 s.
 FLAGS = ["--message-delay-level", "1s 2s 3s 4s 5s"]
+#: Push consumers get 4 s invisible times, renewed 2 s before they end.
+FLAGS += ["--default-invisible-time-mills", "4000", "--renew-ahead-time-millis", "2000"]
 
 
 def run_consumers(endpoint: str, plan: list[dict[str, Any]], timeout: float = 150) -> dict[str, Any]:
@@ -162,6 +164,26 @@ def test_fifo_push_consumer_gets_each_queue_in_order_with_a_failure_in_the_middl
     bodies = [d[4] for d in run["fifo"]["deliveries"]]
     assert [b for b in bodies if b.startswith("a")] == ["a-0", "a-1", "a-2", "a-2", "a-3", "a-4"]
     assert [b for b in bodies if b.startswith("b")] == [f"b-{i}" for i in range(5)]
+
+
+def test_the_broker_renews_a_push_consumers_invisible_time_while_it_works(pop_cluster: Cluster) -> None:
+    """The handler takes 12 s, three times the push consumer's 4 s invisible time: the broker
+    renews it for the connected client, so the message is not delivered again meanwhile."""
+    pop_cluster.create_topic("pop-renew")
+    pop_cluster.broker("broker-a").client.send("pop-renew", b"slow", tags="t")
+    plan = [
+        {
+            "name": "renew",
+            "kind": "push",
+            "topic": "pop-renew",
+            "group": "g-renew",
+            "sleep": 12,
+            "count": 1,
+            "timeout": 40,
+        }
+    ]
+    res = run_consumers(pop_cluster.namesrv, plan)["renew"]
+    assert [d[1] for d in res["deliveries"]] == [1] and res["successes"] == [res["deliveries"][0][0]]
 
 
 def test_two_consumers_of_one_group_never_hold_the_same_message(run: dict[str, Any]) -> None:

@@ -47,10 +47,11 @@ log = logging.getLogger(__name__)
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
 REVIVE_GROUP = "CID_RMQ_SYS_REVIVE_GROUP"
-#: Invisible time of push consumers (auto_renew), renewed while their client is connected.
+#: Invisible time of push consumers (auto_renew), renewed while their client is connected
+#: (defaults; brokers pass defaultInvisibleTimeMills, renewAheadTimeMillis, renewMaxTimeMillis).
 AUTO_RENEW_MS = 60_000
-RENEW_AHEAD_MS = 20_000
-MAX_RENEWS = 180
+RENEW_AHEAD_MS = 10_000
+RENEW_MAX_MS = 3 * 3600 * 1000
 REVIVE_TICK_S = 0.1
 PROGRESS_EVERY_S = 1.0
 REPLAY_BATCH = 256
@@ -100,7 +101,9 @@ class PopRequest:
 class PopService:
     def __init__(self, *, store: MessageStore, topics: TopicConfigManager, offsets: ConsumerOffsetManager,
                  notifier: QueueNotifier, append: Append, group_config: GroupConfig, cluster: str,
-                 broker_name: str, metrics: PopMetrics, connected: Connected = lambda _c: False) -> None:
+                 broker_name: str, metrics: PopMetrics, connected: Connected = lambda _c: False,
+                 auto_renew_ms: int = AUTO_RENEW_MS, renew_ahead_ms: int = RENEW_AHEAD_MS,
+                 renew_max_ms: int = RENEW_MAX_MS) -> None:
         self.store = store
         self.topics = topics
         self.offsets = offsets
@@ -111,7 +114,9 @@ class PopService:
         self.revive_topic = revive_topic(cluster)
         self.metrics = metrics
         self.connected = connected
-        self.auto_renew_ms = AUTO_RENEW_MS
+        self.auto_renew_ms = auto_renew_ms
+        self.renew_ahead_ms = renew_ahead_ms
+        self.renew_max_ms = renew_max_ms
         self.inflight = InFlight()
         self._heap: list[tuple[int, Key, int]] = []
         self._task: asyncio.Task[None] | None = None
@@ -390,9 +395,9 @@ class PopService:
 
     def _renew(self, now_ms: int) -> None:
         for entry in self.inflight:
-            if (entry.auto_renew and entry.deadline_ms - now_ms < RENEW_AHEAD_MS
-                    and entry.renewed < MAX_RENEWS and self.connected(entry.client_id)):
-                entry.deadline_ms += AUTO_RENEW_MS
+            if (entry.auto_renew and entry.deadline_ms - now_ms < self.renew_ahead_ms
+                    and now_ms - entry.pop_ms < self.renew_max_ms and self.connected(entry.client_id)):
+                entry.deadline_ms = now_ms + self.auto_renew_ms
                 entry.renewed += 1
 
     def tick(self) -> int:

@@ -12,7 +12,7 @@ Scenarios run in parallel threads; each is ``{"name", "kind", "topic", "group", 
   ack it (with ``change_to`` s: changes its
   invisible duration to that right away), waits until it comes back, acks the second delivery.
 * ``push``: a PushConsumer whose listener fails each message ``fail`` times (-1: always), and
-  the bodies in ``fail_bodies`` once, and then succeeds; runs until ``count`` messages
+  the bodies in ``fail_bodies`` once, and then succeeds (after ``sleep`` s); runs until ``count`` messages
   succeeded or ``timeout`` s passed.
 * ``pair``: two SimpleConsumers of one group receive concurrently, hold each message
   ``hold`` s and ack it, until ``count`` messages were acked.
@@ -108,9 +108,10 @@ def run_redeliver(endpoint: str, sc: dict) -> dict:
 
 
 class Listener(MessageListener):
-    def __init__(self, fail: int, fail_bodies: list[str]) -> None:
+    def __init__(self, fail: int, fail_bodies: list[str], sleep: float = 0.0) -> None:
         self.fail = fail
         self.fail_bodies = set(fail_bodies)
+        self.sleep = sleep
         self.lock = threading.Lock()
         self.deliveries: list = []
         self.successes: set = set()
@@ -124,12 +125,15 @@ class Listener(MessageListener):
             self.deliveries.append([message.message_id, message.delivery_attempt, time.time(), "push", body])
             if self.fail < 0 or n <= self.fail or (body in self.fail_bodies and n == 1):
                 return ConsumeResult.FAILURE
+        if self.sleep:
+            time.sleep(self.sleep)  # a slow handler: longer than the broker's invisible time
+        with self.lock:
             self.successes.add(message.message_id)
-            return ConsumeResult.SUCCESS
+        return ConsumeResult.SUCCESS
 
 
 def run_push(endpoint: str, sc: dict) -> dict:
-    listener = Listener(sc.get("fail", 0), sc.get("fail_bodies", []))
+    listener = Listener(sc.get("fail", 0), sc.get("fail_bodies", []), sc.get("sleep", 0.0))
     consumer = PushConsumer(config(endpoint), sc["group"], listener, {sc["topic"]: FilterExpression("*")})
     consumer.startup()
     deadline = time.time() + sc.get("timeout", 60)
