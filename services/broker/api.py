@@ -25,6 +25,7 @@ from pocketmq.common.v1 import common_pb2
 from pocketmq.wire.address import AddressError, parse_host_port
 from services.broker import validation as v
 from services.broker.metadata import SubscriptionGroupConfig, TopicConfig
+from services.broker.pop.service import RETRY_PREFIX
 from services.broker.send import SendOutcome
 from services.broker.storage import record
 from services.common.errors import (
@@ -238,6 +239,8 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):  # type: ignore[misc]
             v.parse_tag_expression(sub.expression)
             subs[sub.topic] = sub.expression or "*"
         self.app.ensure_group(group)
+        if RETRY_PREFIX + group in subs:
+            self.app.ensure_retry_topic(group)
         self.app.consumers.heartbeat(group, request.client_id, subs)
         return pb.ConsumerHeartbeatResponse()
 

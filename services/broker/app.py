@@ -41,6 +41,8 @@ from services.broker.metadata import (
 )
 from services.broker.metadata.sync import SlaveMetadataSync, SyncResult
 from services.broker.metrics import BrokerMetrics
+from services.broker.pop.metrics import PopMetrics
+from services.broker.pop.service import PopService, retry_topic, revive_topic
 from services.broker.pull import PullService
 from services.broker.registration import BrokerIdentity, BrokerRegistrar, clamp_register_period
 from services.broker.send import SendService
@@ -147,6 +149,8 @@ class BrokerApp:
         self.v2: MessagingServicer | None = None
         self.timers: TimerService
         self.transactions: TransactionService
+        #: POP consumption (RocketMQ 5 consumers): receipts, acks, retries, dead letters.
+        self.pop: PopService
 
     # -- properties used by the API -----------------------------------------------------------
 
@@ -204,6 +208,16 @@ class BrokerApp:
         self.pull = PullService(cfg, self.store_config, self.store, self.topics, self.groups, self.offsets,
                                 self.notifier, self.metrics, self.ensure_group)
         self.metrics.add_gauges(self._gauges)
+        self.pop = PopService(
+            store=self.store, topics=self.topics, offsets=self.offsets, notifier=self.notifier,
+            append=self.send.append, group_config=self.ensure_group, cluster=cfg.broker_cluster_name,
+            broker_name=cfg.broker_name, metrics=PopMetrics(self.metrics.registry, [
+                ("cluster", cfg.broker_cluster_name), ("broker", cfg.broker_name),
+                ("broker_id", str(cfg.broker_id))]),
+            auto_renew_ms=cfg.default_invisible_time_mills, renew_ahead_ms=cfg.renew_ahead_time_millis,
+            renew_max_ms=cfg.renew_max_time_millis)
+        if cfg.is_master:
+            await asyncio.to_thread(self.pop.load)
         await self._load_timers_and_transactions()
 
         if self.ha_factory is not None:
@@ -224,6 +238,8 @@ class BrokerApp:
         tls_offset = cfg.effective_tls_port - cfg.listen_port
         self.v2 = MessagingServicer(self, tls_address_map=lambda addr: tls_address(addr, tls_offset))
         self.v2.start()
+        if cfg.is_master:
+            self.pop.start()
 
         def register(server: object) -> None:
             broker_pb2_grpc.add_BrokerServicer_to_server(BrokerServicer(self), server)
@@ -291,6 +307,8 @@ class BrokerApp:
         self.topics.ensure_system_topic(TopicConfig(v.TIMER_TOPIC, TIMER_QUEUES, TIMER_QUEUES))
         self.topics.ensure_system_topic(TopicConfig(v.TRANS_HALF_TOPIC, 1, 1))
         self.topics.ensure_system_topic(TopicConfig(v.TRANS_OP_HALF_TOPIC, 1, 1))
+        revive = revive_topic(self.broker_config.broker_cluster_name)
+        self.topics.ensure_system_topic(TopicConfig(revive, 1, 1))
 
     # -- stop -------------------------------------------------------------------------------
 
@@ -308,6 +326,8 @@ class BrokerApp:
             await self.timers.stop()
         if hasattr(self, "transactions"):
             await self.transactions.stop()
+        if hasattr(self, "pop"):
+            await self.pop.stop()
         if hasattr(self, "notifier"):
             self.notifier.close()
         if self._grpc is not None:
@@ -342,6 +362,15 @@ class BrokerApp:
         if self.ha is None:
             return PutMessageStatus.SLAVE_NOT_AVAILABLE
         return await self.ha.wait_replicated(end_offset, self.broker_config.slave_timeout / 1000)
+
+    def ensure_retry_topic(self, group: str) -> None:
+        """The group's retry topic (RocketMQ creates it when a consumer of the group shows up)."""
+        topic = retry_topic(group)
+        if self.broker_config.is_master and self.topics.get(topic) is None:
+            config = self.ensure_group(group)
+            n = max(1, config.retry_queue_nums)
+            self.topics.ensure_system_topic(TopicConfig(topic, n, n))
+            log.info("retry topic created", extra={"topic": topic})
 
     def ensure_group(self, group: str) -> SubscriptionGroupConfig:
         """The group's config; unknown groups are auto-created (autoCreateSubscriptionGroup,

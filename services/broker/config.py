@@ -149,6 +149,12 @@ class BrokerConfig:
     transaction_check_interval: int = 60_000
     #: ... and one is discarded (rolled back) after this many unanswered checks.
     transaction_check_max: int = 15
+    #: POP: the invisible time of push consumers' receives (they send ``auto_renew`` and none),
+    #: renewed this long before it ends while the client stays connected, for at most
+    #: ``renewMaxTimeMillis`` after the pop (ms; RocketMQ's proxy defaults).
+    default_invisible_time_mills: int = 60_000
+    renew_ahead_time_millis: int = 10_000
+    renew_max_time_millis: int = 3 * 3600 * 1000
 
     def __post_init__(self) -> None:
         require(bool(self.broker_cluster_name.strip()), "brokerClusterName", "must not be empty")
@@ -173,6 +179,10 @@ class BrokerConfig:
                 "must be greater than haSendHeartbeatInterval")
         require(1 <= self.default_topic_queue_nums <= 1024, "defaultTopicQueueNums", "must be 1..1024")
         require(self.slave_sync_interval > 0, "slaveSyncInterval", "must be > 0")
+        require(self.default_invisible_time_mills >= 1000, "defaultInvisibleTimeMills", "must be >= 1000")
+        require(0 < self.renew_ahead_time_millis < self.default_invisible_time_mills, "renewAheadTimeMillis",
+                "must be > 0 and below defaultInvisibleTimeMills")
+        require(self.renew_max_time_millis >= 0, "renewMaxTimeMillis", "must be >= 0")
         require(self.flush_consumer_offset_interval > 0, "flushConsumerOffsetInterval", "must be > 0")
         require(self.flush_delay_offset_interval > 0, "flushDelayOffsetInterval", "must be > 0")
         require(self.consumer_channel_expired_time > 0, "consumerChannelExpiredTime", "must be > 0")

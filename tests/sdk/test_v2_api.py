@@ -8,8 +8,10 @@ import subprocess
 import sys
 import urllib.request
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
+from google.protobuf.duration_pb2 import Duration
 
 from apache.rocketmq.v2 import definition_pb2 as d
 from apache.rocketmq.v2 import service_pb2 as s
@@ -165,12 +167,20 @@ def test_unknown_client_type_and_missing_client_id(broker_v2: V2Client) -> None:
     assert answer.status.code == Code.CLIENT_ID_REQUIRED
 
 
-def test_receiving_is_not_implemented_yet(broker_v2: V2Client) -> None:
-    request = s.ReceiveMessageRequest(
-        group=d.Resource(name="g"), message_queue=d.MessageQueue(topic=d.Resource(name=TOPIC)), batch_size=1
+def test_receive_with_a_bad_invisible_time_or_polling_time_is_refused(broker_v2: V2Client) -> None:
+    def receive(**fields: Any) -> int:
+        request = s.ReceiveMessageRequest(
+            group=d.Resource(name="g"), message_queue=d.MessageQueue(topic=d.Resource(name=TOPIC)),
+            batch_size=1, **fields
+        )
+        [reply] = list(broker_v2.stub.ReceiveMessage(request, metadata=broker_v2.metadata(), timeout=10))
+        return int(reply.status.code)
+
+    assert receive(invisible_duration=Duration(seconds=5)) == Code.ILLEGAL_INVISIBLE_TIME
+    assert receive(invisible_duration=Duration(seconds=13 * 3600)) == Code.ILLEGAL_INVISIBLE_TIME
+    assert receive(invisible_duration=Duration(seconds=30), long_polling_timeout=Duration(seconds=600)) == (
+        Code.ILLEGAL_POLLING_TIME
     )
-    [reply] = list(broker_v2.stub.ReceiveMessage(request, metadata=broker_v2.metadata(), timeout=10))
-    assert reply.status.code == Code.NOT_IMPLEMENTED
 
 
 # -- namespaces -------------------------------------------------------------------------------

@@ -3,8 +3,9 @@
 
 Every handler answers with a v2 ``Status`` inside its response (a refused request never ends
 the call with a transport error or a trace); the metrics count each call by RPC and code.
-Receiving (POP: ReceiveMessage, Ack, ChangeInvisibleDuration, ...) is not served yet: those
-calls validate their input and answer NOT_IMPLEMENTED.
+Consuming is POP (ReceiveMessage, AckMessage, ChangeInvisibleDuration, QueryAssignment,
+ForwardMessageToDeadLetterQueue) on the broker's POP service; the pull/offset RPCs that no SDK
+calls answer NOT_IMPLEMENTED.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from services.broker import validation as v
 from services.broker.api import peer_host
 from services.broker.v2 import route as r
 from services.broker.v2.clients import ClientRegistry
+from services.broker.v2.consume import Consumer
 from services.broker.v2.metrics import V2Metrics
 from services.broker.v2.produce import Producer
 from services.broker.v2.resources import RequestMeta, group_name, topic_name
@@ -41,7 +43,7 @@ Ctx: TypeAlias = grpc.aio.ServicerContext
 R = TypeVar("R")
 ROUTE_TIMEOUT_S = 3.0
 EXPIRE_INTERVAL_S = 10.0
-POP_MISSING = "POP consumption is not available on this broker yet"
+POP_MISSING = "pull-mode consumption is not served; use ReceiveMessage (POP)"
 
 
 def meta_of(context: Ctx) -> RequestMeta:
@@ -72,6 +74,8 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         self.producer = Producer(app, self._published)
         self.telemetry = Telemetry(app, self.clients)
         self.transactions = Transactions(app, self.clients)
+        self.consumer = Consumer(app, app.pop, self.clients)
+        app.pop.connected = self.consumer.client_connected
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._expire_task: asyncio.Task[None] | None = None
 
@@ -236,37 +240,48 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         return response_class(rpc)(status=definition_pb2.Status(
             code=Code.NOT_IMPLEMENTED, message=f"{rpc}: {POP_MISSING}"))
 
-    async def _consumer_call(self, rpc: str, request: Any, context: Ctx,
-                             receipt_handles: list[str] | None = None) -> Any:
+    async def _consumer_call(self, rpc: str, request: Any, context: Ctx) -> Any:
         async def handle() -> Any:
             meta = meta_of(context)
             if request.HasField("group"):
                 group_name(request.group, meta)
             if hasattr(request, "topic") and request.HasField("topic"):
                 topic_name(request.topic, meta)
-            for handle_text in receipt_handles or ():
-                # No handle was ever issued: every one is unknown to this broker.
-                raise V2Error(Code.INVALID_RECEIPT_HANDLE,
-                              f"receipt handle {handle_text[:64]!r} was not issued by this broker "
-                              f"({POP_MISSING})")
             return self._not_implemented(rpc)
 
         return await self._answer(rpc, handle)
 
-    async def QueryAssignment(self, request: Any, context: Ctx) -> Any:
-        return await self._consumer_call("QueryAssignment", request, context)
+    async def QueryAssignment(self, request: service_pb2.QueryAssignmentRequest,
+                              context: Ctx) -> service_pb2.QueryAssignmentResponse:
+        async def handle() -> service_pb2.QueryAssignmentResponse:
+            meta = meta_of(context)
+            route = await self._route(topic_name(request.topic, meta))
+            return self.consumer.assignments(request, meta, route)
 
-    async def AckMessage(self, request: Any, context: Ctx) -> Any:
-        return await self._consumer_call("AckMessage", request, context,
-                                         [e.receipt_handle for e in request.entries])
+        return await self._answer("QueryAssignment", handle)
 
-    async def ForwardMessageToDeadLetterQueue(self, request: Any, context: Ctx) -> Any:
-        return await self._consumer_call("ForwardMessageToDeadLetterQueue", request, context,
-                                         [request.receipt_handle])
+    async def AckMessage(self, request: service_pb2.AckMessageRequest,
+                         context: Ctx) -> service_pb2.AckMessageResponse:
+        async def handle() -> service_pb2.AckMessageResponse:
+            return self.consumer.ack(request, meta_of(context))
 
-    async def ChangeInvisibleDuration(self, request: Any, context: Ctx) -> Any:
-        return await self._consumer_call("ChangeInvisibleDuration", request, context,
-                                         [request.receipt_handle])
+        return await self._answer("AckMessage", handle)
+
+    async def ForwardMessageToDeadLetterQueue(
+        self, request: service_pb2.ForwardMessageToDeadLetterQueueRequest, context: Ctx
+    ) -> service_pb2.ForwardMessageToDeadLetterQueueResponse:
+        async def handle() -> service_pb2.ForwardMessageToDeadLetterQueueResponse:
+            return self.consumer.forward_to_dlq(request, meta_of(context))
+
+        return await self._answer("ForwardMessageToDeadLetterQueue", handle)
+
+    async def ChangeInvisibleDuration(
+        self, request: service_pb2.ChangeInvisibleDurationRequest, context: Ctx
+    ) -> service_pb2.ChangeInvisibleDurationResponse:
+        async def handle() -> service_pb2.ChangeInvisibleDurationResponse:
+            return self.consumer.change_invisible(request, meta_of(context))
+
+        return await self._answer("ChangeInvisibleDuration", handle)
 
     async def UpdateOffset(self, request: Any, context: Ctx) -> Any:
         return await self._consumer_call("UpdateOffset", request, context)
@@ -288,8 +303,22 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
             status=definition_pb2.Status(code=Code.NOT_IMPLEMENTED,
                                          message="SyncLiteSubscription: lite topics are not supported"))))
 
-    async def ReceiveMessage(self, request: Any, context: Ctx) -> AsyncIterator[Any]:
-        yield await self._consumer_call("ReceiveMessage", request, context)
+    async def ReceiveMessage(self, request: service_pb2.ReceiveMessageRequest,
+                             context: Ctx) -> AsyncIterator[service_pb2.ReceiveMessageResponse]:
+        started = time.perf_counter()
+        try:
+            responses = await self.consumer.receive(request, meta_of(context), self.app.stopping)
+        except V2Error as exc:
+            responses = [service_pb2.ReceiveMessageResponse(status=exc.status())]
+        except Exception as exc:
+            log.exception("unhandled error in ReceiveMessage")
+            responses = [service_pb2.ReceiveMessageResponse(status=definition_pb2.Status(
+                code=Code.INTERNAL_SERVER_ERROR, message=f"{type(exc).__name__}: {exc}"))]
+        self.metrics.request("ReceiveMessage", responses[0].status.code)
+        log.debug("receive", extra={"messages": len(responses) - 1,
+                                    "seconds": round(time.perf_counter() - started, 3)})
+        for response in responses:
+            yield response
 
     async def PullMessage(self, request: Any, context: Ctx) -> AsyncIterator[Any]:
         yield await self._consumer_call("PullMessage", request, context)
