@@ -13,7 +13,7 @@ import enum
 import re
 import socket
 
-from pocketmq.wire.address import split_addresses
+from pocketmq.wire.address import DEFAULT_NAMESRV, split_addresses
 from services.common.config import parse_address, require
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
@@ -83,7 +83,7 @@ class BrokerConfig:
     broker_id: int = 0
     broker_role: BrokerRole = BrokerRole.ASYNC_MASTER
     #: NameServer addresses, ``host:port;host:port``.
-    namesrv_addr: str = "127.0.0.1:9876"
+    namesrv_addr: str = DEFAULT_NAMESRV
     #: Address advertised to the NameServer and clients; empty = detect.
     broker_ip1: str = dataclasses.field(default="", metadata={"key": "brokerIP1"})
     #: Address advertised for the HA port; empty = brokerIP1.
