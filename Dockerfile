@@ -23,6 +23,7 @@ COPY requirements/lock.txt requirements/lock.txt
 COPY pyproject.toml README.md ./
 COPY pocketmq pocketmq
 COPY services services
+COPY apache apache
 # Runtime dependencies plus the k8s extra (pod self-labelling) at the lock file's exact versions;
 # all of them ship binary wheels, so no build tools are needed even here. The Kubernetes client's
 # asyncio copy (kubernetes/aio, about 70 MB) is removed: self-labelling uses the blocking client.

@@ -5,6 +5,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 PY := $(BIN)/python
 STAMP := $(VENV)/.installed
+# The official RocketMQ 5 SDKs the tests run as real clients (own venv / node_modules).
+SDK_VENV := .venv-sdk
+SDK_STAMP := $(SDK_VENV)/.installed
+NODE_SDK := tests/sdk/node
+NODE_STAMP := $(NODE_SDK)/node_modules/.installed
 # Debian packages the tests and benchmarks run for real (installed only when missing); podman,
 # runc and mmdebstrap build and run the container image where there is no Docker engine.
 APT_PACKAGES ?= redis-server prometheus podman runc mmdebstrap
@@ -18,12 +23,21 @@ BENCHES := $(patsubst benchmarks/bench_%.py,bench-%,$(wildcard benchmarks/bench_
 .PHONY: setup apt run test test-unit proto proto-check bench $(BENCHES) lint lock clean test-helm dashboards \
         image image-smoke pipeline
 
-setup: $(STAMP) apt
+setup: $(STAMP) apt $(SDK_STAMP) $(NODE_STAMP)
 
 $(STAMP): requirements/lock.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements/lock.txt
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	touch $@
+
+$(SDK_STAMP): requirements/sdk.txt
+	$(PYTHON) -m venv $(SDK_VENV)
+	$(SDK_VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements/sdk.txt
+	touch $@
+
+$(NODE_STAMP): $(NODE_SDK)/package.json $(NODE_SDK)/package-lock.json
+	cd $(NODE_SDK) && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
 apt:
@@ -63,7 +77,7 @@ image:
 image-smoke: setup
 	$(PY) -m pytest tests/image $(PYTEST_ARGS)
 
-# Regenerate the checked-in protobuf/gRPC code (pocketmq/<api>/v1/*_pb2*.py[i]) from proto/.
+# Regenerate the checked-in protobuf/gRPC code (pocketmq/<api>/v1/, apache/rocketmq/v2/) from proto/.
 proto: $(STAMP)
 	$(PY) -m scripts.genproto
 
@@ -89,4 +103,4 @@ lock:
 	  /tmp/pocketmq-lock/bin/pip freeze; } > requirements/lock.txt
 
 clean:
-	rm -rf $(VENV) data .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(SDK_VENV) $(NODE_SDK)/node_modules data .pytest_cache .mypy_cache .ruff_cache

@@ -1,7 +1,8 @@
 """Generate the checked-in Python protobuf/gRPC code from proto/ (``make proto``).
 
-``proto/pocketmq/<api>/v1/x.proto`` -> ``pocketmq/<api>/v1/x_pb2.py``, ``x_pb2.pyi`` and
-``x_pb2_grpc.py``: the proto package is the Python import path. ``--check`` regenerates into a
+``proto/<package path>/x.proto`` (``pocketmq/<api>/v1``, ``apache/rocketmq/v2``) ->
+``<package path>/x_pb2.py``, ``x_pb2.pyi`` and ``x_pb2_grpc.py``: the proto package is the
+Python import path. ``--check`` regenerates into a
 temporary directory and exits 1 when the checked-in files are stale (the test suite runs it).
 """
 

@@ -3,8 +3,9 @@
 Starts one NameServer and one broker group (a master and a slave) as child processes on
 loopback with data under ``./data`` (the HA port authenticated with a fresh random
 ``haAuthSecret`` each run, handed to the brokers in their environment; ``--ha-auth-secret ""``
-turns it off), prints their addresses and metrics endpoints, prefixes
-their log lines with the process name, and stops everything gracefully on Ctrl-C / SIGTERM
+turns it off; each broker also serves TLS on listenPort + 3 with a self-signed certificate
+generated under ``./data/tls``, ``--no-tls`` turns it off), prints their addresses and metrics
+endpoints, prefixes their log lines with the process name, and stops everything gracefully on Ctrl-C / SIGTERM
 (each child gets SIGTERM, flushes, unregisters and exits). If a child dies, the others are
 stopped and the exit code is non-zero.
 
@@ -15,7 +16,7 @@ that every port it will use is free, and if one is not, prints one line naming t
 process holding it, and exits with status 1.
 
     python -m services.local_cluster [--data-dir ./data] [--namesrv-port 9876] [--broker-port 10911]
-                                     [--ha-auth-secret SECRET]
+                                     [--ha-auth-secret SECRET] [--no-tls]
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from pathlib import Path
 from services.common.lifecycle import run_service
 from services.common.logs import setup_logging
 from services.common.ports import bind_error, join_host_port, port_holder, reason_of
+from services.common.tls import generate_self_signed
 
 STOP_TIMEOUT_S = 30.0
 #: How long a SIGKILLed child may take to disappear before we stop waiting for it.
@@ -58,8 +60,9 @@ class ChildSpec:
 
 
 def cluster_specs(data_dir: Path, host: str, namesrv_port: int, broker_port: int,
-                  ha_auth_secret: str = "") -> list[ChildSpec]:
-    """The processes of the local cluster, in start order."""
+                  ha_auth_secret: str = "", tls: tuple[Path, Path] | None = None) -> list[ChildSpec]:
+    """The processes of the local cluster, in start order. ``tls``: (certificate, key) of the
+    brokers' TLS listener (listenPort + 3)."""
     namesrv = f"{host}:{namesrv_port}"
     specs = [
         ChildSpec(
@@ -76,12 +79,16 @@ def cluster_specs(data_dir: Path, host: str, namesrv_port: int, broker_port: int
             ("--broker-cluster-name", "DefaultCluster", "--broker-name", "broker-a",
              "--broker-id", str(broker_id), "--broker-role", role, "--namesrv-addr", namesrv,
              "--broker-ip1", host, "--listen-host", host, "--listen-port", str(port),
-             "--store-path-root-dir", str(data_dir / f"broker-a-{broker_id}")),
+             "--store-path-root-dir", str(data_dir / f"broker-a-{broker_id}"),
+             *(("--tls-enable", "true", "--tls-server-cert-path", str(tls[0]),
+                "--tls-server-key-path", str(tls[1])) if tls else ())),
             (("gRPC", f"{host}:{port}"), ("HA", f"{host}:{port + 1}"),
-             ("metrics", f"http://{host}:{port + 2}/metrics"), ("role", role),
+             ("metrics", f"http://{host}:{port + 2}/metrics"),
+             *((("TLS gRPC", f"{host}:{port + 3}"),) if tls else ()), ("role", role),
              ("ha-auth", "on" if ha_auth_secret else "off")),
             (("POCKETMQ_HA_AUTH_SECRET", ha_auth_secret),),
-            (("gRPC", port), ("HA", port + 1), ("metrics", port + 2)),
+            (("gRPC", port), ("HA", port + 1), ("metrics", port + 2),
+             *((("TLS gRPC", port + 3),) if tls else ())),
         ))
     return specs
 
@@ -244,15 +251,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ha-auth-secret", default=None,
                         help="haAuthSecret of the broker group (default: a random one each run; "
                              "\"\" = no HA authentication)")
+    parser.add_argument("--no-tls", action="store_true",
+                        help="no TLS listener on the brokers (default: listenPort + 3, self-signed)")
     args = parser.parse_args(argv)
     secret = secrets.token_hex(16) if args.ha_auth_secret is None else args.ha_auth_secret
-    specs = cluster_specs(args.data_dir.resolve(), args.host, args.namesrv_port, args.broker_port, secret)
+    tls_dir = args.data_dir.resolve() / "tls"
+    tls = None if args.no_tls else (tls_dir / "server.crt", tls_dir / "server.key")
+    specs = cluster_specs(args.data_dir.resolve(), args.host, args.namesrv_port, args.broker_port, secret,
+                          tls)
     busy = busy_port(specs, args.host)
     if busy is not None:
         print(busy, file=sys.stderr, flush=True)
         return 1
     setup_logging("local-cluster")
     args.data_dir.mkdir(parents=True, exist_ok=True)
+    if tls is not None:
+        # A fresh self-signed certificate each run for the brokers' TLS listener (the RocketMQ 5
+        # Java and Go SDKs default to TLS and do not verify it).
+        generate_self_signed(*tls, hosts=("localhost", args.host))
     children = Children()
     result = 0
 

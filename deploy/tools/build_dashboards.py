@@ -25,6 +25,7 @@ MASTER = BROKER + ', broker_id="0"'
 PER_SLAVE = "{{broker}} {{slave}}"
 RATE = "[$__rate_interval]"
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+POP_EVENTS = "pocketmq_pop_messages_total"
 
 
 def target(ref: str, expr: str, legend: str) -> dict[str, Any]:
@@ -175,6 +176,24 @@ def overview() -> dict[str, Any]:
                    "challenge (a slave with a missing or different secret, or a stranger); the master "
                    "logs each peer.", "short",
                    [target("A", rate_by("broker", "pocketmq_ha_auth_failures_total"), "{{broker}}")], 0, 53),
+        row("Consumer health (POP)", 61),
+        timeseries("POP events per group",
+                   "Messages popped, acked, nacked (invisible time changed), revived (invisible time ran "
+                   "out), retried and dead-lettered per second, by consumer group.", "short",
+                   [target("A", rate_by("group, event", POP_EVENTS), "{{group}} {{event}}")], 0, 62),
+        timeseries("Retries and dead letters",
+                   "Messages revived into the group's retry topic and moved to its dead-letter topic per "
+                   "second. A steady dead-letter rate means a consumer keeps failing on some messages.",
+                   "short",
+                   [target("A", f'sum by (group, event) (rate({POP_EVENTS}{{{BROKER}, '
+                                f'event=~"retried|dead_lettered"}}{RATE}))', "{{group}} {{event}}")], 12, 62),
+        timeseries("In-flight messages",
+                   "Popped messages not acked yet (invisible to the group), by group.", "none",
+                   [target("A", by("group", "pocketmq_pop_in_flight", "sum"), "{{group}}")], 0, 70),
+        timeseries("Oldest in-flight message",
+                   "Age of the oldest popped, not acked message of each group: growing steadily means a "
+                   "consumer holds messages without acking them.", "s",
+                   [target("A", by("group", "pocketmq_pop_oldest_in_flight_seconds"), "{{group}}")], 12, 70),
     ]
     for number, panel in enumerate(panels, start=1):
         panel["id"] = number

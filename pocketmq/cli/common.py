@@ -20,11 +20,11 @@ import typer
 
 from pocketmq.cli.output import Output, print_json, proto_dict, stderr_console
 from pocketmq.errors import PocketMQError
+from pocketmq.wire.address import DEFAULT_NAMESRV
 
 T = TypeVar("T")
 Command = Callable[..., None]
 
-DEFAULT_NAMESRV = "127.0.0.1:9876"
 DEFAULT_TIMEOUT = 5.0
 
 

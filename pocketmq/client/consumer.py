@@ -18,10 +18,13 @@ The members of a consumer group share the queues of the topics they subscribe to
   crash re-delivers at most what was not committed: at-least-once delivery
   (:mod:`pocketmq.client.offsets`).
 
-A handler that raises gets the message again (backing off up to 5 s) up to
-``max_reconsume_times`` times; then the message is sent to the group's dead-letter topic
-``%DLQ%<group>`` and consumption moves on (:mod:`pocketmq.client.redelivery`). Messages of one
-queue are handled one at a time and in order; different queues are handled concurrently.
+A handler that raises for a message does not hold up its queue: the message is sent back to the
+group's retry topic ``%RETRY%<group>`` (which the consumer subscribes to) with the delay level of
+its reconsume count, and after ``max_reconsume_times`` to ``%DLQ%<group>``
+(:mod:`pocketmq.client.redelivery`). With ``send_back=False``, or when the send-back fails, the
+handler gets the message again in place (backing off up to 5 s) up to ``max_reconsume_times``
+times before it is dead-lettered. Messages of one queue are handled one at a time and
+in order; different queues are handled concurrently.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ from pocketmq.client.fetcher import Fetcher
 from pocketmq.client.message import MessageQueue, ReceivedMessage
 from pocketmq.client.offsets import OffsetTracker
 from pocketmq.client.producer import namesrv_from_env
-from pocketmq.client.redelivery import DLQ_PREFIX, MessageHandler, Redelivery
+from pocketmq.client.redelivery import DLQ_PREFIX, MessageHandler, Redelivery, retry_topic
 from pocketmq.client.routes import TopicRoute
 from pocketmq.client.subscription import ConsumeFrom, ConsumerSettings, ProcessQueue, SubscriptionState
 from pocketmq.client.tags import parse_subscription
@@ -93,6 +96,8 @@ class AsyncConsumer:
         max_reconsume_times: handler attempts per message before it goes to ``%DLQ%<group>``.
         master_retry_interval: while reading from a slave, how often to try the master again.
         relay: ``"relay"`` makes every broker call through a NameServer (see AsyncProducer).
+        send_back: send failed messages to ``%RETRY%<group>`` with backoff (default) instead of
+            retrying them in place, which holds up their queue.
     """
 
     def __init__(
@@ -114,6 +119,7 @@ class AsyncConsumer:
         request_timeout: float = 5.0,
         route_refresh_interval: float = 30.0,
         relay: RelayMode = "direct",
+        send_back: bool = True,
     ) -> None:
         if not group:
             raise InvalidArgumentError("a consumer group name is required")
@@ -163,6 +169,7 @@ class AsyncConsumer:
         #: Messages receive() handed out (the handler's are counted by Redelivery).
         self._consumed = 0
         self._redelivery: Redelivery | None = None
+        self._send_back = send_back
         # Built in start() (they bind to the running loop).
         self._core: ClientCore
         self._offsets: OffsetTracker
@@ -223,7 +230,9 @@ class AsyncConsumer:
             self._ready = asyncio.Queue(self.buffer_batches * 4)
         else:
             self._redelivery = Redelivery(self.group, self.max_reconsume_times, self.namesrv_addrs,
-                                          self._relay)
+                                          self._relay, send_back=self._send_back)
+            if self._send_back and retry_topic(self.group) not in self._subs:
+                self.subscribe(retry_topic(self.group))
         settings = self._settings()
         core = self._core = ClientCore(self.namesrv_addrs, timeout=self.request_timeout,
                                        route_refresh_interval=self._route_refresh_interval, relay=self._relay)

@@ -31,13 +31,12 @@ from pocketmq.errors import (
     from_rpc_error,
 )
 from pocketmq.namesrv.v1 import namesrv_pb2, namesrv_pb2_grpc
-from pocketmq.wire.address import AddressError, parse_address_list
+from pocketmq.wire.address import DEFAULT_NAMESRV, AddressError, parse_address_list
 
 log = logging.getLogger("pocketmq.client")
 
 M = TypeVar("M", bound=ProtoMessage)
 
-DEFAULT_NAMESRV = "127.0.0.1:9876"
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 CHANNEL_OPTIONS: list[tuple[str, Any]] = [
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),

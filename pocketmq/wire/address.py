@@ -7,9 +7,12 @@ from collections.abc import Iterable
 from pocketmq.wire.errors import AddressError, InvalidPortError
 
 __all__ = [
-    "AddressError", "InvalidPortError", "join_host_port", "parse_address_list", "parse_host_port",
-    "split_addresses",
+    "DEFAULT_NAMESRV", "AddressError", "InvalidPortError", "join_host_port", "parse_address_list",
+    "parse_host_port", "split_addresses",
 ]
+
+#: Where clients, the CLI and brokers look for a NameServer when told nothing (RocketMQ's port).
+DEFAULT_NAMESRV = "127.0.0.1:9876"
 
 
 def parse_host_port(text: str, *, default_host: str | None = None,

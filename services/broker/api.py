@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -24,6 +25,7 @@ from pocketmq.common.v1 import common_pb2
 from pocketmq.wire.address import AddressError, parse_host_port
 from services.broker import validation as v
 from services.broker.metadata import SubscriptionGroupConfig, TopicConfig
+from services.broker.pop.service import RETRY_PREFIX
 from services.broker.send import SendOutcome
 from services.broker.storage import record
 from services.common.errors import (
@@ -237,6 +239,8 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):  # type: ignore[misc]
             v.parse_tag_expression(sub.expression)
             subs[sub.topic] = sub.expression or "*"
         self.app.ensure_group(group)
+        if RETRY_PREFIX + group in subs:
+            self.app.ensure_retry_topic(group)
         self.app.consumers.heartbeat(group, request.client_id, subs)
         return pb.ConsumerHeartbeatResponse()
 
@@ -266,8 +270,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):  # type: ignore[misc]
     def _topic_to_create(config: common_pb2.TopicConfig) -> TopicConfig:
         tc = TopicConfig.from_proto(config)
         if tc.perm == 0:
-            tc = TopicConfig(tc.topic_name, tc.read_queue_nums, tc.write_queue_nums,
-                             v.PERM_READ | v.PERM_WRITE, tc.topic_sys_flag, tc.order)
+            tc = dataclasses.replace(tc, perm=v.PERM_READ | v.PERM_WRITE)
         if tc.topic_name in v.SYSTEM_TOPICS:
             raise InvalidArgumentError(f"topic {tc.topic_name!r} is a system topic")
         return tc.validated()

@@ -20,6 +20,7 @@ from typing import Protocol
 
 from prometheus_client import CollectorRegistry
 
+from apache.rocketmq.v2 import service_pb2_grpc as v2_grpc
 from pocketmq.broker.v1 import broker_pb2, broker_pb2_grpc
 from pocketmq.common.v1 import common_pb2
 from services.broker import k8s_labels
@@ -40,6 +41,8 @@ from services.broker.metadata import (
 )
 from services.broker.metadata.sync import SlaveMetadataSync, SyncResult
 from services.broker.metrics import BrokerMetrics
+from services.broker.pop.metrics import PopMetrics
+from services.broker.pop.service import PopService, retry_topic, revive_topic
 from services.broker.pull import PullService
 from services.broker.registration import BrokerIdentity, BrokerRegistrar, clamp_register_period
 from services.broker.send import SendService
@@ -49,15 +52,19 @@ from services.broker.storage.store import MessageStore
 from services.broker.timer.service import TIMER_QUEUES, TimerService
 from services.broker.transaction import TransactionService
 from services.broker.transaction_api import TransactionsServicer
+from services.broker.v2.service import MessagingServicer
+from services.broker.v2.status import SERVICE_NAME as V2_SERVICE
 from services.common.errors import NotFoundError
 from services.common.grpcserver import GrpcServer, start_grpc_server
 from services.common.metrics import MetricsServer
+from services.common.tls import load_pair
 
 log = logging.getLogger(__name__)
 
 BROKER_SERVICES = (
     broker_pb2.DESCRIPTOR.services_by_name["Broker"].full_name,
     broker_pb2.DESCRIPTOR.services_by_name["BrokerMetadata"].full_name,
+    V2_SERVICE,
     broker_pb2.DESCRIPTOR.services_by_name["Transactions"].full_name,
 )
 #: Topic changes are published to the NameServers after this quiet period (coalescing bursts).
@@ -83,6 +90,13 @@ class ReplicationService(Protocol):
 
 
 HAFactory = Callable[["BrokerApp"], ReplicationService]
+
+
+def tls_address(addr: str, offset: int) -> str:
+    """A broker's TLS address from its plain one: brokers of a cluster share the offset between
+    listenPort and tlsListenPort (routes answered over TLS point at TLS ports)."""
+    host, _, port = addr.rpartition(":")
+    return f"{host}:{int(port) + offset}" if port.isdigit() else addr
 
 
 class BrokerApp:
@@ -131,8 +145,12 @@ class BrokerApp:
         self.notifier: QueueNotifier
         self.send: SendService
         self.pull: PullService
+        #: The RocketMQ 5 API (apache.rocketmq.v2.MessagingService).
+        self.v2: MessagingServicer | None = None
         self.timers: TimerService
         self.transactions: TransactionService
+        #: POP consumption (RocketMQ 5 consumers): receipts, acks, retries, dead letters.
+        self.pop: PopService
 
     # -- properties used by the API -----------------------------------------------------------
 
@@ -190,6 +208,16 @@ class BrokerApp:
         self.pull = PullService(cfg, self.store_config, self.store, self.topics, self.groups, self.offsets,
                                 self.notifier, self.metrics, self.ensure_group)
         self.metrics.add_gauges(self._gauges)
+        self.pop = PopService(
+            store=self.store, topics=self.topics, offsets=self.offsets, notifier=self.notifier,
+            append=self.send.append, group_config=self.ensure_group, cluster=cfg.broker_cluster_name,
+            broker_name=cfg.broker_name, metrics=PopMetrics(self.metrics.registry, [
+                ("cluster", cfg.broker_cluster_name), ("broker", cfg.broker_name),
+                ("broker_id", str(cfg.broker_id))]),
+            auto_renew_ms=cfg.default_invisible_time_mills, renew_ahead_ms=cfg.renew_ahead_time_millis,
+            renew_max_ms=cfg.renew_max_time_millis)
+        if cfg.is_master:
+            await asyncio.to_thread(self.pop.load)
         await self._load_timers_and_transactions()
 
         if self.ha_factory is not None:
@@ -207,13 +235,25 @@ class BrokerApp:
                 interval_s=cfg.slave_sync_interval / 1000, on_round=self._on_sync_round)
             self._sync.start()
 
+        tls_offset = cfg.effective_tls_port - cfg.listen_port
+        self.v2 = MessagingServicer(self, tls_address_map=lambda addr: tls_address(addr, tls_offset))
+        self.v2.start()
+        if cfg.is_master:
+            self.pop.start()
+
         def register(server: object) -> None:
             broker_pb2_grpc.add_BrokerServicer_to_server(BrokerServicer(self), server)
             broker_pb2_grpc.add_BrokerMetadataServicer_to_server(BrokerMetadataServicer(self), server)
+            v2_grpc.add_MessagingServiceServicer_to_server(self.v2, server)
             broker_pb2_grpc.add_TransactionsServicer_to_server(TransactionsServicer(self), server)
 
         address = f"{cfg.listen_host}:{cfg.listen_port}"
-        self._grpc = await start_grpc_server(address, register, BROKER_SERVICES)
+        tls = None
+        if cfg.tls_enable:
+            key, chain = load_pair(cfg.tls_server_cert_path, cfg.tls_server_key_path,
+                                   "tlsServerCertPath", "tlsServerKeyPath")
+            tls = (f"{cfg.listen_host}:{cfg.effective_tls_port}", key, chain)
+        self._grpc = await start_grpc_server(address, register, BROKER_SERVICES, tls)
         if cfg.effective_metrics_port > 0:
             self._metrics_server = MetricsServer(
                 self.metrics.registry, cfg.listen_host, cfg.effective_metrics_port)
@@ -267,6 +307,8 @@ class BrokerApp:
         self.topics.ensure_system_topic(TopicConfig(v.TIMER_TOPIC, TIMER_QUEUES, TIMER_QUEUES))
         self.topics.ensure_system_topic(TopicConfig(v.TRANS_HALF_TOPIC, 1, 1))
         self.topics.ensure_system_topic(TopicConfig(v.TRANS_OP_HALF_TOPIC, 1, 1))
+        revive = revive_topic(self.broker_config.broker_cluster_name)
+        self.topics.ensure_system_topic(TopicConfig(revive, 1, 1))
 
     # -- stop -------------------------------------------------------------------------------
 
@@ -284,10 +326,14 @@ class BrokerApp:
             await self.timers.stop()
         if hasattr(self, "transactions"):
             await self.transactions.stop()
+        if hasattr(self, "pop"):
+            await self.pop.stop()
         if hasattr(self, "notifier"):
             self.notifier.close()
         if self._grpc is not None:
             await self._grpc.stop(cfg.shutdown_grace_period / 1000)
+        if self.v2 is not None:
+            await self.v2.stop()
         if self._sync is not None:
             await self._sync.stop()
         for task in [*self._tasks, *([self._register_task] if self._register_task else [])]:
@@ -316,6 +362,15 @@ class BrokerApp:
         if self.ha is None:
             return PutMessageStatus.SLAVE_NOT_AVAILABLE
         return await self.ha.wait_replicated(end_offset, self.broker_config.slave_timeout / 1000)
+
+    def ensure_retry_topic(self, group: str) -> None:
+        """The group's retry topic (RocketMQ creates it when a consumer of the group shows up)."""
+        topic = retry_topic(group)
+        if self.broker_config.is_master and self.topics.get(topic) is None:
+            config = self.ensure_group(group)
+            n = max(1, config.retry_queue_nums)
+            self.topics.ensure_system_topic(TopicConfig(topic, n, n))
+            log.info("retry topic created", extra={"topic": topic})
 
     def ensure_group(self, group: str) -> SubscriptionGroupConfig:
         """The group's config; unknown groups are auto-created (autoCreateSubscriptionGroup,

@@ -13,7 +13,7 @@ import enum
 import re
 import socket
 
-from pocketmq.wire.address import split_addresses
+from pocketmq.wire.address import DEFAULT_NAMESRV, split_addresses
 from services.common.config import parse_address, require
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
@@ -83,7 +83,7 @@ class BrokerConfig:
     broker_id: int = 0
     broker_role: BrokerRole = BrokerRole.ASYNC_MASTER
     #: NameServer addresses, ``host:port;host:port``.
-    namesrv_addr: str = "127.0.0.1:9876"
+    namesrv_addr: str = DEFAULT_NAMESRV
     #: Address advertised to the NameServer and clients; empty = detect.
     broker_ip1: str = dataclasses.field(default="", metadata={"key": "brokerIP1"})
     #: Address advertised for the HA port; empty = brokerIP1.
@@ -130,6 +130,12 @@ class BrokerConfig:
     consumer_channel_expired_time: int = 120_000
     #: Time allowed for in-flight requests on shutdown (ms).
     shutdown_grace_period: int = 10_000
+    #: A TLS listener serving the same APIs (the RocketMQ 5 SDKs for Java and Go default to
+    #: TLS), with the certificate and key below (PEM). ``tlsListenPort`` 0 = listenPort + 3.
+    tls_enable: bool = False
+    tls_listen_port: int = 0
+    tls_server_cert_path: str = ""
+    tls_server_key_path: str = ""
     #: Timer messages (TIMER_DELIVER_MS): the farthest accepted delivery time from now (s).
     timer_max_delay_sec: int = 259_200
     #: How often the timer index is snapshotted to the store directory when it changed (ms);
@@ -143,6 +149,12 @@ class BrokerConfig:
     transaction_check_interval: int = 60_000
     #: ... and one is discarded (rolled back) after this many unanswered checks.
     transaction_check_max: int = 15
+    #: POP: the invisible time of push consumers' receives (they send ``auto_renew`` and none),
+    #: renewed this long before it ends while the client stays connected, for at most
+    #: ``renewMaxTimeMillis`` after the pop (ms; RocketMQ's proxy defaults).
+    default_invisible_time_mills: int = 60_000
+    renew_ahead_time_millis: int = 10_000
+    renew_max_time_millis: int = 3 * 3600 * 1000
 
     def __post_init__(self) -> None:
         require(bool(self.broker_cluster_name.strip()), "brokerClusterName", "must not be empty")
@@ -167,6 +179,10 @@ class BrokerConfig:
                 "must be greater than haSendHeartbeatInterval")
         require(1 <= self.default_topic_queue_nums <= 1024, "defaultTopicQueueNums", "must be 1..1024")
         require(self.slave_sync_interval > 0, "slaveSyncInterval", "must be > 0")
+        require(self.default_invisible_time_mills >= 1000, "defaultInvisibleTimeMills", "must be >= 1000")
+        require(0 < self.renew_ahead_time_millis < self.default_invisible_time_mills, "renewAheadTimeMillis",
+                "must be > 0 and below defaultInvisibleTimeMills")
+        require(self.renew_max_time_millis >= 0, "renewMaxTimeMillis", "must be >= 0")
         require(self.flush_consumer_offset_interval > 0, "flushConsumerOffsetInterval", "must be > 0")
         require(self.flush_delay_offset_interval > 0, "flushDelayOffsetInterval", "must be > 0")
         require(self.consumer_channel_expired_time > 0, "consumerChannelExpiredTime", "must be > 0")
@@ -177,6 +193,10 @@ class BrokerConfig:
             object.__setattr__(self, "ha_auth_secret", self.ha_auth_secret.strip())
         check_secret(self.ha_auth_secret, "haAuthSecret")
         parse_delay_levels(self.message_delay_level)
+        require(0 <= self.tls_listen_port < 65536, "tlsListenPort", "must be 0..65535")
+        if self.tls_enable:
+            require(bool(self.tls_server_cert_path), "tlsServerCertPath", "required when tlsEnable=true")
+            require(bool(self.tls_server_key_path), "tlsServerKeyPath", "required when tlsEnable=true")
         require(self.timer_max_delay_sec > 0, "timerMaxDelaySec", "must be > 0")
         require(self.timer_flush_interval_ms > 0, "timerFlushIntervalMs", "must be > 0")
         require(1 <= self.timer_deliver_batch <= 1024, "timerDeliverBatch", "must be 1..1024")
@@ -207,6 +227,10 @@ class BrokerConfig:
     @property
     def broker_addr(self) -> str:
         return f"{self.advertised_ip}:{self.listen_port}"
+
+    @property
+    def effective_tls_port(self) -> int:
+        return self.tls_listen_port or self.listen_port + 3
 
     @property
     def ha_server_addr(self) -> str:

@@ -162,7 +162,12 @@ class PullService:
                     f"subscription group {group!r} may not consume (consumeEnable=false)")
         tag_filter = v.parse_tag_expression(request.subscription)
         if request.commit_offset > 0 and group and self.config.is_master:
-            self.offsets.commit(group, topic, request.queue_id, request.commit_offset)
+            # A pull's commit only moves the offset forward: a pull still in flight when its
+            # consumer committed further (or closed) must not take the group back. Moving back is
+            # UpdateConsumerOffset's job (offset resets).
+            stored = self.offsets.query(group, topic, request.queue_id)
+            if stored is None or request.commit_offset > stored:
+                self.offsets.commit(group, topic, request.queue_id, request.commit_offset)
         max_count = request.max_msg_nums if request.max_msg_nums > 0 else \
             self.store_config.max_transfer_count_on_message_in_memory
         max_bytes = request.max_bytes if request.max_bytes > 0 else \

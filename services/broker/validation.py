@@ -45,6 +45,12 @@ PERM_ALL = PERM_INHERIT | PERM_WRITE | PERM_READ
 
 MAX_QUEUE_NUMS = 1024
 
+#: RocketMQ 5's topic attribute naming the message type a topic accepts (the NameServer's route
+#: table reads it under the same name).
+MESSAGE_TYPE_ATTRIBUTE = "message.type"
+#: Its values (RocketMQ's TopicMessageType, without MIXED/UNSPECIFIED: "" means any type).
+MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION")
+
 
 def validate_topic(topic: str) -> str:
     """A legal topic name (charset ``[%|a-zA-Z0-9_-]``, 1..127 characters)."""
@@ -82,6 +88,15 @@ def validate_perm(perm: int) -> int:
             f"perm {perm} is not a combination of READ(4), WRITE(2) and INHERIT(1)"
         )
     return perm
+
+
+def validate_message_type(message_type: str) -> str:
+    """"" (any type) or one of :data:`MESSAGE_TYPES`."""
+    if message_type and message_type not in MESSAGE_TYPES:
+        raise InvalidArgumentError(
+            f"topic attribute {MESSAGE_TYPE_ATTRIBUTE}={message_type!r} is not one of "
+            f"{', '.join(MESSAGE_TYPES)}")
+    return message_type
 
 
 def perm_to_string(perm: int) -> str:

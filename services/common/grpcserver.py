@@ -49,8 +49,11 @@ async def start_grpc_server(
     address: str,
     register: Callable[[grpc.aio.Server], None],
     service_names: Sequence[str],
+    tls: tuple[str, bytes, bytes] | None = None,
 ) -> GrpcServer:
     """Create, register, bind and start a server. ``address`` is ``host:port`` (port 0 = any).
+    ``tls``: (address, private key PEM, certificate chain PEM) of an extra TLS listener serving
+    the same services.
 
     Raises :class:`ListenError` (naming the address and why) when the port cannot be bound.
     """
@@ -79,6 +82,19 @@ async def start_grpc_server(
         raise ListenError(address, reason, "gRPC") from exc
     if port == 0:
         raise ListenError(address, reason, "gRPC")
+    if tls is not None:
+        tls_address, key, chain = tls
+        tls_host, _, tls_port_text = tls_address.rpartition(":")
+        failed = bind_error(tls_host.strip("[]"), int(tls_port_text)) if tls_port_text.isdigit() else None
+        tls_reason = reason_of(failed) if failed is not None else "address in use or invalid"
+        credentials = grpc.ssl_server_credentials([(key, chain)])
+        try:
+            tls_port = server.add_secure_port(tls_address, credentials)
+        except RuntimeError as exc:
+            raise ListenError(tls_address, tls_reason, "gRPC TLS") from exc
+        if tls_port == 0:
+            raise ListenError(tls_address, tls_reason, "gRPC TLS")
+        log.info("grpc TLS listener", extra={"address": tls_address, "port": tls_port})
     await server.start()
     for name in ["", *service_names]:
         await health.set(name, health_pb2.HealthCheckResponse.SERVING)

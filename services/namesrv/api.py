@@ -209,26 +209,34 @@ class NameServerServicer(namesrv_pb2_grpc.NameServerServicer):  # type: ignore[m
         self, request: pb.GetRouteInfoByTopicRequest, context: grpc.aio.ServicerContext
     ) -> pb.TopicRouteData:
         validation.check_topic("topic", request.topic)
-        self._after_change()  # drops cached routes if the table changed outside a handler
-        cached = self._route_cache.get(request.topic)
-        if cached is not None:
-            self.metrics.routes_found.inc()
-            return cached
-        route = self.table.route(request.topic)
-        if route is None:
+        reply = self.route_data(request.topic)
+        if reply is None:
             self.metrics.routes_not_found.inc()
             raise NotFoundError(f"no route for topic '{request.topic}': no live broker serves it")
         self.metrics.routes_found.inc()
-        reply = self._route_cache[request.topic] = pb.TopicRouteData(
+        return reply
+
+    def route_data(self, topic: str) -> pb.TopicRouteData | None:
+        """The topic's route (cached until the table changes), None when no live broker serves it.
+        ``topic`` is validated by the caller."""
+        self._after_change()  # drops cached routes if the table changed outside a handler
+        cached = self._route_cache.get(topic)
+        if cached is not None:
+            return cached
+        route = self.table.route(topic)
+        if route is None:
+            return None
+        reply = self._route_cache[topic] = pb.TopicRouteData(
             queue_datas=[
                 pb.QueueData(
                     broker_name=q.broker_name, read_queue_nums=q.read_queue_nums,
                     write_queue_nums=q.write_queue_nums, perm=q.perm, topic_sys_flag=q.topic_sys_flag,
+                    message_type=q.message_type,
                 )
                 for q in route.queue_datas
             ],
             broker_datas=[_broker_data_pb(g) for g in route.broker_datas],
-            order_topic_conf=self.kv.get(ORDER_TOPIC_CONFIG, request.topic) or "",
+            order_topic_conf=self.kv.get(ORDER_TOPIC_CONFIG, topic) or "",
         )
         return reply
 

@@ -10,7 +10,9 @@ import logging
 import grpc
 from grpc_health.v1 import health_pb2
 
+from apache.rocketmq.v2 import service_pb2_grpc as v2_grpc
 from pocketmq.namesrv.v1 import namesrv_pb2_grpc
+from services.broker.v2.status import SERVICE_NAME as V2_SERVICE
 from services.common.config import to_properties
 from services.common.grpcserver import GrpcServer, start_grpc_server
 from services.common.metrics import MetricsServer
@@ -18,6 +20,7 @@ from services.namesrv import kvconfig
 from services.namesrv.api import SERVICE_NAME, NameServerServicer
 from services.namesrv.config import NamesrvConfig
 from services.namesrv.metrics import NamesrvMetrics
+from services.namesrv.v2api import NamesrvMessagingServicer
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +33,8 @@ class NamesrvApp:
         self.metrics = NamesrvMetrics()
         kv = kvconfig.load(config.kv_config_path) if config.kv_config_path else kvconfig.KVConfig()
         self.servicer = NameServerServicer(config, kv=kv, metrics=self.metrics)
+        #: The RocketMQ 5 API's QueryRoute (access point ``namesrv:9876``).
+        self.v2 = NamesrvMessagingServicer(self.servicer)
         self._grpc: GrpcServer | None = None
         self._metrics_server: MetricsServer | None = None
         self._scan_task: asyncio.Task[None] | None = None
@@ -53,8 +58,9 @@ class NamesrvApp:
     async def start(self) -> None:
         def register(server: grpc.aio.Server) -> None:
             namesrv_pb2_grpc.add_NameServerServicer_to_server(self.servicer, server)
+            v2_grpc.add_MessagingServiceServicer_to_server(self.v2, server)
 
-        self._grpc = await start_grpc_server(self.config.listen, register, [SERVICE_NAME])
+        self._grpc = await start_grpc_server(self.config.listen, register, [SERVICE_NAME, V2_SERVICE])
         try:
             self._metrics_server = MetricsServer(
                 self.metrics.registry, self.config.listen_host, self.config.metrics_port

@@ -29,8 +29,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import NamedTuple, Protocol
+
+from services.broker.validation import MESSAGE_TYPE_ATTRIBUTE
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +65,8 @@ class TopicConfigLike(Protocol):
     def perm(self) -> int: ...
     @property
     def topic_sys_flag(self) -> int: ...
+    @property
+    def attributes(self) -> Mapping[str, str]: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,6 +78,7 @@ class TopicConf:
     write_queue_nums: int = 4
     perm: int = PERM_READ | PERM_WRITE
     topic_sys_flag: int = 0
+    attributes: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -85,6 +90,8 @@ class QueueData:
     write_queue_nums: int
     perm: int
     topic_sys_flag: int
+    #: The topic's RocketMQ 5 ``message.type`` attribute on this group ("" = any type).
+    message_type: str = ""
 
 
 @dataclasses.dataclass
@@ -293,7 +300,8 @@ class RouteTable:
             name = tc.topic_name
             seen.add(name)
             self.topic_queue_table.setdefault(name, {})[broker_name] = QueueData(
-                broker_name, tc.read_queue_nums, tc.write_queue_nums, tc.perm, tc.topic_sys_flag
+                broker_name, tc.read_queue_nums, tc.write_queue_nums, tc.perm, tc.topic_sys_flag,
+                tc.attributes.get(MESSAGE_TYPE_ATTRIBUTE, ""),
             )
         for gone in meta.topics - seen:
             self._remove_queue_data(gone, broker_name)

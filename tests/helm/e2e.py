@@ -10,8 +10,13 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
+import grpc
 import pytest
+from google.protobuf.duration_pb2 import Duration
 
+from apache.rocketmq.v2 import definition_pb2 as v2
+from apache.rocketmq.v2 import service_pb2 as v2s
+from apache.rocketmq.v2 import service_pb2_grpc as v2_grpc
 from pocketmq.broker.v1 import broker_pb2 as bpb
 from tests.helm import client
 from tests.helm.chart import CHART_DIR, NAMESPACE, render
@@ -77,6 +82,7 @@ class Load:
         self.statuses: dict[str, int] = {}
         self.errors: list[str] = []
         self.thread = threading.Thread(target=self._run, name="helm-e2e-load", daemon=True)
+        self._channels: dict[str, grpc.Channel] = {}
 
     @property
     def sent_ok(self) -> int:
@@ -110,14 +116,36 @@ class Load:
                             suspend_timeout_ms=0, commit_offset=-1), timeout=5)
                         if pulled.status == bpb.FOUND:
                             offsets[addr, queue] = pulled.next_begin_offset
+                    self._pop(addr)
                 except Exception as exc:  # keep loading; the tests look at the counters
                     self.errors.append(repr(exc))
             n += 1
             self.stopped.wait(0.05)
 
+    def _pop(self, addr: str) -> None:
+        """A RocketMQ 5 consumer's receive + ack (the dashboard's consumer-health row)."""
+        channel = self._channels.get(addr)
+        if channel is None:
+            channel = self._channels[addr] = grpc.insecure_channel(addr)
+        stub = v2_grpc.MessagingServiceStub(channel)
+        md = [("x-mq-client-id", "helm-load-pop")]
+        group, topic = v2.Resource(name="helm-load-pop"), v2.Resource(name=self.topic)
+        replies = stub.ReceiveMessage(v2s.ReceiveMessageRequest(
+            group=group, message_queue=v2.MessageQueue(topic=topic, id=-1), batch_size=8,
+            invisible_duration=Duration(seconds=30), long_polling_timeout=Duration(seconds=0)),
+            metadata=md, timeout=5)
+        entries = [v2s.AckMessageEntry(message_id=r.message.system_properties.message_id,
+                                       receipt_handle=r.message.system_properties.receipt_handle)
+                   for r in replies if r.HasField("message")]
+        if entries:
+            stub.AckMessage(v2s.AckMessageRequest(group=group, topic=topic, entries=entries),
+                            metadata=md, timeout=5)
+
     def stop(self) -> None:
         self.stopped.set()
         self.thread.join(10)
+        for channel in self._channels.values():
+            channel.close()
 
 
 def dashboard() -> dict[str, Any]:

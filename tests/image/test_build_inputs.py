@@ -12,8 +12,9 @@ def test_the_context_is_what_dockerignore_lets_through() -> None:
     files = {p.relative_to(image.ROOT).as_posix() for p in image.context_files()}
     assert {"pyproject.toml", "README.md", "requirements/lock.txt", "pocketmq/__init__.py",
             "services/broker/k8s_env.py"} <= files
-    assert all(f.split("/")[0] in {"pyproject.toml", "README.md", "requirements", "pocketmq", "services"}
-               for f in files)
+    top = {"pyproject.toml", "README.md", "requirements", "pocketmq", "services", "apache"}
+    assert all(f.split("/")[0] in top for f in files)
+    assert "apache/rocketmq/v2/service_pb2.py" in files
     assert not [f for f in files if "__pycache__" in f or f.endswith(".pyc") or ".egg-info" in f]
     assert "requirements/top.txt" not in files
 

@@ -21,3 +21,19 @@ def test_generated_modules_import() -> None:
 
     assert namesrv_pb2.DESCRIPTOR.package == "pocketmq.namesrv.v1"
     assert hasattr(namesrv_pb2_grpc, "NameServerStub")
+
+
+def test_rocketmq_v2_contract_imports() -> None:
+    """The RocketMQ 5 API is generated at its own import path (apache/rocketmq/v2)."""
+    from apache.rocketmq.v2 import definition_pb2, service_pb2, service_pb2_grpc
+
+    assert service_pb2.DESCRIPTOR.package == "apache.rocketmq.v2"
+    assert service_pb2.DESCRIPTOR.name == "apache/rocketmq/v2/service.proto"
+    assert definition_pb2.DESCRIPTOR.name == "apache/rocketmq/v2/definition.proto"
+    methods = service_pb2.DESCRIPTOR.services_by_name["MessagingService"].methods_by_name
+    assert {"QueryRoute", "Heartbeat", "SendMessage", "ReceiveMessage", "AckMessage", "EndTransaction",
+            "Telemetry", "NotifyClientTermination", "ChangeInvisibleDuration",
+            "RecallMessage"} <= set(methods)
+    assert definition_pb2.Code.OK == 20000
+    assert definition_pb2.Code.MESSAGE_BODY_TOO_LARGE == 41301
+    assert hasattr(service_pb2_grpc, "MessagingServiceStub")

@@ -365,7 +365,7 @@ class ListTopicsResponse(_message.Message):
     def __init__(self, topic_configs: _Optional[_Iterable[_Union[_common_pb2.TopicConfig, _Mapping]]] = ...) -> None: ...
 
 class SubscriptionGroupConfig(_message.Message):
-    __slots__ = ("group_name", "consume_enable", "consume_from_min_enable", "consume_broadcast_enable", "retry_queue_nums", "retry_max_times", "broker_id", "which_broker_when_consume_slowly")
+    __slots__ = ("group_name", "consume_enable", "consume_from_min_enable", "consume_broadcast_enable", "retry_queue_nums", "retry_max_times", "broker_id", "which_broker_when_consume_slowly", "consume_message_orderly")
     GROUP_NAME_FIELD_NUMBER: _ClassVar[int]
     CONSUME_ENABLE_FIELD_NUMBER: _ClassVar[int]
     CONSUME_FROM_MIN_ENABLE_FIELD_NUMBER: _ClassVar[int]
@@ -374,6 +374,7 @@ class SubscriptionGroupConfig(_message.Message):
     RETRY_MAX_TIMES_FIELD_NUMBER: _ClassVar[int]
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     WHICH_BROKER_WHEN_CONSUME_SLOWLY_FIELD_NUMBER: _ClassVar[int]
+    CONSUME_MESSAGE_ORDERLY_FIELD_NUMBER: _ClassVar[int]
     group_name: str
     consume_enable: bool
     consume_from_min_enable: bool
@@ -382,7 +383,8 @@ class SubscriptionGroupConfig(_message.Message):
     retry_max_times: int
     broker_id: int
     which_broker_when_consume_slowly: int
-    def __init__(self, group_name: _Optional[str] = ..., consume_enable: _Optional[bool] = ..., consume_from_min_enable: _Optional[bool] = ..., consume_broadcast_enable: _Optional[bool] = ..., retry_queue_nums: _Optional[int] = ..., retry_max_times: _Optional[int] = ..., broker_id: _Optional[int] = ..., which_broker_when_consume_slowly: _Optional[int] = ...) -> None: ...
+    consume_message_orderly: bool
+    def __init__(self, group_name: _Optional[str] = ..., consume_enable: _Optional[bool] = ..., consume_from_min_enable: _Optional[bool] = ..., consume_broadcast_enable: _Optional[bool] = ..., retry_queue_nums: _Optional[int] = ..., retry_max_times: _Optional[int] = ..., broker_id: _Optional[int] = ..., which_broker_when_consume_slowly: _Optional[int] = ..., consume_message_orderly: _Optional[bool] = ...) -> None: ...
 
 class CreateSubscriptionGroupRequest(_message.Message):
     __slots__ = ("config",)

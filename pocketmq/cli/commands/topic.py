@@ -67,6 +67,9 @@ def topic_create(
     file: Annotated[Path | None, typer.Option(
         "--file", "-f", help="Also create the topics named in this file (one a line; - reads stdin; "
         "blank lines and # comments are skipped).", show_default=False)] = None,
+    message_type: Annotated[str, typer.Option(
+        "--message-type",
+        help="RocketMQ 5 message.type: NORMAL, FIFO, DELAY or TRANSACTION (default: any).")] = "",
     *,
     conn: Conn,
 ) -> None:
@@ -83,12 +86,12 @@ def topic_create(
     if len(names) == 1 and file is None:
         results = conn.call(lambda admin: admin.create_topic(
             names[0], read_queues=read_queues, write_queues=write_queues, perm=perm_bits, order=order,
-            cluster=conn.cluster))
+            cluster=conn.cluster, message_type=message_type.upper()))
         _print_topic_results("create topic", names[0], results, conn)
         return
     batch = conn.call(lambda admin: admin.create_topics(
         names, read_queues=read_queues, write_queues=write_queues, perm=perm_bits, order=order,
-        cluster=conn.cluster))
+        cluster=conn.cluster, message_type=message_type.upper()))
     rows, ok = results_rows(batch)
     for row, r in zip(rows, batch, strict=True):
         if r.ok and r.value is not None:

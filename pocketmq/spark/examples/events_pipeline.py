@@ -39,6 +39,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from pocketmq.wire.address import DEFAULT_NAMESRV
+
 log = logging.getLogger("pocketmq.spark.examples")
 
 EVENT_SCHEMA = "user STRING, type STRING, amount DOUBLE, ts LONG"
@@ -175,7 +177,7 @@ def session(args: argparse.Namespace) -> Any:
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--namesrv", default=os.environ.get("POCKETMQ_NAMESRV", "127.0.0.1:9876"))
+    parser.add_argument("--namesrv", default=os.environ.get("POCKETMQ_NAMESRV", DEFAULT_NAMESRV))
     parser.add_argument("--events-topic", default="events")
     parser.add_argument("--results-topic", default="event-stats")
     parser.add_argument("--output", default="data/pipeline/event-stats",

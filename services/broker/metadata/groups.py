@@ -21,6 +21,8 @@ class SubscriptionGroupConfig:
     retry_max_times: int = 16
     broker_id: int = 0
     which_broker_when_consume_slowly: int = 1
+    #: RocketMQ 5: the group consumes each queue in order (FIFO consumers of the 5.x API).
+    consume_message_orderly: bool = False
 
     _JSON_KEYS = (
         ("group_name", "groupName"), ("consume_enable", "consumeEnable"),
@@ -28,6 +30,7 @@ class SubscriptionGroupConfig:
         ("consume_broadcast_enable", "consumeBroadcastEnable"), ("retry_queue_nums", "retryQueueNums"),
         ("retry_max_times", "retryMaxTimes"), ("broker_id", "brokerId"),
         ("which_broker_when_consume_slowly", "whichBrokerWhenConsumeSlowly"),
+        ("consume_message_orderly", "consumeMessageOrderly"),
     )
 
     def to_proto(self) -> broker_pb2.SubscriptionGroupConfig:

@@ -20,6 +20,9 @@ class TopicConfig:
     perm: int = v.PERM_READ | v.PERM_WRITE
     topic_sys_flag: int = 0
     order: bool = False
+    #: RocketMQ 5's ``message.type`` topic attribute (NORMAL, FIFO, DELAY, TRANSACTION; "" =
+    #: any): the message types the RocketMQ 5 API accepts on this topic.
+    message_type: str = ""
 
     @property
     def readable(self) -> bool:
@@ -29,35 +32,45 @@ class TopicConfig:
     def writable(self) -> bool:
         return bool(self.perm & v.PERM_WRITE)
 
+    @property
+    def attributes(self) -> dict[str, str]:
+        return {v.MESSAGE_TYPE_ATTRIBUTE: self.message_type} if self.message_type else {}
+
     def to_proto(self) -> common_pb2.TopicConfig:
         return common_pb2.TopicConfig(
             topic_name=self.topic_name, read_queue_nums=self.read_queue_nums,
             write_queue_nums=self.write_queue_nums, perm=self.perm,
-            topic_sys_flag=self.topic_sys_flag, order=self.order,
+            topic_sys_flag=self.topic_sys_flag, order=self.order, attributes=self.attributes,
         )
 
     @classmethod
     def from_proto(cls, msg: common_pb2.TopicConfig) -> TopicConfig:
         return cls(msg.topic_name, msg.read_queue_nums, msg.write_queue_nums, msg.perm,
-                   msg.topic_sys_flag, msg.order)
+                   msg.topic_sys_flag, msg.order, msg.attributes.get(v.MESSAGE_TYPE_ATTRIBUTE, ""))
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        doc: dict[str, Any] = {
             "topicName": self.topic_name, "readQueueNums": self.read_queue_nums,
             "writeQueueNums": self.write_queue_nums, "perm": self.perm,
             "topicFilterType": "SINGLE_TAG", "topicSysFlag": self.topic_sys_flag, "order": self.order,
         }
+        if self.message_type:
+            doc["attributes"] = self.attributes
+        return doc
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> TopicConfig:
+        attributes = doc.get("attributes") or {}
         return cls(str(doc["topicName"]), int(doc["readQueueNums"]), int(doc["writeQueueNums"]),
-                   int(doc["perm"]), int(doc.get("topicSysFlag", 0)), bool(doc.get("order", False)))
+                   int(doc["perm"]), int(doc.get("topicSysFlag", 0)), bool(doc.get("order", False)),
+                   str(attributes.get(v.MESSAGE_TYPE_ATTRIBUTE, "")))
 
     def validated(self) -> TopicConfig:
         """This config if it is acceptable for create/update, else InvalidArgumentError."""
         v.validate_topic(self.topic_name)
         v.validate_queue_nums(self.read_queue_nums, self.write_queue_nums)
         v.validate_perm(self.perm)
+        v.validate_message_type(self.message_type)
         return self
 
 

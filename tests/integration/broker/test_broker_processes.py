@@ -164,6 +164,19 @@ def test_offsets_topics_and_messages_survive_a_restart(start_broker: StartBroker
     assert [m.body for m in c2.pull_all("durable", 0)] == [b"m%d" % i for i in range(0, 20, 2)]
     assert c2.send("durable", b"after", queue_id=0).queue_offset == 10
 
+    # A pull's commit moves the offset forward only; UpdateConsumerOffset may move it back.
+    def pull_committing(offset: int) -> None:
+        c2.stub.PullMessage(pb.PullMessageRequest(consumer_group="cg1", topic="durable", queue_id=0,
+                                                  queue_offset=offset, max_msg_nums=1, subscription="*",
+                                                  commit_offset=offset), timeout=10)
+
+    pull_committing(5)
+    assert c2.committed("cg1", "durable", 0) == 7
+    pull_committing(9)
+    assert c2.committed("cg1", "durable", 0) == 9
+    c2.commit("cg1", "durable", 0, 2)
+    assert c2.committed("cg1", "durable", 0) == 2
+
 
 def test_slave_syncs_metadata_from_its_master_and_refuses_writes(
     namesrv: str, start_broker: StartBroker

@@ -1,0 +1,246 @@
+"""SendMessage: validate each v2 message, turn it into a PocketMQ message and send it through the
+broker's normal produce path (:class:`services.broker.send.SendService`), then map the outcome.
+
+The broker picks the queue: round-robin, or for FIFO messages a stable hash of the message group,
+so one group always lands in one queue and stays in order. The client's message id (UNIQ_KEY),
+tag, keys, user properties, born time and host are kept. DELAY messages carry their delivery
+time in the timer property, transactional ones are half messages of the producer group (the
+topic, as RocketMQ's proxy does for v2 producers); the produce path owns both rewrites.
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import ipaddress
+import re
+import zlib
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from apache.rocketmq.v2 import definition_pb2, service_pb2
+from pocketmq.broker.v1 import broker_pb2
+from services.broker.metadata import TopicConfig
+from services.broker.storage import record
+from services.broker.storage.status import STORED_STATUSES
+from services.broker.v2.resources import RequestMeta, topic_name
+from services.broker.v2.status import PUT_STATUS_CODES, Code, V2Error, from_service_error
+from services.common.errors import ServiceError
+
+if TYPE_CHECKING:
+    from services.broker.app import BrokerApp
+
+MessageType = definition_pb2.MessageType
+#: RocketMQ's limits on what a v2 message may carry.
+MAX_MESSAGE_GROUP_LENGTH = 64
+MAX_PROPERTIES_SIZE = 16 * 1024
+MAX_MESSAGE_ID_LENGTH = 128
+_MESSAGE_ID = re.compile(r"^[0-9A-Fa-f]+$")
+_FORBIDDEN_CHARS = (record.NAME_VALUE_SEPARATOR, record.PROPERTY_SEPARATOR)
+#: Property keys the broker and the system properties own; users may not set them.
+SYSTEM_PROPERTY_KEYS = frozenset(
+    {str(getattr(record, name)) for name in dir(record) if name.startswith("PROPERTY_")
+     and isinstance(getattr(record, name), str)} | {"TIMER_DELAY_SEC", "TIMER_DELAY_MS"})
+_TYPE_NAMES: dict[int, str] = {MessageType.NORMAL: "NORMAL", MessageType.FIFO: "FIFO",
+                               MessageType.DELAY: "DELAY", MessageType.TRANSACTION: "TRANSACTION"}
+
+
+def fifo_queue(message_group: str, write_queue_nums: int) -> int:
+    """The queue of a message group: stable across restarts and processes."""
+    return zlib.crc32(message_group.encode("utf-8")) % write_queue_nums
+
+
+def timestamp_ms(ts: object) -> int:
+    seconds = int(getattr(ts, "seconds", 0))
+    nanos = int(getattr(ts, "nanos", 0))
+    return seconds * 1000 + nanos // 1_000_000
+
+
+def message_type_of(msg: definition_pb2.Message) -> int:
+    """The declared type, checked against the fields that imply one."""
+    sp = msg.system_properties
+    has_group = sp.HasField("message_group")
+    has_delivery = sp.HasField("delivery_timestamp")
+    declared = sp.message_type
+    if declared == MessageType.MESSAGE_TYPE_UNSPECIFIED:
+        declared = (MessageType.FIFO if has_group else MessageType.DELAY if has_delivery
+                    else MessageType.NORMAL)
+    if declared not in _TYPE_NAMES:
+        raise V2Error(Code.UNSUPPORTED,
+                      f"message type {MessageType.Name(declared)} is not supported by this broker")  # type: ignore[arg-type]
+    wants_group = declared == MessageType.FIFO
+    wants_delivery = declared == MessageType.DELAY
+    if has_group != wants_group or has_delivery != wants_delivery:
+        raise V2Error(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                      f"a {_TYPE_NAMES[declared]} message "
+                      f"{'needs' if wants_group else 'must not have'} a message_group and "
+                      f"{'needs' if wants_delivery else 'must not have'} a delivery_timestamp")
+    return declared
+
+
+def _check_topic_type(tc: TopicConfig, msg_type: int) -> None:
+    if tc.message_type and tc.message_type != _TYPE_NAMES[msg_type]:
+        raise V2Error(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                      f"topic {tc.topic_name!r} accepts {tc.message_type} messages (message.type "
+                      f"attribute), not {_TYPE_NAMES[msg_type]}")
+
+
+def _body(msg: definition_pb2.Message, max_size: int) -> bytes:
+    body = msg.body
+    if msg.system_properties.body_encoding == definition_pb2.Encoding.GZIP:
+        try:
+            body = gzip.decompress(body)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise V2Error(Code.MESSAGE_CORRUPTED, f"GZIP body cannot be decompressed: {exc}") from None
+    if not body:
+        raise V2Error(Code.MESSAGE_BODY_EMPTY, "message body is empty")
+    if len(body) > max_size:
+        raise V2Error(Code.MESSAGE_BODY_TOO_LARGE,
+                      f"message body is {len(body)} bytes, more than maxMessageSize ({max_size} bytes)")
+    return body
+
+
+def _properties(msg: definition_pb2.Message) -> dict[str, str]:
+    sp = msg.system_properties
+    message_id = sp.message_id
+    if not message_id or len(message_id) > MAX_MESSAGE_ID_LENGTH or not _MESSAGE_ID.match(message_id):
+        raise V2Error(Code.ILLEGAL_MESSAGE_ID,
+                      f"message id {message_id[:80]!r} is not a hex string of 1..{MAX_MESSAGE_ID_LENGTH} "
+                      "characters")
+    props: dict[str, str] = {}
+    size = 0
+    for key, value in msg.user_properties.items():
+        if (not key.strip() or key in SYSTEM_PROPERTY_KEYS
+                or any(c in key or c in value for c in _FORBIDDEN_CHARS)):
+            raise V2Error(Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
+                          f"user property {key[:80]!r} is empty, reserved for the system or holds a "
+                          "control character")
+        size += len(key) + len(value)
+        props[key] = value
+    if size > MAX_PROPERTIES_SIZE:
+        raise V2Error(Code.MESSAGE_PROPERTIES_TOO_LARGE,
+                      f"user properties are {size} bytes, more than {MAX_PROPERTIES_SIZE}")
+    props[record.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = message_id
+    if sp.HasField("tag"):
+        tag = sp.tag
+        if not tag.strip() or "|" in tag or any(c in tag for c in _FORBIDDEN_CHARS):
+            raise V2Error(Code.ILLEGAL_MESSAGE_TAG, f"tag {tag[:80]!r} is blank or contains '|'")
+        props[record.PROPERTY_TAGS] = tag
+    if sp.keys:
+        for key in sp.keys:
+            if not key.strip() or record.KEY_SEPARATOR in key or any(c in key for c in _FORBIDDEN_CHARS):
+                raise V2Error(Code.ILLEGAL_MESSAGE_KEY,
+                              f"message key {key[:80]!r} is blank or contains a space")
+        props[record.PROPERTY_KEYS] = record.KEY_SEPARATOR.join(sp.keys)
+    if sp.HasField("message_group"):
+        group = sp.message_group
+        if (not group.strip() or len(group) > MAX_MESSAGE_GROUP_LENGTH
+                or any(c in group for c in _FORBIDDEN_CHARS)):
+            raise V2Error(Code.ILLEGAL_MESSAGE_GROUP,
+                          f"message group {group[:80]!r} is blank or longer than {MAX_MESSAGE_GROUP_LENGTH}")
+        props[record.PROPERTY_SHARDING_KEY] = group
+    return props
+
+
+@functools.lru_cache(maxsize=1024)
+def _is_ipv4(text: str) -> bool:
+    try:
+        return ipaddress.ip_address(text).version == 4
+    except ValueError:
+        return False
+
+
+def _born_host(text: str, peer: record.Host) -> record.Host:
+    """The client's own address (the SDK's ``born_host``) when it is IPv4, else the peer's."""
+    return (text, 0) if _is_ipv4(text) else peer
+
+
+class Producer:
+    """SendMessage for one broker app."""
+
+    def __init__(self, app: BrokerApp, on_topic: Callable[[str, str], None]) -> None:
+        self.app = app
+        #: (client id, stored topic) of every accepted send: producers of a topic are found by it.
+        self.on_topic = on_topic
+
+    def _topic(self, name: str) -> TopicConfig:
+        send = self.app.send
+        try:
+            send.check_writable_broker()
+            return send.resolve_topic(name)
+        except ServiceError as exc:
+            raise from_service_error(exc, not_found=Code.TOPIC_NOT_FOUND,
+                                     invalid=Code.ILLEGAL_TOPIC) from None
+
+    def prepare(self, msg: definition_pb2.Message, topic: str, tc: TopicConfig,
+                peer: record.Host) -> tuple[broker_pb2.SendMessageRequest, record.Host, int]:
+        """Validate one message; the v1 request to send, its born host and its type."""
+        msg_type = message_type_of(msg)
+        _check_topic_type(tc, msg_type)
+        body = _body(msg, self.app.store_config.max_message_size)
+        props = _properties(msg)
+        sp = msg.system_properties
+        queue_id = -1
+        producer_group = ""
+        if msg_type == MessageType.FIFO:
+            queue_id = fifo_queue(sp.message_group, tc.write_queue_nums)
+        elif msg_type == MessageType.DELAY:
+            deliver_ms = timestamp_ms(sp.delivery_timestamp)
+            if deliver_ms <= 0:
+                raise V2Error(Code.ILLEGAL_DELIVERY_TIME, f"delivery_timestamp {deliver_ms} ms is not a time")
+            props[record.PROPERTY_TIMER_DELIVER_MS] = str(deliver_ms)
+        elif msg_type == MessageType.TRANSACTION:
+            props[record.PROPERTY_TRANSACTION_PREPARED] = "true"
+            producer_group = topic
+        born_ms = timestamp_ms(sp.born_timestamp) if sp.HasField("born_timestamp") else 0
+        request = broker_pb2.SendMessageRequest(
+            message=broker_pb2.Message(topic=topic, body=body, properties=props),
+            queue_id=queue_id, producer_group=producer_group, born_timestamp=born_ms)
+        return request, _born_host(sp.born_host, peer), msg_type
+
+    async def send(self, request: service_pb2.SendMessageRequest, meta: RequestMeta,
+                   peer: record.Host) -> service_pb2.SendMessageResponse:
+        if not request.messages:
+            raise V2Error(Code.BAD_REQUEST, "SendMessage needs at least one message")
+        first = request.messages[0].topic
+        for msg in request.messages[1:]:
+            if msg.topic.name != first.name or msg.topic.resource_namespace != first.resource_namespace:
+                raise V2Error(Code.BAD_REQUEST, "every message of one SendMessage must have the same topic")
+        topic = topic_name(first, meta)
+        tc = self._topic(topic)
+        # Validate everything before storing anything: a bad entry refuses the whole request.
+        prepared = [self.prepare(msg, topic, tc, peer) for msg in request.messages]
+        entries = []
+        for msg, (v1, born_host, msg_type) in zip(request.messages, prepared, strict=True):
+            entries.append(await self._send_one(msg, v1, born_host, msg_type))
+        if meta.client_id:
+            self.on_topic(meta.client_id, topic)
+        codes = {e.status.code for e in entries}
+        if len(codes) == 1:
+            top = entries[0].status
+        else:
+            top = definition_pb2.Status(code=Code.MULTIPLE_RESULTS,
+                                        message="the entries have different statuses")
+        return service_pb2.SendMessageResponse(status=top, entries=entries)
+
+    async def _send_one(self, msg: definition_pb2.Message, v1: broker_pb2.SendMessageRequest,
+                        born_host: record.Host, msg_type: int) -> service_pb2.SendResultEntry:
+        try:
+            outcome = await self.app.send.send_one(v1, born_host)
+        except ServiceError as exc:
+            err = from_service_error(exc, not_found=Code.TOPIC_NOT_FOUND,
+                                     invalid=Code.ILLEGAL_DELIVERY_TIME if msg_type == MessageType.DELAY
+                                     else Code.BAD_REQUEST)
+            return service_pb2.SendResultEntry(status=err.status())
+        code = PUT_STATUS_CODES.get(outcome.status, Code.INTERNAL_SERVER_ERROR)
+        message = outcome.remark or ("OK" if code == Code.OK else outcome.status.name)
+        entry = service_pb2.SendResultEntry(
+            status=definition_pb2.Status(code=code, message=message),  # type: ignore[arg-type]
+            message_id=msg.system_properties.message_id)
+        if outcome.status in STORED_STATUSES:
+            entry.offset = max(outcome.queue_offset, 0)
+            if msg_type == MessageType.TRANSACTION and outcome.msg_ids:
+                entry.transaction_id = outcome.msg_ids[0]
+        return entry
+
+

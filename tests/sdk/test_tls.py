@@ -1,0 +1,68 @@
+"""tlsEnable: the broker serves the same APIs on a TLS port (listenPort + 3 by default) with the
+configured certificate; routes answered over TLS point at the brokers' TLS ports."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import grpc
+import pytest
+
+from apache.rocketmq.v2 import definition_pb2 as d
+from apache.rocketmq.v2 import service_pb2 as s
+from apache.rocketmq.v2 import service_pb2_grpc
+from services.common.tls import generate_self_signed
+from tests.integration.procs import ProcessFailedError, ProcessGroup
+from tests.sdk.cluster import start_broker, start_cluster, v2_message
+
+
+def test_tls_listener_serves_the_v2_api(procs: ProcessGroup, tmp_path: Path) -> None:
+    cert, key = tmp_path / "tls" / "server.crt", tmp_path / "tls" / "server.key"
+    generate_self_signed(cert, key, hosts=("127.0.0.1",))
+    tls_flags = [
+        "--tls-enable",
+        "true",
+        "--tls-server-cert-path",
+        str(cert),
+        "--tls-server-key-path",
+        str(key),
+    ]
+    cluster = start_cluster(procs, tmp_path, names=("broker-t",), extra=tls_flags)
+    broker = cluster.brokers[0]
+    plain_port = int(broker.addr.rsplit(":", 1)[1])
+    creds = grpc.ssl_channel_credentials(root_certificates=cert.read_bytes())
+    md = [("x-mq-client-id", "tls-client")]
+    with grpc.secure_channel(f"127.0.0.1:{plain_port + 3}", creds) as channel:
+        stub = service_pb2_grpc.MessagingServiceStub(channel)
+        route = stub.QueryRoute(
+            s.QueryRouteRequest(topic=d.Resource(name="TBW102-routed")), metadata=md, timeout=10
+        )
+        assert route.status.code == d.Code.OK, route.status
+        assert {q.broker.endpoints.addresses[0].port for q in route.message_queues} == {plain_port + 3}
+        reply = stub.SendMessage(
+            s.SendMessageRequest(messages=[v2_message("over-tls", b"secret")]), metadata=md, timeout=10
+        )
+        assert reply.status.code == d.Code.OK, reply.status
+    assert [m.body for m in cluster.messages("over-tls")] == [b"secret"]
+    # The plaintext port keeps answering plain routes.
+    with grpc.insecure_channel(broker.addr) as channel:
+        route = service_pb2_grpc.MessagingServiceStub(channel).QueryRoute(
+            s.QueryRouteRequest(topic=d.Resource(name="over-tls")), metadata=md, timeout=10
+        )
+        assert {q.broker.endpoints.addresses[0].port for q in route.message_queues} == {plain_port}
+
+
+def test_tls_enable_without_a_readable_key_fails_at_start_naming_the_key(
+    procs: ProcessGroup, tmp_path: Path
+) -> None:
+    flags = [
+        "--tls-enable",
+        "true",
+        "--tls-server-cert-path",
+        str(tmp_path / "missing.crt"),
+        "--tls-server-key-path",
+        str(tmp_path / "missing.key"),
+    ]
+    with pytest.raises(ProcessFailedError) as failure:
+        start_broker(procs, tmp_path, "broker-bad", "127.0.0.1:1", flags)
+    assert "tlsServerKeyPath" in str(failure.value)
