@@ -200,7 +200,17 @@ def test_slave_syncs_metadata_from_its_master_and_refuses_writes(
     wait_until(synced, 2 * interval_ms / 1000 + 2, message="slave has the master's metadata")
     assert time.monotonic() - started <= 2 * interval_ms / 1000 + 2
     assert s.committed("sg1", "synced", 2) == 42
-    topics_file = json.loads((slave.store_dir / "config" / "topics.json").read_text())
+    # The slave persists the replaced table right after adopting it (in a writer thread).
+    topics_path = slave.store_dir / "config" / "topics.json"
+
+    def persisted() -> bool:
+        try:
+            return "synced" in json.loads(topics_path.read_text())["topicConfigTable"]
+        except (FileNotFoundError, ValueError):
+            return False
+
+    wait_until(persisted, 5, message="slave persisted the synced topic table")
+    topics_file = json.loads(topics_path.read_text())
     assert topics_file["topicConfigTable"]["synced"]["readQueueNums"] == 3
     assert s.status().master_addr == master.addr
 
