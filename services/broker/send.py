@@ -191,38 +191,50 @@ class SendService:
     # -- sending ----------------------------------------------------------------------------
 
     async def send_one(self, request: broker_pb2.SendMessageRequest, born_host: record.Host) -> SendOutcome:
+        msg = request.message
+        return await self.send_message(
+            msg.topic, msg.body, self._properties(msg, ""), born_host, queue_id=request.queue_id,
+            flag=msg.flag, delay_level=msg.delay_level, born_timestamp=request.born_timestamp,
+            producer_group=request.producer_group)
+
+    async def send_message(
+        self, topic: str, body: bytes, props: dict[str, str], born_host: record.Host, *,
+        queue_id: int = -1, flag: int = 0, delay_level: int = 0, born_timestamp: int = 0,
+        producer_group: str = "",
+    ) -> SendOutcome:
+        """Send one message: the produce path of every API (``props`` becomes the message's)."""
         started = time.perf_counter()
         self.check_writable_broker()
-        msg = request.message
-        tc = self.resolve_topic(msg.topic)
-        queue_id = self.select_queue(tc, request.queue_id)
-        props = self._properties(msg, request.producer_group)
-        reason = self._illegal(msg.body, props)
+        tc = self.resolve_topic(topic)
+        queue_id = self.select_queue(tc, queue_id)
+        if producer_group:
+            props[record.PROPERTY_PRODUCER_GROUP] = producer_group
+        reason = self._illegal(body, props)
         if not reason:
             try:
-                level = v.effective_delay_level(msg.delay_level, self.max_delay_level)
+                level = v.effective_delay_level(delay_level, self.max_delay_level)
             except InvalidArgumentError as exc:
                 reason = str(exc)
         if reason:
             return self._refused(PutMessageStatus.MESSAGE_ILLEGAL, queue_id, reason, started, 1)
-        born = request.born_timestamp or int(time.time() * 1000)
+        born = born_timestamp or int(time.time() * 1000)
         special = rewrite_special(
             props, tc.topic_name, queue_id, delay_level=level, max_delay_sec=self.config.timer_max_delay_sec,
             now_ms=int(time.time() * 1000)) if is_special(props) else None
         if special is not None:
             # Timer or half (transaction) message: parked in a system topic until due/committed.
-            stored = record.Message(special[0], msg.body, special[1], msg.flag, props, born, born_host)
-            outcome = await self._append([stored], queue_id, started, len(msg.body))
+            stored = record.Message(special[0], body, special[1], flag, props, born, born_host)
+            outcome = await self._append([stored], queue_id, started, len(body))
             return dataclasses.replace(outcome, queue_offset=-1) if outcome.msg_ids else outcome
         if level:
             # RocketMQ's scheduled delivery: park in SCHEDULE_TOPIC_XXXX, queue = level - 1.
             props[record.PROPERTY_REAL_TOPIC] = tc.topic_name
             props[record.PROPERTY_REAL_QUEUE_ID] = str(queue_id)
             props[record.PROPERTY_DELAY_TIME_LEVEL] = str(level)
-            stored = record.Message(v.SCHEDULE_TOPIC, msg.body, level - 1, msg.flag, props, born, born_host)
+            stored = record.Message(v.SCHEDULE_TOPIC, body, level - 1, flag, props, born, born_host)
         else:
-            stored = record.Message(tc.topic_name, msg.body, queue_id, msg.flag, props, born, born_host)
-        outcome = await self._append([stored], queue_id, started, len(msg.body))
+            stored = record.Message(tc.topic_name, body, queue_id, flag, props, born, born_host)
+        outcome = await self._append([stored], queue_id, started, len(body))
         if level and outcome.msg_ids:
             # The client sees the queue it asked for; the offset is assigned on delivery.
             outcome = dataclasses.replace(outcome, queue_id=queue_id, queue_offset=-1)

@@ -16,10 +16,9 @@ import ipaddress
 import re
 import zlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from apache.rocketmq.v2 import definition_pb2, service_pb2
-from pocketmq.broker.v1 import broker_pb2
 from services.broker.metadata import TopicConfig
 from services.broker.storage import record
 from services.broker.storage.status import STORED_STATUSES
@@ -31,6 +30,13 @@ if TYPE_CHECKING:
     from services.broker.app import BrokerApp
 
 MessageType = definition_pb2.MessageType
+#: The enum values as plain ints: ``MessageType.X`` is a slow attribute lookup on the hot path.
+_UNSPECIFIED: int = definition_pb2.MESSAGE_TYPE_UNSPECIFIED
+_NORMAL: int = definition_pb2.NORMAL
+_FIFO: int = definition_pb2.FIFO
+_DELAY: int = definition_pb2.DELAY
+_TRANSACTION: int = definition_pb2.TRANSACTION
+_GZIP: int = definition_pb2.GZIP
 #: RocketMQ's limits on what a v2 message may carry.
 MAX_MESSAGE_GROUP_LENGTH = 64
 MAX_PROPERTIES_SIZE = 16 * 1024
@@ -41,8 +47,8 @@ _FORBIDDEN_CHARS = (record.NAME_VALUE_SEPARATOR, record.PROPERTY_SEPARATOR)
 SYSTEM_PROPERTY_KEYS = frozenset(
     {str(getattr(record, name)) for name in dir(record) if name.startswith("PROPERTY_")
      and isinstance(getattr(record, name), str)} | {"TIMER_DELAY_SEC", "TIMER_DELAY_MS"})
-_TYPE_NAMES: dict[int, str] = {MessageType.NORMAL: "NORMAL", MessageType.FIFO: "FIFO",
-                               MessageType.DELAY: "DELAY", MessageType.TRANSACTION: "TRANSACTION"}
+_TYPE_NAMES: dict[int, str] = {_NORMAL: "NORMAL", _FIFO: "FIFO", _DELAY: "DELAY",
+                               _TRANSACTION: "TRANSACTION"}
 
 
 def fifo_queue(message_group: str, write_queue_nums: int) -> int:
@@ -61,15 +67,14 @@ def message_type_of(msg: definition_pb2.Message) -> int:
     sp = msg.system_properties
     has_group = sp.HasField("message_group")
     has_delivery = sp.HasField("delivery_timestamp")
-    declared = sp.message_type
-    if declared == MessageType.MESSAGE_TYPE_UNSPECIFIED:
-        declared = (MessageType.FIFO if has_group else MessageType.DELAY if has_delivery
-                    else MessageType.NORMAL)
+    declared: int = sp.message_type
+    if declared == _UNSPECIFIED:
+        declared = _FIFO if has_group else _DELAY if has_delivery else _NORMAL
     if declared not in _TYPE_NAMES:
         raise V2Error(Code.UNSUPPORTED,
                       f"message type {MessageType.Name(declared)} is not supported by this broker")  # type: ignore[arg-type]
-    wants_group = declared == MessageType.FIFO
-    wants_delivery = declared == MessageType.DELAY
+    wants_group = declared == _FIFO
+    wants_delivery = declared == _DELAY
     if has_group != wants_group or has_delivery != wants_delivery:
         raise V2Error(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
                       f"a {_TYPE_NAMES[declared]} message "
@@ -87,7 +92,7 @@ def _check_topic_type(tc: TopicConfig, msg_type: int) -> None:
 
 def _body(msg: definition_pb2.Message, max_size: int) -> bytes:
     body = msg.body
-    if msg.system_properties.body_encoding == definition_pb2.Encoding.GZIP:
+    if msg.system_properties.body_encoding == _GZIP:
         try:
             body = gzip.decompress(body)
         except (OSError, EOFError, zlib.error) as exc:
@@ -155,6 +160,18 @@ def _born_host(text: str, peer: record.Host) -> record.Host:
     return (text, 0) if _is_ipv4(text) else peer
 
 
+class Prepared(NamedTuple):
+    """One validated v2 message, ready for :meth:`SendService.send_message`."""
+
+    body: bytes
+    props: dict[str, str]
+    queue_id: int
+    producer_group: str
+    born_ms: int
+    born_host: record.Host
+    msg_type: int
+
+
 class Producer:
     """SendMessage for one broker app."""
 
@@ -173,8 +190,8 @@ class Producer:
                                      invalid=Code.ILLEGAL_TOPIC) from None
 
     def prepare(self, msg: definition_pb2.Message, topic: str, tc: TopicConfig,
-                peer: record.Host) -> tuple[broker_pb2.SendMessageRequest, record.Host, int]:
-        """Validate one message; the v1 request to send, its born host and its type."""
+                peer: record.Host) -> Prepared:
+        """Validate one message: what to send, its born host and its type."""
         msg_type = message_type_of(msg)
         _check_topic_type(tc, msg_type)
         body = _body(msg, self.app.store_config.max_message_size)
@@ -182,21 +199,19 @@ class Producer:
         sp = msg.system_properties
         queue_id = -1
         producer_group = ""
-        if msg_type == MessageType.FIFO:
+        if msg_type == _FIFO:
             queue_id = fifo_queue(sp.message_group, tc.write_queue_nums)
-        elif msg_type == MessageType.DELAY:
+        elif msg_type == _DELAY:
             deliver_ms = timestamp_ms(sp.delivery_timestamp)
             if deliver_ms <= 0:
                 raise V2Error(Code.ILLEGAL_DELIVERY_TIME, f"delivery_timestamp {deliver_ms} ms is not a time")
             props[record.PROPERTY_TIMER_DELIVER_MS] = str(deliver_ms)
-        elif msg_type == MessageType.TRANSACTION:
+        elif msg_type == _TRANSACTION:
             props[record.PROPERTY_TRANSACTION_PREPARED] = "true"
             producer_group = topic
         born_ms = timestamp_ms(sp.born_timestamp) if sp.HasField("born_timestamp") else 0
-        request = broker_pb2.SendMessageRequest(
-            message=broker_pb2.Message(topic=topic, body=body, properties=props),
-            queue_id=queue_id, producer_group=producer_group, born_timestamp=born_ms)
-        return request, _born_host(sp.born_host, peer), msg_type
+        return Prepared(body, props, queue_id, producer_group, born_ms, _born_host(sp.born_host, peer),
+                        msg_type)
 
     async def send(self, request: service_pb2.SendMessageRequest, meta: RequestMeta,
                    peer: record.Host) -> service_pb2.SendMessageResponse:
@@ -211,8 +226,8 @@ class Producer:
         # Validate everything before storing anything: a bad entry refuses the whole request.
         prepared = [self.prepare(msg, topic, tc, peer) for msg in request.messages]
         entries = []
-        for msg, (v1, born_host, msg_type) in zip(request.messages, prepared, strict=True):
-            entries.append(await self._send_one(msg, v1, born_host, msg_type))
+        for msg, p in zip(request.messages, prepared, strict=True):
+            entries.append(await self._send_one(msg, topic, p))
         if meta.client_id:
             self.on_topic(meta.client_id, topic)
         codes = {e.status.code for e in entries}
@@ -223,13 +238,15 @@ class Producer:
                                         message="the entries have different statuses")
         return service_pb2.SendMessageResponse(status=top, entries=entries)
 
-    async def _send_one(self, msg: definition_pb2.Message, v1: broker_pb2.SendMessageRequest,
-                        born_host: record.Host, msg_type: int) -> service_pb2.SendResultEntry:
+    async def _send_one(self, msg: definition_pb2.Message, topic: str,
+                        p: Prepared) -> service_pb2.SendResultEntry:
         try:
-            outcome = await self.app.send.send_one(v1, born_host)
+            outcome = await self.app.send.send_message(
+                topic, p.body, p.props, p.born_host, queue_id=p.queue_id, born_timestamp=p.born_ms,
+                producer_group=p.producer_group)
         except ServiceError as exc:
             err = from_service_error(exc, not_found=Code.TOPIC_NOT_FOUND,
-                                     invalid=Code.ILLEGAL_DELIVERY_TIME if msg_type == MessageType.DELAY
+                                     invalid=Code.ILLEGAL_DELIVERY_TIME if p.msg_type == _DELAY
                                      else Code.BAD_REQUEST)
             return service_pb2.SendResultEntry(status=err.status())
         code = PUT_STATUS_CODES.get(outcome.status, Code.INTERNAL_SERVER_ERROR)
@@ -239,8 +256,6 @@ class Producer:
             message_id=msg.system_properties.message_id)
         if outcome.status in STORED_STATUSES:
             entry.offset = max(outcome.queue_offset, 0)
-            if msg_type == MessageType.TRANSACTION and outcome.msg_ids:
+            if p.msg_type == _TRANSACTION and outcome.msg_ids:
                 entry.transaction_id = outcome.msg_ids[0]
         return entry
-
-
