@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -49,7 +50,11 @@ STREAM_WINDOW = 64
 
 def peer_host(context: Ctx) -> record.Host:
     """``ipv4:1.2.3.4:5678`` -> ("1.2.3.4", 5678); anything else (IPv6, unix) -> loopback/0."""
-    peer = context.peer() or ""
+    return _host_of_peer(context.peer() or "")
+
+
+@functools.lru_cache(maxsize=1024)
+def _host_of_peer(peer: str) -> record.Host:
     if peer.startswith("ipv4:"):
         with contextlib.suppress(AddressError):
             return parse_host_port(peer[5:], allow_port_zero=True)

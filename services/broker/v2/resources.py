@@ -11,6 +11,7 @@ code RocketMQ's proxy uses for the resource.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from collections.abc import Iterable
 
@@ -63,10 +64,12 @@ class RequestMeta:
 
 def namespace_of(resource: definition_pb2.Resource, meta: RequestMeta, code: int) -> str:
     """The resource's namespace: ``resource_namespace``, else the header's; validated."""
-    ns = resource.resource_namespace
-    header = meta.namespace
+    return _namespace(resource.resource_namespace, meta.namespace, resource.name, code)
+
+
+def _namespace(ns: str, header: str, name: str, code: int) -> str:
     if ns and header and ns != header:
-        raise V2Error(code, f"resource {resource.name!r} names namespace {ns!r} but the "
+        raise V2Error(code, f"resource {name!r} names namespace {ns!r} but the "
                             f"{NAMESPACE_HEADER} header says {header!r}")
     ns = ns or header
     if ns and not _NAMESPACE.match(ns):
@@ -98,13 +101,19 @@ def unwrap(namespace: str, stored: str) -> str:
 
 def topic_name(resource: definition_pb2.Resource, meta: RequestMeta) -> str:
     """The stored name of a topic a client may use; ILLEGAL_TOPIC when malformed."""
-    ns = namespace_of(resource, meta, Code.ILLEGAL_TOPIC)
-    if not resource.name:
+    return _topic_name(resource.resource_namespace, meta.namespace, resource.name)
+
+
+@functools.lru_cache(maxsize=1024)
+def _topic_name(resource_ns: str, header_ns: str, topic: str) -> str:
+    # Pure and called for every send: valid names are cached (a refused one raises, uncached).
+    ns = _namespace(resource_ns, header_ns, topic, Code.ILLEGAL_TOPIC)
+    if not topic:
         raise V2Error(Code.ILLEGAL_TOPIC, "topic name must not be empty")
-    if NAMESPACE_SEPARATOR in resource.name and ns:
-        raise V2Error(Code.ILLEGAL_TOPIC, f"topic name {resource.name!r} must not contain "
+    if NAMESPACE_SEPARATOR in topic and ns:
+        raise V2Error(Code.ILLEGAL_TOPIC, f"topic name {topic!r} must not contain "
                                           f"'{NAMESPACE_SEPARATOR}' inside namespace {ns!r}")
-    name = wrap(ns, resource.name)
+    name = wrap(ns, topic)
     try:
         v.validate_send_topic(name)
     except InvalidArgumentError as exc:
