@@ -9,6 +9,7 @@ name and tag expression rules are the wire package's (:mod:`pocketmq.wire.names`
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 from pocketmq.wire import names, tags
@@ -60,8 +61,10 @@ def validate_topic(topic: str) -> str:
         raise InvalidArgumentError(str(exc)) from None
 
 
+@functools.lru_cache(maxsize=1024)
 def validate_send_topic(topic: str) -> str:
-    """A topic clients may produce to: legal and not a broker-internal topic."""
+    """A topic clients may produce to: legal and not a broker-internal topic (checked on every
+    send: pure, so legal names are cached; an illegal one raises and is not)."""
     try:
         return names.validate_send_topic(topic)
     except WireError as exc:

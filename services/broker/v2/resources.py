@@ -31,9 +31,10 @@ DLQ_PREFIX = "%DLQ%"
 #: A namespace (RocketMQ instance id): letters, digits, ``_`` and ``-``; never the separator.
 _NAMESPACE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 MAX_CLIENT_ID_LENGTH = 256
+_HEADERS = frozenset({CLIENT_ID_HEADER, NAMESPACE_HEADER, LANGUAGE_HEADER, VERSION_HEADER})
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class RequestMeta:
     """What the request headers say about the caller."""
 
@@ -44,12 +45,19 @@ class RequestMeta:
 
     @classmethod
     def from_metadata(cls, metadata: Iterable[tuple[str, str | bytes]] | None) -> RequestMeta:
-        values: dict[str, str] = {}
+        client_id = namespace = language = version = ""
         for key, value in metadata or ():
-            if key in (CLIENT_ID_HEADER, NAMESPACE_HEADER, LANGUAGE_HEADER, VERSION_HEADER):
-                values[key] = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
-        return cls(values.get(CLIENT_ID_HEADER, ""), values.get(NAMESPACE_HEADER, ""),
-                   values.get(LANGUAGE_HEADER, ""), values.get(VERSION_HEADER, ""))
+            if key in _HEADERS:
+                text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+                if key == CLIENT_ID_HEADER:
+                    client_id = text
+                elif key == NAMESPACE_HEADER:
+                    namespace = text
+                elif key == LANGUAGE_HEADER:
+                    language = text
+                else:
+                    version = text
+        return cls(client_id, namespace, language, version)
 
     def require_client_id(self) -> str:
         if not self.client_id:
