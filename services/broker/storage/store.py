@@ -357,15 +357,23 @@ class MessageStore:
         """Append a batch without waiting for the disk (see :meth:`flush_future`)."""
         if not self._running:
             return _not_available()
-        prepared: list[PreparedRecord] = []
         try:
-            for msg in msgs:
-                p = prepare(msg)
-                if p.size > self._max_message_size:
-                    raise MessageTooLargeError(p.size, self._max_message_size)
-                prepared.append(p)
+            prepared = [prepare(msg) for msg in msgs]
         except RecordError as exc:
             return _refused(exc)
+        return self.append_prepared(prepared)
+
+    def append_prepared(self, prepared: Sequence[PreparedRecord]) -> PutResult:
+        """Append records already validated and encoded by
+        :func:`~services.broker.storage.record.prepare` (or built the same way in bulk, e.g. a
+        produce batch sharing one topic, queue and property set); sizes are checked against
+        ``maxMessageSize`` here."""
+        if not self._running:
+            return _not_available()
+        limit = self._max_message_size
+        for p in prepared:
+            if p.size > limit:
+                return _refused(MessageTooLargeError(p.size, limit))
         try:
             result = self._log.append_batch(prepared)
         except RecordError as exc:
@@ -698,6 +706,12 @@ def _selection(status: GetMessageStatus, next_begin: int, min_offset: int, max_o
 
 def _not_available() -> PutResult:
     return PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, error="message store is not running")
+
+
+def refused(exc: RecordError) -> PutResult:
+    """The result of a put refused for ``exc`` (what :meth:`MessageStore.append_messages` answers
+    for an invalid message), for callers that encode records themselves."""
+    return _refused(exc)
 
 
 def _refused(exc: RecordError) -> PutResult:
