@@ -199,12 +199,14 @@ class SendService:
     async def send_message(
         self, topic: str, body: bytes, props: dict[str, str], born_host: record.Host, *,
         queue_id: int = -1, flag: int = 0, delay_level: int = 0, born_timestamp: int = 0,
-        producer_group: str = "",
+        producer_group: str = "", topic_config: TopicConfig | None = None,
     ) -> SendOutcome:
-        """Send one message: the produce path of every API (``props`` becomes the message's)."""
+        """Send one message: the produce path of every API (``props`` becomes the message's).
+        ``topic_config``: what :meth:`resolve_topic` answered for ``topic`` just before, if the
+        caller asked already (it is not looked up again)."""
         started = time.perf_counter()
         self.check_writable_broker()
-        tc = self.resolve_topic(topic)
+        tc = topic_config if topic_config is not None else self.resolve_topic(topic)
         queue_id = self.select_queue(tc, queue_id)
         if producer_group:
             props[record.PROPERTY_PRODUCER_GROUP] = producer_group
