@@ -121,6 +121,7 @@ class MessageStore:
                               populate_write=config.flush_disk_type is FlushDiskType.ASYNC_FLUSH,
                               warm_size=config.warm_ahead_size,
                               direct_write=config.replica_direct_write)
+        self._cq.append_lock = self._log.lock
         self._checkpoint = CheckpointFile(config.checkpoint_path)
         self._sync_flush = config.flush_disk_type is FlushDiskType.SYNC_FLUSH
         self._sync_timeout = config.sync_flush_timeout / 1000
