@@ -194,13 +194,11 @@ class ConsumeQueue:
         return self._pending is not None
 
     def materialize(self, lock: contextlib.AbstractContextManager[object]) -> None:
-        """Write a new queue's first file from its in-memory entries: the file is created and
-        filled without ``lock`` (the commit log lock, under which entries are added); under it,
-        the entries added meanwhile are copied and the file takes over."""
-        pending = self._pending
-        if pending is None:
+        """Write a new queue's first file from its in-memory entries: the file (and its
+        directories) is created without ``lock`` (the commit log lock, under which entries are
+        added); the entries are written into it and it takes over under the lock."""
+        if self._pending is None:
             return
-        snapshot = bytes(pending)
         try:
             seg = self._queue.create(self._pending_start)
         except SegmentError:  # put() created it meanwhile, or it cannot be created now
@@ -208,13 +206,15 @@ class ConsumeQueue:
                 if self._pending is not None and not self._queue.is_empty():
                     self._materialize_locked()
             return
-        seg.write_through(0, snapshot)  # (no write fault on the new sparse file)
         with lock:
-            if self._destroyed:
+            if self._destroyed:  # the topic was deleted meanwhile: leave nothing behind
                 self._queue.destroy()
+                for directory in (self.directory, os.path.dirname(self.directory)):
+                    with contextlib.suppress(OSError):
+                        os.rmdir(directory)
                 return
             if self._pending is not None:
-                self._adopt(seg, len(snapshot))
+                self._adopt(seg)
 
     def _materialize_locked(self) -> None:
         """:meth:`materialize` on the append path (the caller holds the commit log lock)."""
@@ -228,18 +228,15 @@ class ConsumeQueue:
                 seg = self._queue.last  # materialize() was creating it
                 if seg is None or seg.start != self._pending_start:
                     raise
-        self._adopt(seg, 0)
+        self._adopt(seg)
 
-    def _adopt(self, seg: Segment, written: int) -> None:
-        """Make ``seg`` the queue's file; its first ``written`` bytes hold the entries already."""
+    def _adopt(self, seg: Segment) -> None:
+        """Make ``seg`` (new, empty) the queue's file, holding the in-memory entries (hold the
+        commit log lock)."""
         pending = self._pending
         assert pending is not None
-        n = len(pending)
-        if n > written:
-            seg.mm[written:n] = pending[written:]
-        elif n < written:  # entries cut by a truncation since
-            seg.mm[n:written] = bytes(written - n)
-        seg.write_pos = n
+        seg.write_through(0, bytes(pending))  # (no write fault on the new sparse file)
+        seg.write_pos = len(pending)
         self._active = seg
         # Readers that took the buffer before still see the same entries in it.
         self._pending = None
