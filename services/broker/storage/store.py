@@ -363,6 +363,9 @@ class MessageStore:
             return _append_failed(exc)
         if self._listeners:
             self._notify(self._log.max_offset)
+        if self.index is not None:
+            self.index.feed(result.physical_offsets[0], result.end_offset, result.physical_offsets,
+                            result.store_timestamp, (msg,))
         if self._dispatch_listeners:
             self._notify_dispatched(result.end_offset)
         return result
@@ -388,6 +391,9 @@ class MessageStore:
             return _append_failed(exc)
         if self._listeners and prepared:
             self._notify(self._log.max_offset)
+        if self.index is not None and prepared:
+            self.index.feed(result.physical_offsets[0], result.end_offset, result.physical_offsets,
+                            result.store_timestamp, msgs)
         if self._dispatch_listeners and prepared:
             self._notify_dispatched(result.end_offset)
         return result
