@@ -45,6 +45,8 @@ class MessageQueryServicer(broker_pb2_grpc.MessageQueryServicer):  # type: ignor
             raise InvalidArgumentError(f"commit_log_offset must be >= 0, got {offset}")
         store = self.app.store
         rec = await asyncio.to_thread(store.read_message, offset) if offset < store.max_offset else None
+        if rec is not None and rec.physical_offset != offset:
+            rec = None  # bytes inside another record that happen to look like one
         if rec is None:
             where = (f"below the oldest retained offset {store.min_offset} (deleted)"
                      if offset < store.min_offset

@@ -57,8 +57,9 @@ assert _ENTRY_DTYPE.itemsize == ENTRY.size
 MAX_CHAIN_STEPS = 1_000_000
 #: Bytes of commit log read per batch by the index thread.
 READ_CHUNK = 1024 * 1024
-#: Fed batches waiting for the index thread at most (more are read back from the log).
-MAX_FED_BATCHES = 4096
+#: Log bytes of fed batches waiting for the index thread at most (they hold their messages;
+#: past this, appends are read back from the log instead).
+MAX_FED_BYTES = 64 * 1024 * 1024
 #: Entry bytes mapped ahead of the index writer per ``madvise``.
 POPULATE_STEP = 4 * 1024 * 1024
 #: The index thread waits this long after being woken before it indexes what arrived.
@@ -326,7 +327,7 @@ class IndexFile:
         """Append to ``out`` the offsets of entries with hash ``h`` stored in ``[begin_ms,
         end_ms]`` (to the second), newest first, until ``out`` holds ``limit``."""
         mm = self.mm
-        count = self.count
+        count = self.capacity + 1  # (slots are written after their entries: any is readable)
         (i,) = SLOT.unpack_from(mm, FILE_HEADER.size + (h % self.slots) * 4)
         lo = (begin_ms - self.begin_ts) // 1000 if begin_ms > self.begin_ts else -1
         hi = (end_ms - self.begin_ts) // 1000
@@ -378,6 +379,8 @@ class IndexService:
         self._thread: threading.Thread | None = None
         self._topics: dict[bytes, int] = {}
         self._fed: deque[_Fed] = deque()
+        #: Log bytes the batches in ``_fed`` cover (their messages are held until indexed).
+        self._fed_bytes = 0
         #: Commit log offset up to which records are indexed.
         self.indexed_offset = 0
         #: Entries written since start (a gauge for operators and the benchmark).
@@ -404,9 +407,8 @@ class IndexService:
         self._thread = threading.Thread(target=self._run, name="IndexService", daemon=True)
         self._thread.start()
 
-    def wakeup(self, _offset: int = 0) -> None:
-        """Dispatch listener: new records are dispatched (cheap: reads a flag, at most sets an
-        event)."""
+    def wakeup(self) -> None:
+        """New replicated records are dispatched (cheap: reads a flag, at most sets an event)."""
         if not self._wake.is_set():
             self._wake.set()
 
@@ -444,8 +446,11 @@ class IndexService:
         end)``): index them from their property dicts, without reading the log back. Called on
         the appending thread; costs a deque append. Batches that arrive out of order or not at
         all are read from the commit log instead."""
-        if len(self._fed) < MAX_FED_BATCHES:
+        if self._fed_bytes < MAX_FED_BYTES:
+            self._fed_bytes += end - start
             self._fed.append((start, end, offsets, store_timestamp, messages))
+        if not self._wake.is_set():
+            self._wake.set()
 
     def index_pending(self, max_bytes: int = READ_CHUNK) -> int:
         """Index the next whole dispatched records after :attr:`indexed_offset`: the next fed
@@ -456,6 +461,7 @@ class IndexService:
             start = self.indexed_offset
             fed = self._fed
             while fed and fed[0][0] < start:
+                self._fed_bytes -= fed[0][1] - fed[0][0]
                 fed.popleft()  # already read from the log
             if fed and fed[0][0] == start:
                 # Every fed batch that continues where the last one ended, as one write.
@@ -464,7 +470,8 @@ class IndexService:
                 batch_stamps: list[int] = []
                 end = start
                 while fed and fed[0][0] == end and len(all_offsets) < MAX_BATCH_ENTRIES:
-                    _, end, batch_offsets, stamp, batch_messages = fed.popleft()
+                    first, end, batch_offsets, stamp, batch_messages = fed.popleft()
+                    self._fed_bytes -= end - first
                     all_offsets += batch_offsets
                     all_messages += batch_messages
                     batch_stamps += [stamp] * len(batch_messages)
@@ -561,6 +568,8 @@ class IndexService:
         """The commit log was cut back to ``offset``: index again from there (entries past it
         stay in the files and are filtered out when their records do not match)."""
         with self._lock:
+            self._fed.clear()
+            self._fed_bytes = 0
             if self.indexed_offset > offset:
                 self.indexed_offset = offset
                 if self._files:

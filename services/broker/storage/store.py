@@ -196,7 +196,15 @@ class MessageStore:
         self._reput.start()
         if self.index is not None:
             self.index.start()
-            self.add_dispatch_listener(self.index.wakeup)
+            # Local appends wake it by feeding it; replicated records once dispatched.
+            wake_index = self.index.wakeup
+            notify = self._notify_dispatched
+
+            def on_reput_dispatched(offset: int) -> None:
+                wake_index()
+                notify(offset)
+
+            self._log.on_dispatched = on_reput_dispatched
         if cfg.warm_ahead_size:
             self._warmer = ServiceThread("CommitLogWarmer", 1.0, self._log.warm_ahead)
             self._log.warm_wakeup = self._warmer.wakeup
