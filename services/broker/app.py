@@ -482,6 +482,10 @@ class BrokerApp:
         if hasattr(self, "transactions"):
             gauges[prefix + "transaction_half_pending_messages"] = (
                 "Half (transaction) messages neither committed nor rolled back.", self.transactions.pending)
+        if store.index is not None:
+            gauges[prefix + "index_lag_bytes"] = (
+                "Commit log bytes not yet in the message key index.",
+                max(0, store.dispatched_offset - store.index.indexed_offset))
         if self._delay is not None:
             gauges["pocketmq_broker_delay_backlog_messages"] = (
                 "Delayed messages not yet delivered.", self._delay.backlog(store.max_queue_offset))

@@ -1,12 +1,14 @@
 """The message index: business keys (``KEYS``) and unique client message ids (``UNIQ_KEY``) ->
 commit log offsets, in hash-slot index files (RocketMQ's ``IndexService`` / ``IndexFile``).
 
-:class:`IndexService` follows the commit log on its own thread, behind the dispatcher: it reads
-whole dispatched records in batches (zero-copy slices of the segments), takes the keys of those
-that have any, and appends one entry per key to the newest :class:`IndexFile`. Masters and
-slaves build it the same way (it only reads the commit log), recovery resumes from where the
-index files say they stopped, and files whose records are all deleted are deleted with them.
-File format, crash behaviour and query semantics: ``docs/message-index.md``.
+:class:`IndexService` works on its own thread, behind the dispatcher. Local appends are handed
+to it as they are stored (:meth:`IndexService.feed`: the messages' property dicts, no parsing);
+everything else - replicated records on a slave, the records past the index's end at start-up -
+it reads back from the commit log (whole dispatched records, zero-copy slices of the segments).
+Each pass appends one entry per key to the newest :class:`IndexFile` with one vectorised put.
+Recovery resumes from where the index files say they stopped; files whose records are all
+deleted are deleted with them. File format, crash behaviour and query semantics:
+``docs/message-index.md``.
 """
 
 from __future__ import annotations
@@ -362,7 +364,7 @@ class IndexService:
     """Builds and queries the index files under ``directory`` (see module doc).
 
     ``read`` is the commit log's ``get_data``; ``dispatched`` returns its dispatched offset
-    (only whole, validated records below it are indexed). :meth:`start` begins at the index
+    (only whole, validated records below it are indexed). :meth:`load` resumes at the index
     files' own end (clamped to ``[min_offset, dispatched]``)."""
 
     def __init__(self, directory: str, slots: int, capacity: int,
@@ -383,7 +385,7 @@ class IndexService:
         self._fed_bytes = 0
         #: Commit log offset up to which records are indexed.
         self.indexed_offset = 0
-        #: Entries written since start (a gauge for operators and the benchmark).
+        #: Entries written since start.
         self.entries_written = 0
 
     # -- lifecycle ------------------------------------------------------------------------------
