@@ -261,6 +261,8 @@ class SendService:
         # from the request (no Message, no per-message property dict when it has none).
         prepared: list[record.PreparedRecord] = []
         append = prepared.append
+        #: Messages with properties of their own, by position (the key index reads them).
+        with_props: dict[int, Mapping[str, str]] = {}
         make = record.prepared_record
         encode_tail = record.encode_tail
         total = 0
@@ -287,6 +289,7 @@ class SendService:
                                   "send them one by one")
                     if not reason:
                         tail, code = encode_tail(topic, props)
+                        with_props[len(prepared)] = props
                 else:
                     tail, code = plain_tail, plain_code
                     reason = "" if 0 < size <= max_size else self._illegal(body, _NO_PROPERTIES)
@@ -296,7 +299,11 @@ class SendService:
                 append(make(topic, queue_id, body, tail, code, msg.flag, born, born_ip, born_host[1]))
         except record.RecordError as exc:
             return await self._finish(refused(exc), queue_id, started, count, total)
-        return await self._finish(self.append_prepared(prepared), queue_id, started, count, total)
+        # What the key index reads of each record: its topic and properties (keys, UNIQ_KEY).
+        indexed = [record.Message(topic, b"", queue_id)] * count
+        for i, own in with_props.items():
+            indexed[i] = record.Message(topic, b"", queue_id, properties=own)
+        return await self._finish(self.append_prepared(prepared, indexed), queue_id, started, count, total)
 
     async def _append(self, msgs: list[record.Message], queue_id: int, started: float,
                       body_bytes: int) -> SendOutcome:
@@ -357,10 +364,12 @@ class SendService:
                     notify(msg.topic, msg.queue_id)
         return result
 
-    def append_prepared(self, prepared: Sequence[record.PreparedRecord]) -> PutResult:
+    def append_prepared(self, prepared: Sequence[record.PreparedRecord],
+                        messages: Sequence[record.Message]) -> PutResult:
         """:meth:`append` for records of one topic and queue built by
-        :func:`~services.broker.storage.record.prepared_record`."""
-        result = self.store.append_prepared(prepared)
+        :func:`~services.broker.storage.record.prepared_record` (``messages``: see
+        :meth:`MessageStore.append_prepared`)."""
+        result = self.store.append_prepared(prepared, messages)
         if result.stored and prepared:
             first = prepared[0]
             self.notifier.notify(first.topic, first.queue_id)

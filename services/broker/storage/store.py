@@ -387,13 +387,14 @@ class MessageStore:
             prepared = [prepare(msg) for msg in msgs]
         except RecordError as exc:
             return _refused(exc)
-        return self.append_prepared(prepared)
+        return self.append_prepared(prepared, msgs)
 
-    def append_prepared(self, prepared: Sequence[PreparedRecord]) -> PutResult:
+    def append_prepared(self, prepared: Sequence[PreparedRecord], messages: Sequence[Message]) -> PutResult:
         """Append records already validated and encoded by
         :func:`~services.broker.storage.record.prepare` (or built the same way in bulk, e.g. a
         produce batch sharing one topic, queue and property set); sizes are checked against
-        ``maxMessageSize`` here."""
+        ``maxMessageSize`` here. ``messages``: one per record, what the key index reads (topic
+        and properties; the body and other fields may be left empty)."""
         if not self._running:
             return _not_available()
         limit = self._max_message_size
@@ -410,7 +411,7 @@ class MessageStore:
             self._notify(self._log.max_offset)
         if self.index is not None and prepared:
             self.index.feed(result.physical_offsets[0], result.end_offset, result.physical_offsets,
-                            result.store_timestamp, msgs)
+                            result.store_timestamp, messages)
         if self._dispatch_listeners and prepared:
             self._notify_dispatched(result.end_offset)
         return result
