@@ -1,5 +1,6 @@
-"""tlsEnable: the broker serves the same APIs on a TLS port (listenPort + 3 by default) with the
-configured certificate; routes answered over TLS point at the brokers' TLS ports."""
+"""tlsEnable with tlsServerMode=permissive: the broker serves the same APIs on a TLS port
+(listenPort + 3 by default) next to the plaintext one; routes answered over TLS point at the
+brokers' TLS ports. With the default tlsServerMode=enforcing the main port is TLS only."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ def test_tls_listener_serves_the_v2_api(procs: ProcessGroup, tmp_path: Path) -> 
     tls_flags = [
         "--tls-enable",
         "true",
+        "--tls-server-mode",
+        "permissive",
         "--tls-server-cert-path",
         str(cert),
         "--tls-server-key-path",
