@@ -197,6 +197,8 @@ class BrokerConfig(TlsSettings):
         if self.ha_tls_enable:
             require(bool(self.tls_server_cert_path and self.tls_server_key_path), "haTlsEnable",
                     "needs tlsServerCertPath and tlsServerKeyPath")
+            require(bool(self.tls_server_trust_cert_path or self.tls_client_trust_cert_path), "haTlsEnable",
+                    "needs the CA the peers' certificates are checked against (tlsServerTrustCertPath)")
         require(self.timer_max_delay_sec > 0, "timerMaxDelaySec", "must be > 0")
         require(self.timer_flush_interval_ms > 0, "timerFlushIntervalMs", "must be > 0")
         require(1 <= self.timer_deliver_batch <= 1024, "timerDeliverBatch", "must be 1..1024")
