@@ -89,6 +89,9 @@ _CERT_FILE = _option("cert_file", Annotated[str, typer.Option(
     "--cert-file", envvar="POCKETMQ_TLS_CERT_FILE", help="Client certificate (PEM) for mutual TLS.")], "")
 _KEY_FILE = _option("key_file", Annotated[str, typer.Option(
     "--key-file", envvar="POCKETMQ_TLS_KEY_FILE", help="Key of --cert-file (PEM).")], "")
+_SERVER_NAME = _option("tls_server_name", Annotated[str, typer.Option(
+    "--tls-server-name", envvar="POCKETMQ_TLS_SERVER_NAME",
+    help="Name to check the servers' certificates for (servers reached by IP).")], "")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,6 +108,7 @@ class Conn:
     ca_file: str = ""
     cert_file: str = ""
     key_file: str = ""
+    tls_server_name: str = ""
 
     @property
     def json(self) -> bool:
@@ -116,7 +120,8 @@ class Conn:
         if not (self.tls or self.ca_file or self.cert_file):
             return False
         try:
-            return ClientTls(ca_file=self.ca_file, cert_file=self.cert_file, key_file=self.key_file)
+            return ClientTls(ca_file=self.ca_file, cert_file=self.cert_file, key_file=self.key_file,
+                             server_name=self.tls_server_name)
         except TlsFileError as exc:
             raise typer.BadParameter(str(exc)) from None
 
@@ -145,7 +150,7 @@ def connected(*targets: inspect.Parameter, timeout: float = DEFAULT_TIMEOUT) -> 
     the command's own. The command takes them as one keyword argument ``conn: Conn``. Apply it
     below the ``@<group>.command(...)`` decorator."""
     shared = [*targets, _NAMESRV, _OUTPUT, _option("timeout", _TIMEOUT, timeout),
-              _TLS, _CA_FILE, _CERT_FILE, _KEY_FILE]
+              _TLS, _CA_FILE, _CERT_FILE, _KEY_FILE, _SERVER_NAME]
     names = [p.name for p in shared]
     if len(set(names)) != len(names):
         raise TypeError(f"an option given twice among {names}")

@@ -258,7 +258,9 @@ class BrokerApp:
         tls = self.server_tls
         tls_listener = (f"{cfg.listen_host}:{cfg.effective_tls_port}"
                         if tls is not None and not cfg.tls_main_port else None)
-        self._grpc = await start_grpc_server(address, register, BROKER_SERVICES, tls, tls_listener)
+        health_listener = f"{cfg.listen_host}:{cfg.health_listen_port}" if cfg.health_listen_port else None
+        self._grpc = await start_grpc_server(address, register, BROKER_SERVICES, tls, tls_listener,
+                                             health_listener)
         if cfg.effective_metrics_port > 0:
             self._metrics_server = MetricsServer(
                 self.metrics.registry, cfg.listen_host, cfg.effective_metrics_port, tls)

@@ -33,17 +33,22 @@ CHANNEL_OPTIONS: list[tuple[str, int]] = [
 class GrpcServer:
     """A started grpc.aio server plus its health servicer."""
 
-    def __init__(self, server: grpc.aio.Server, health: HealthServicer, port: int, services: Sequence[str]):
+    def __init__(self, server: grpc.aio.Server, health: HealthServicer, port: int, services: Sequence[str],
+                 health_server: grpc.aio.Server | None = None):
         self.server = server
         self.health = health
         self.port = port
         self.services = list(services)
+        #: The plaintext health-only listener (healthListenPort), if any.
+        self.health_server = health_server
 
     async def stop(self, grace: float) -> None:
         """Report NOT_SERVING, stop accepting new RPCs, let in-flight ones finish within ``grace``."""
         for name in ["", *self.services]:
             await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
         await self.server.stop(grace)
+        if self.health_server is not None:
+            await self.health_server.stop(0)
 
 
 def _bind(server: grpc.aio.Server, address: str, credentials: grpc.ServerCredentials | None,
@@ -76,11 +81,14 @@ async def start_grpc_server(
     service_names: Sequence[str],
     tls: ServerTls | None = None,
     tls_address: str | None = None,
+    health_address: str | None = None,
 ) -> GrpcServer:
     """Create, register, bind and start a server. ``address`` is ``host:port`` (port 0 = any).
     With ``tls`` the port at ``address`` speaks TLS only, unless ``tls_address`` is given: then
     ``address`` stays plaintext and a second listener there serves the same services over TLS
     (tlsServerMode=permissive). Certificates are reloaded when their files change.
+    ``health_address``: a plaintext listener serving grpc.health.v1 only (healthListenPort: for
+    probes that cannot speak TLS, such as the kubelet's native gRPC probes).
 
     Raises :class:`ListenError` (naming the address and why) when a port cannot be bound.
     """
@@ -98,8 +106,16 @@ async def start_grpc_server(
     if tls is not None and tls_address is not None:
         tls_port = _bind(server, tls_address, tls.grpc_credentials(), "gRPC TLS")
         log.info("grpc TLS listener", extra={"address": tls_address, "port": tls_port})
+    health_server = None
+    if health_address is not None:
+        health_server = grpc.aio.server()
+        health_pb2_grpc.add_HealthServicer_to_server(health, health_server)
+        health_port = _bind(health_server, health_address, None, "gRPC health")
+        log.info("grpc health-only listener", extra={"address": health_address, "port": health_port})
     await server.start()
+    if health_server is not None:
+        await health_server.start()
     for name in ["", *service_names]:
         await health.set(name, health_pb2.HealthCheckResponse.SERVING)
     log.info("grpc server listening", extra={"address": address, "port": port, "tls": main_tls})
-    return GrpcServer(server, health, port, service_names)
+    return GrpcServer(server, health, port, service_names, health_server)

@@ -200,9 +200,16 @@ class TlsSettings:
     tls_client_trust_cert_path: str = ""
     tls_client_cert_path: str = ""
     tls_client_key_path: str = ""
+    #: The name outbound channels check the peers' certificates for instead of the address's
+    #: host (peers reached by pod IPs, e.g. in Kubernetes); empty = the host.
+    tls_client_server_name: str = ""
+    #: A plaintext port on the listen host serving grpc.health.v1 only, for probes that cannot
+    #: speak TLS (the kubelet's native gRPC probes); 0 = none.
+    health_listen_port: int = 0
 
     def check_tls(self) -> None:
         require(0 <= self.tls_listen_port < 65536, "tlsListenPort", "must be 0..65535")
+        require(0 <= self.health_listen_port < 65536, "healthListenPort", "must be 0..65535 (0 = none)")
         require(bool(self.tls_client_cert_path) == bool(self.tls_client_key_path), "tlsClientCertPath",
                 "tlsClientCertPath and tlsClientKeyPath go together")
         if not self.tls_enable:
@@ -234,7 +241,7 @@ class TlsSettings:
         if not cert:
             cert, key = self.tls_server_cert_path, self.tls_server_key_path
         return ClientTls(ca_file=self.tls_client_trust_cert_path or self.tls_server_trust_cert_path,
-                         cert_file=cert, key_file=key)
+                         cert_file=cert, key_file=key, server_name=self.tls_client_server_name)
 
 
 def _signature(paths: Sequence[str]) -> tuple[tuple[int, int], ...]:

@@ -64,7 +64,8 @@ class NamesrvApp:
         tls = cfg.server_tls()
         self._grpc = await start_grpc_server(
             cfg.listen, register, [SERVICE_NAME, V2_SERVICE], tls,
-            cfg.tls_listen if tls is not None and not cfg.tls_main_port else None)
+            cfg.tls_listen if tls is not None and not cfg.tls_main_port else None,
+            f"{cfg.listen_host}:{cfg.health_listen_port}" if cfg.health_listen_port else None)
         try:
             self._metrics_server = MetricsServer(self.metrics.registry, cfg.listen_host,
                                                  cfg.metrics_port, tls)

@@ -42,6 +42,7 @@ class TlsCluster:
     procs: ProcessGroup
     namesrv: str
     namesrv_metrics: int
+    namesrv_health: str
     master: str
     master_metrics: int
     slave: str
@@ -63,9 +64,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsCluster]:
     tls = ClientTls(ca_file=str(pki.ca))
     procs = ProcessGroup(tmp / "logs")
     try:
-        namesrv, ns_metrics = f"127.0.0.1:{free_port()}", free_port()
+        namesrv, ns_metrics, ns_health = f"127.0.0.1:{free_port()}", free_port(), free_port()
         procs.start_grpc("services.namesrv", ["--listen", namesrv, "--metrics-port", str(ns_metrics),
-                                              *tls_flags(pki)],
+                                              "--health-listen-port", str(ns_health), *tls_flags(pki)],
                          namesrv, name="namesrv", service=NAMESRV_SERVICE, tls=tls)
         brokers = []
         for broker_id in (0, 1):
@@ -82,7 +83,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsCluster]:
             procs.start_grpc("services.broker", args, addr, name=f"broker-{broker_id}",
                              service=BROKER_SERVICE, tls=tls)
             brokers.append((addr, metrics))
-        yield TlsCluster(pki, procs, namesrv, ns_metrics, brokers[0][0], brokers[0][1], brokers[1][0])
+        yield TlsCluster(pki, procs, namesrv, ns_metrics, f"127.0.0.1:{ns_health}", brokers[0][0],
+                         brokers[0][1], brokers[1][0])
     finally:
         procs.stop_all()
 
@@ -108,6 +110,15 @@ def test_plaintext_clients_are_refused_on_every_tls_grpc_port(cluster: TlsCluste
     with grpc.insecure_channel(cluster.master) as channel, pytest.raises(grpc.RpcError):
         broker_pb2_grpc.BrokerMetadataStub(channel).GetAllTopicConfig(
             bpb.GetAllTopicConfigRequest(), timeout=3)
+
+
+def test_the_plaintext_health_port_serves_health_only(cluster: TlsCluster) -> None:
+    """healthListenPort: what probes that cannot speak TLS (the kubelet's gRPC probes) use."""
+    assert health(cluster.namesrv_health, None) == health_pb2.HealthCheckResponse.SERVING
+    with grpc.insecure_channel(cluster.namesrv_health) as channel, pytest.raises(grpc.RpcError) as refused:
+        namesrv_pb2_grpc.NameServerStub(channel).GetBrokerClusterInfo(
+            namesrv_pb2.GetBrokerClusterInfoRequest(), timeout=3)
+    assert refused.value.code() == grpc.StatusCode.UNIMPLEMENTED  # type: ignore[attr-defined]
 
 
 def test_a_client_trusting_another_ca_is_refused(cluster: TlsCluster) -> None:
