@@ -28,6 +28,8 @@ from pocketmq.client.transport import BrokerCaller, NamesrvClient, RelayMode, pa
 from pocketmq.common.v1 import common_pb2
 from pocketmq.errors import InvalidArgumentError, NoRouteError, NotFoundError, PocketMQError
 from pocketmq.namesrv.v1 import namesrv_pb2
+from pocketmq.wire.tls import ClientTls
+from pocketmq.wire.tls import resolve as resolve_tls
 
 __all__ = ["Admin", "AsyncAdmin", "BrokerResult", "BrokerTarget", "QueueProgress"]
 
@@ -94,8 +96,11 @@ class AsyncAdmin(MessageLookup):
         relay: RelayMode = "auto",
         timeout: float = 5.0,
         membership_ttl: float = 2.0,
+        tls: ClientTls | bool | None = None,
     ) -> None:
+        """``tls``: see :class:`~pocketmq.client.producer.AsyncProducer`."""
         self.namesrv_addrs = namesrv_from_env(namesrv)
+        self.tls = resolve_tls(tls)
         self.broker = parse_addresses(broker, "broker")[0] if broker else None
         self.timeout = timeout
         #: How long the master list of a cluster is reused by calls on every master (topic and
@@ -110,7 +115,8 @@ class AsyncAdmin(MessageLookup):
 
     async def start(self) -> None:
         if self._core is None:
-            self._core = ClientCore(self.namesrv_addrs, timeout=self.timeout, relay=self._relay_mode)
+            self._core = ClientCore(self.namesrv_addrs, timeout=self.timeout, relay=self._relay_mode,
+                                    tls=self.tls or False)
             self._namesrv = self._core.namesrv
             self._caller = self._core.caller
 
@@ -417,8 +423,9 @@ class Admin:
     """Blocking face of :class:`AsyncAdmin` (same arguments and methods)."""
 
     def __init__(self, namesrv: str | Sequence[str] | None = None, *, broker: str | None = None,
-                 relay: RelayMode = "auto", timeout: float = 5.0) -> None:
-        self._async = AsyncAdmin(namesrv, broker=broker, relay=relay, timeout=timeout)
+                 relay: RelayMode = "auto", timeout: float = 5.0,
+                 tls: ClientTls | bool | None = None) -> None:
+        self._async = AsyncAdmin(namesrv, broker=broker, relay=relay, timeout=timeout, tls=tls)
 
     def __enter__(self) -> Admin:
         return self
