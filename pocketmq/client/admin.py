@@ -26,6 +26,7 @@ from pocketmq.client.transport import BrokerCaller, NamesrvClient, RelayMode, pa
 from pocketmq.common.v1 import common_pb2
 from pocketmq.errors import InvalidArgumentError, NoRouteError, NotFoundError, PocketMQError
 from pocketmq.namesrv.v1 import namesrv_pb2
+from pocketmq.wire.auth import Credentials
 
 __all__ = ["Admin", "AsyncAdmin", "BrokerResult", "BrokerTarget", "QueueProgress"]
 
@@ -88,8 +89,10 @@ class AsyncAdmin:
         broker: str | None = None,
         relay: RelayMode = "auto",
         timeout: float = 5.0,
+        credentials: Credentials | None = None,
     ) -> None:
         self.namesrv_addrs = namesrv_from_env(namesrv)
+        self._credentials = credentials
         self.broker = parse_addresses(broker, "broker")[0] if broker else None
         self.timeout = timeout
         self._relay_mode: RelayMode = "direct" if self.broker else relay
@@ -99,7 +102,8 @@ class AsyncAdmin:
 
     async def start(self) -> None:
         if self._core is None:
-            self._core = ClientCore(self.namesrv_addrs, timeout=self.timeout, relay=self._relay_mode)
+            self._core = ClientCore(self.namesrv_addrs, timeout=self.timeout, relay=self._relay_mode,
+                                    credentials=self._credentials)
             self._namesrv = self._core.namesrv
             self._caller = self._core.caller
 
@@ -377,8 +381,10 @@ class Admin:
     """Blocking face of :class:`AsyncAdmin` (same arguments and methods)."""
 
     def __init__(self, namesrv: str | Sequence[str] | None = None, *, broker: str | None = None,
-                 relay: RelayMode = "auto", timeout: float = 5.0) -> None:
-        self._async = AsyncAdmin(namesrv, broker=broker, relay=relay, timeout=timeout)
+                 relay: RelayMode = "auto", timeout: float = 5.0,
+                 credentials: Credentials | None = None) -> None:
+        self._async = AsyncAdmin(namesrv, broker=broker, relay=relay, timeout=timeout,
+                                 credentials=credentials)
 
     def __enter__(self) -> Admin:
         return self

@@ -55,6 +55,7 @@ from pocketmq.client.subscription import ConsumeFrom, ConsumerSettings, ProcessQ
 from pocketmq.client.tags import parse_subscription
 from pocketmq.client.transport import RelayMode
 from pocketmq.errors import ClientClosedError, InvalidArgumentError
+from pocketmq.wire.auth import Credentials
 
 log = logging.getLogger("pocketmq.client")
 
@@ -120,6 +121,7 @@ class AsyncConsumer:
         route_refresh_interval: float = 30.0,
         relay: RelayMode = "direct",
         send_back: bool = True,
+        credentials: Credentials | None = None,
     ) -> None:
         if not group:
             raise InvalidArgumentError("a consumer group name is required")
@@ -148,6 +150,7 @@ class AsyncConsumer:
         self.request_timeout = request_timeout
         self._route_refresh_interval = route_refresh_interval
         self._relay: RelayMode = relay
+        self._credentials = credentials
         self._state = SubscriptionState()
         self._subs = self._state.subs
         self._pqs = self._state.pqs
@@ -235,7 +238,8 @@ class AsyncConsumer:
                 self.subscribe(retry_topic(self.group))
         settings = self._settings()
         core = self._core = ClientCore(self.namesrv_addrs, timeout=self.request_timeout,
-                                       route_refresh_interval=self._route_refresh_interval, relay=self._relay)
+                                       route_refresh_interval=self._route_refresh_interval, relay=self._relay,
+                                       credentials=self._credentials)
         failover = Failover(core.routes, core.caller, self.master_retry_interval, self.request_timeout)
         self._offsets = OffsetTracker(settings, core.caller, failover)
         self._fetcher = Fetcher(settings, self._state, core.routes, core.caller, failover, self._offsets,
@@ -471,6 +475,7 @@ class Consumer:
         request_timeout: float = 5.0,
         route_refresh_interval: float = 30.0,
         relay: RelayMode = "direct",
+        credentials: Credentials | None = None,
     ) -> None:
         self._async = AsyncConsumer(
             group, namesrv, client_id=client_id, consume_from=consume_from,
@@ -479,7 +484,7 @@ class Consumer:
             rebalance_interval=rebalance_interval, commit_interval=commit_interval,
             buffer_batches=buffer_batches, max_reconsume_times=max_reconsume_times,
             master_retry_interval=master_retry_interval, request_timeout=request_timeout,
-            route_refresh_interval=route_refresh_interval, relay=relay)
+            route_refresh_interval=route_refresh_interval, relay=relay, credentials=credentials)
 
     @property
     def async_consumer(self) -> AsyncConsumer:

@@ -7,6 +7,17 @@ from collections.abc import Sequence
 
 from pocketmq.client.routes import RouteCache
 from pocketmq.client.transport import BrokerCaller, ChannelPool, NamesrvClient, RelayMode
+from pocketmq.errors import InvalidArgumentError
+from pocketmq.wire.auth import Credentials
+from pocketmq.wire.grpcauth import credentials_from_env
+
+
+def env_credentials() -> Credentials | None:
+    """``POCKETMQ_ACCESS_KEY``/``POCKETMQ_SECRET_KEY`` when set (requests are then signed)."""
+    try:
+        return credentials_from_env()
+    except ValueError as exc:
+        raise InvalidArgumentError(str(exc)) from None
 
 __all__ = ["ClientCore"]
 
@@ -16,8 +27,9 @@ class ClientCore:
     on (channels bind to the running loop)."""
 
     def __init__(self, namesrv_addrs: Sequence[str], *, timeout: float = 3.0,
-                 route_refresh_interval: float = 30.0, relay: RelayMode = "direct") -> None:
-        self.pool = ChannelPool()
+                 route_refresh_interval: float = 30.0, relay: RelayMode = "direct",
+                 credentials: Credentials | None = None) -> None:
+        self.pool = ChannelPool(credentials if credentials is not None else env_credentials())
         self.namesrv = NamesrvClient(namesrv_addrs, self.pool, timeout)
         self.routes = RouteCache(self.namesrv, route_refresh_interval)
         self.caller = BrokerCaller(self.pool, self.namesrv, relay)

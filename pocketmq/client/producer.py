@@ -47,6 +47,7 @@ from pocketmq.errors import (
     RequestTimeoutError,
     from_put_status,
 )
+from pocketmq.wire.auth import Credentials
 from pocketmq.wire.record import PROPERTY_TIMER_DELIVER_MS
 
 log = logging.getLogger("pocketmq.client")
@@ -108,6 +109,7 @@ class AsyncProducer:
         relay: RelayMode = "direct",
         transaction_checker: TransactionChecker | None = None,
         client_id: str = "",
+        credentials: Credentials | None = None,
     ) -> None:
         if send_timeout <= 0:
             raise InvalidArgumentError("send_timeout must be > 0")
@@ -126,6 +128,7 @@ class AsyncProducer:
         self._closed = False
         self._transaction_checker = transaction_checker
         self._client_id = client_id
+        self._credentials = credentials
         self._checks: CheckListener | None = None
         # Created in start() (it binds to the running loop).
         self._core: ClientCore
@@ -140,7 +143,7 @@ class AsyncProducer:
         if self._started:
             return
         self._core = ClientCore(self.namesrv_addrs, route_refresh_interval=self._route_refresh_interval,
-                                relay=self._relay)
+                                relay=self._relay, credentials=self._credentials)
         self._routes = self._core.routes
         self._caller = self._core.caller
         self._core.start_route_refresh()
@@ -425,11 +428,12 @@ class Producer:
         relay: RelayMode = "direct",
         transaction_checker: TransactionChecker | None = None,
         client_id: str = "",
+        credentials: Credentials | None = None,
     ) -> None:
         self._async = AsyncProducer(
             namesrv, group=group, send_timeout=send_timeout, retries=retries,
             route_refresh_interval=route_refresh_interval, fault_backoff=fault_backoff, relay=relay,
-            transaction_checker=transaction_checker, client_id=client_id)
+            transaction_checker=transaction_checker, client_id=client_id, credentials=credentials)
 
     @property
     def async_producer(self) -> AsyncProducer:

@@ -32,6 +32,8 @@ from pocketmq.errors import (
 )
 from pocketmq.namesrv.v1 import namesrv_pb2, namesrv_pb2_grpc
 from pocketmq.wire.address import DEFAULT_NAMESRV, AddressError, parse_address_list
+from pocketmq.wire.auth import Credentials
+from pocketmq.wire.grpcauth import signing_interceptors
 
 log = logging.getLogger("pocketmq.client")
 
@@ -76,7 +78,10 @@ def parse_addresses(value: str | Iterable[str] | None, what: str = "namesrv") ->
 class ChannelPool:
     """One grpc.aio channel per address, created on first use, closed together."""
 
-    def __init__(self) -> None:
+    def __init__(self, credentials: Credentials | None = None) -> None:
+        #: Every call on the pool's channels is signed with these (access control).
+        self.credentials = credentials
+        self._interceptors = signing_interceptors(credentials)
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._stubs: dict[tuple[str, str], Any] = {}
         self._closed = False
@@ -86,7 +91,8 @@ class ChannelPool:
             raise ClientClosedError("client is closed")
         channel = self._channels.get(address)
         if channel is None:
-            channel = self._channels[address] = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+            channel = self._channels[address] = grpc.aio.insecure_channel(
+                address, options=CHANNEL_OPTIONS, interceptors=self._interceptors or None)
         return channel
 
     def broker_stub(self, address: str, service: str = "Broker") -> Any:

@@ -54,6 +54,7 @@ from services.broker.transaction import TransactionService
 from services.broker.transaction_api import TransactionsServicer
 from services.broker.v2.service import MessagingServicer
 from services.broker.v2.status import SERVICE_NAME as V2_SERVICE
+from services.common.acl.setup import build_interceptor
 from services.common.errors import NotFoundError
 from services.common.grpcserver import GrpcServer, start_grpc_server
 from services.common.metrics import MetricsServer
@@ -232,7 +233,8 @@ class BrokerApp:
         else:
             self._sync = SlaveMetadataSync(
                 self.topics, self.offsets, self.delay_offsets, self.groups,
-                interval_s=cfg.slave_sync_interval / 1000, on_round=self._on_sync_round)
+                interval_s=cfg.slave_sync_interval / 1000, on_round=self._on_sync_round,
+                credentials=cfg.inner_credentials)
             self._sync.start()
 
         tls_offset = cfg.effective_tls_port - cfg.listen_port
@@ -253,7 +255,10 @@ class BrokerApp:
             key, chain = load_pair(cfg.tls_server_cert_path, cfg.tls_server_key_path,
                                    "tlsServerCertPath", "tlsServerKeyPath")
             tls = (f"{cfg.listen_host}:{cfg.effective_tls_port}", key, chain)
-        self._grpc = await start_grpc_server(address, register, BROKER_SERVICES, tls)
+        acl = build_interceptor(cfg.acl_enable, cfg.acl_config_file, cfg.acl_signature_window_mills,
+                                cfg.broker_cluster_name, self.metrics.registry)
+        self._grpc = await start_grpc_server(address, register, BROKER_SERVICES, tls,
+                                             interceptors=[acl] if acl is not None else ())
         if cfg.effective_metrics_port > 0:
             self._metrics_server = MetricsServer(
                 self.metrics.registry, cfg.listen_host, cfg.effective_metrics_port)
@@ -264,7 +269,8 @@ class BrokerApp:
             self._registrar = BrokerRegistrar(
                 cfg.namesrv_addrs, self.identity, self._topic_snapshot,
                 period_s=clamp_register_period(cfg.register_name_server_period),
-                timeout_s=cfg.register_broker_timeout_mills / 1000, on_master=self._on_master)
+                timeout_s=cfg.register_broker_timeout_mills / 1000, on_master=self._on_master,
+                credentials=cfg.inner_credentials)
             await self._registrar.start()
         self.topics.add_listener(self._topics_changed)
         # In Kubernetes, show the role on the pod (`kubectl get pods -L pocketmq.io/role`); outside

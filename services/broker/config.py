@@ -14,6 +14,8 @@ import re
 import socket
 
 from pocketmq.wire.address import DEFAULT_NAMESRV, split_addresses
+from pocketmq.wire.auth import Credentials
+from services.common.acl.setup import DEFAULT_SIGNATURE_WINDOW_MS, check_acl_keys, parse_inner_credentials
 from services.common.config import parse_address, require
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
@@ -42,7 +44,7 @@ def parse_delay_levels(text: str, key: str = "messageDelayLevel") -> tuple[int, 
 #: Shortest accepted haAuthSecret.
 MIN_SECRET_LENGTH = 16
 #: Keys whose values --print-config and logs never show.
-SECRET_KEYS = frozenset({"haAuthSecret"})
+SECRET_KEYS = frozenset({"haAuthSecret", "innerClientAuthenticationCredentials"})
 
 
 def check_secret(secret: str, key: str) -> None:
@@ -136,6 +138,16 @@ class BrokerConfig:
     tls_listen_port: int = 0
     tls_server_cert_path: str = ""
     tls_server_key_path: str = ""
+    #: Access control (docs/acl.md): every request must be signed by a user of
+    #: ``aclConfigFile`` (JSON, re-read when it changes) or of the broker's ACL table and be
+    #: allowed by that user's policies. Off = every caller may do everything.
+    acl_enable: bool = False
+    acl_config_file: str = ""
+    #: A signed request is accepted this long before or after its x-mq-date-time (ms).
+    acl_signature_window_mills: int = DEFAULT_SIGNATURE_WINDOW_MS
+    #: This broker's own credential, ``{"accessKey": "...", "secretKey": "..."}`` (RocketMQ 5's
+    #: key): signs its registrations and a slave's metadata sync. Never shown by --print-config.
+    inner_client_authentication_credentials: str = dataclasses.field(default="", repr=False)
     #: Timer messages (TIMER_DELIVER_MS): the farthest accepted delivery time from now (s).
     timer_max_delay_sec: int = 259_200
     #: How often the timer index is snapshotted to the store directory when it changed (ms);
@@ -197,6 +209,8 @@ class BrokerConfig:
         if self.tls_enable:
             require(bool(self.tls_server_cert_path), "tlsServerCertPath", "required when tlsEnable=true")
             require(bool(self.tls_server_key_path), "tlsServerKeyPath", "required when tlsEnable=true")
+        check_acl_keys(self.acl_enable, self.acl_config_file, self.acl_signature_window_mills)
+        parse_inner_credentials(self.inner_client_authentication_credentials)
         require(self.timer_max_delay_sec > 0, "timerMaxDelaySec", "must be > 0")
         require(self.timer_flush_interval_ms > 0, "timerFlushIntervalMs", "must be > 0")
         require(1 <= self.timer_deliver_batch <= 1024, "timerDeliverBatch", "must be 1..1024")
@@ -227,6 +241,11 @@ class BrokerConfig:
     @property
     def broker_addr(self) -> str:
         return f"{self.advertised_ip}:{self.listen_port}"
+
+    @property
+    def inner_credentials(self) -> Credentials | None:
+        """The broker's own credential (innerClientAuthenticationCredentials), if set."""
+        return parse_inner_credentials(self.inner_client_authentication_credentials)
 
     @property
     def effective_tls_port(self) -> int:

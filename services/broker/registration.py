@@ -43,6 +43,8 @@ import grpc
 from pocketmq.common.v1 import common_pb2
 from pocketmq.namesrv.v1 import namesrv_pb2, namesrv_pb2_grpc
 from pocketmq.wire.address import AddressError, join_host_port, parse_host_port, split_addresses
+from pocketmq.wire.auth import Credentials
+from pocketmq.wire.grpcauth import signing_interceptors
 from services.common.grpcserver import CHANNEL_OPTIONS
 
 log = logging.getLogger(__name__)
@@ -186,7 +188,10 @@ class BrokerRegistrar:
         retry_s: float = 1.0,
         resolve: Resolver = resolve_host,
         discover_s: float = DISCOVER_S,
+        credentials: Credentials | None = None,
     ) -> None:
+        #: Sign the registrations (a NameServer with ACL lets only Broker users register).
+        self._interceptors = signing_interceptors(credentials)
         if not namesrv_addrs:
             raise ValueError("at least one NameServer address is required")
         if period_s <= 0 or timeout_s <= 0:
@@ -316,7 +321,8 @@ class BrokerRegistrar:
                 await channel.close()
         for addr in targets:
             if addr not in self._channels:
-                channel = grpc.aio.insecure_channel(addr, options=NAMESRV_CHANNEL_OPTIONS)
+                channel = grpc.aio.insecure_channel(addr, options=NAMESRV_CHANNEL_OPTIONS,
+                                                    interceptors=self._interceptors or None)
                 self._channels[addr] = channel
                 self._stubs[addr] = namesrv_pb2_grpc.NameServerStub(channel)
         self._targets = targets

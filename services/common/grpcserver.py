@@ -50,6 +50,7 @@ async def start_grpc_server(
     register: Callable[[grpc.aio.Server], None],
     service_names: Sequence[str],
     tls: tuple[str, bytes, bytes] | None = None,
+    interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
 ) -> GrpcServer:
     """Create, register, bind and start a server. ``address`` is ``host:port`` (port 0 = any).
     ``tls``: (address, private key PEM, certificate chain PEM) of an extra TLS listener serving
@@ -57,7 +58,7 @@ async def start_grpc_server(
 
     Raises :class:`ListenError` (naming the address and why) when the port cannot be bound.
     """
-    server = grpc.aio.server(options=SERVER_OPTIONS)
+    server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=list(interceptors) or None)
     register(server)
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)

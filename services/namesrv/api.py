@@ -16,6 +16,7 @@ import grpc
 from pocketmq.common.v1 import common_pb2
 from pocketmq.namesrv.v1 import namesrv_pb2 as pb
 from pocketmq.namesrv.v1 import namesrv_pb2_grpc
+from pocketmq.wire.auth import AUTHORIZATION, DATE_TIME
 from services.common.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError, grpc_method
 from services.namesrv import kvconfig, validation
 from services.namesrv.config import NamesrvConfig
@@ -364,7 +365,10 @@ class NameServerServicer(namesrv_pb2_grpc.NameServerServicer):  # type: ignore[m
         remaining = context.time_remaining()
         if remaining is not None:
             timeout_s = max(0.001, min(timeout_s, remaining - 0.05))
-        response = await self.relay.call(request.broker_addr, request.method, request.request, timeout_s)
+        forwarded = [(key, value) for key, value in (context.invocation_metadata() or ())
+                     if key in (AUTHORIZATION, DATE_TIME) and isinstance(value, str)]
+        response = await self.relay.call(request.broker_addr, request.method, request.request, timeout_s,
+                                         forwarded)
         log.debug("broker call relayed",
                   extra={"broker_addr": request.broker_addr, "method": request.method})
         return pb.RelayBrokerCallResponse(response=response)

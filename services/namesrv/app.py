@@ -13,6 +13,7 @@ from grpc_health.v1 import health_pb2
 from apache.rocketmq.v2 import service_pb2_grpc as v2_grpc
 from pocketmq.namesrv.v1 import namesrv_pb2_grpc
 from services.broker.v2.status import SERVICE_NAME as V2_SERVICE
+from services.common.acl.setup import build_interceptor
 from services.common.config import to_properties
 from services.common.grpcserver import GrpcServer, start_grpc_server
 from services.common.metrics import MetricsServer
@@ -60,7 +61,11 @@ class NamesrvApp:
             namesrv_pb2_grpc.add_NameServerServicer_to_server(self.servicer, server)
             v2_grpc.add_MessagingServiceServicer_to_server(self.v2, server)
 
-        self._grpc = await start_grpc_server(self.config.listen, register, [SERVICE_NAME, V2_SERVICE])
+        cfg = self.config
+        acl = build_interceptor(cfg.acl_enable, cfg.acl_config_file, cfg.acl_signature_window_mills, "",
+                                self.metrics.registry)
+        self._grpc = await start_grpc_server(self.config.listen, register, [SERVICE_NAME, V2_SERVICE],
+                                             interceptors=[acl] if acl is not None else ())
         try:
             self._metrics_server = MetricsServer(
                 self.metrics.registry, self.config.listen_host, self.config.metrics_port

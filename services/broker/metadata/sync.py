@@ -18,6 +18,8 @@ from collections.abc import Callable
 import grpc
 
 from pocketmq.broker.v1 import broker_pb2, broker_pb2_grpc
+from pocketmq.wire.auth import Credentials
+from pocketmq.wire.grpcauth import signing_interceptors
 from services.broker.metadata.base import DataVersion, MetadataTable
 from services.broker.metadata.groups import SubscriptionGroupConfig, SubscriptionGroupManager
 from services.broker.metadata.offsets import ConsumerOffsetManager, DelayOffsetManager
@@ -49,7 +51,10 @@ class SlaveMetadataSync:
         first_delay_s: float = FIRST_SYNC_DELAY_S,
         timeout_s: float = 3.0,
         on_round: Callable[[SyncResult], None] | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
+        #: Signs the sync calls (the master's ACL lets Broker users read its tables).
+        self._interceptors = signing_interceptors(credentials)
         self.topics = topics
         self.offsets = offsets
         self.delay_offsets = delay_offsets
@@ -131,7 +136,8 @@ class SlaveMetadataSync:
             return result
         if addr != self._channel_addr:
             await self._close_channel()
-            self._channel = grpc.aio.insecure_channel(addr, options=CHANNEL_OPTIONS)
+            self._channel = grpc.aio.insecure_channel(addr, options=CHANNEL_OPTIONS,
+                                                      interceptors=self._interceptors or None)
             self._stub = broker_pb2_grpc.BrokerMetadataStub(self._channel)
             self._channel_addr = addr
         stub = self._stub
