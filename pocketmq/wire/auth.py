@@ -74,7 +74,9 @@ def auth_metadata(credentials: Credentials, epoch_s: float) -> tuple[tuple[str, 
 def parse_authorization(value: str) -> tuple[str, str]:
     """``(access key, signature)`` of an ``authorization`` value; AuthHeaderError otherwise.
 
-    ``Credential`` may carry RocketMQ 4-style scope after a ``/`` (ignored)."""
+    ``Credential`` may carry RocketMQ 4-style scope after a ``/`` (ignored). An empty
+    ``Credential`` (the Python SDK signs with empty credentials when none are configured) gives
+    ``("", "")``: an unauthenticated request."""
     algorithm, _, rest = value.strip().partition(" ")
     if algorithm != ALGORITHM:
         raise AuthHeaderError(f"unsupported authorization scheme (expected {ALGORITHM})")
@@ -85,7 +87,9 @@ def parse_authorization(value: str) -> tuple[str, str]:
             fields[key.strip()] = val.strip()
     access_key = fields.get("Credential", "").split("/", 1)[0]
     signature = fields.get("Signature", "")
-    if not access_key or not signature:
+    if not access_key:
+        return "", ""
+    if not signature:
         raise AuthHeaderError("authorization lacks Credential or Signature")
     return access_key, signature
 

@@ -133,12 +133,14 @@ class Authenticator:
         if not authorization:
             return None
         now = self._clock()
-        if not date_time:
-            raise AuthenticationError(f"signed request without {DATE_TIME}")
         try:
             access_key, signature = parse_authorization(authorization)
         except AuthHeaderError as exc:
             raise AuthenticationError(str(exc)) from None
+        if not access_key:
+            return None
+        if not date_time:
+            raise AuthenticationError(f"signed request without {DATE_TIME}")
         key = (access_key, date_time, signature)
         hit = self._cache.get(key)
         if hit is not None:
