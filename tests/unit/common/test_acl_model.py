@@ -21,7 +21,15 @@ from pocketmq.wire.auth import (
     parse_date_time,
 )
 from services.common.acl.authn import AclStore, AuthenticationError, Authenticator
-from services.common.acl.model import AclDocument, AclFormatError, Action, Policy, Resource, ResourceType, decide
+from services.common.acl.model import (
+    AclDocument,
+    AclFormatError,
+    Action,
+    Policy,
+    Resource,
+    ResourceType,
+    decide,
+)
 
 T0 = 1_795_000_000.0
 
@@ -36,7 +44,8 @@ def test_signature_is_the_sdks_hex_hmac_sha1_of_the_date_time() -> None:
     assert parse_date_time(stamp[1]) == T0
     assert "secret-1" not in repr(Credentials("ak1", "secret-1"))
     # The Python SDK without credentials: an empty Credential is an unsigned request.
-    assert parse_authorization("MQv2-HMAC-SHA1 Credential=, SignedHeaders=x-mq-date-time, Signature=ab") == ("", "")
+    empty = "MQv2-HMAC-SHA1 Credential=, SignedHeaders=x-mq-date-time, Signature=ab"
+    assert parse_authorization(empty) == ("", "")
 
 
 def test_signer_reuses_the_header_within_a_second() -> None:
@@ -98,14 +107,15 @@ def test_authenticator_window_replay_wrong_secret_and_hot_reload(tmp_path: Path)
     now = [T0]
     auth = Authenticator(store, window_s=60, clock=lambda: now[0])
 
-    def call(ak: str, sk: str, at: float) -> object:
+    def call(ak: str, sk: str, at: float) -> User | None:
         (_, stamp), (_, header) = auth_metadata(Credentials(ak, sk), at)
         return auth.authenticate(header, stamp)
 
     user = call("app", "app-secret-1", T0 - 30)  # skewed clock, inside the window
-    assert user is not None and getattr(user, "access_key") == "app"
+    assert user is not None and user.access_key == "app"
     assert auth.authenticate(None, None) is None
-    for ak, sk, at in (("app", "wrong-secret", T0), ("ghost", "app-secret-1", T0), ("app", "app-secret-1", T0 - 61)):
+    refused = (("app", "wrong-secret", T0), ("ghost", "app-secret-1", T0), ("app", "app-secret-1", T0 - 61))
+    for ak, sk, at in refused:
         with pytest.raises(AuthenticationError) as info:
             call(ak, sk, at)
         assert "secret" not in str(info.value).replace("secret key", "")
