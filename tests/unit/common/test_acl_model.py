@@ -28,6 +28,7 @@ from services.common.acl.model import (
     Policy,
     Resource,
     ResourceType,
+    User,
     decide,
 )
 
