@@ -8,9 +8,9 @@ Document::
                               "decision": "Allow", "sourceIps": ["10.0.0.0/8"]}]}],
      "defaultPolicies": [{"resource": "Topic:public-*", "actions": ["Sub"], "decision": "Allow"}]}
 
-``userType``: ``Super`` (every action), ``Broker`` (registers with NameServers and syncs
-metadata, plus its policies) or ``Normal`` (only its policies). ``defaultPolicies`` apply to
-unauthenticated callers. A resource is ``<Type>:<name>``, ``<Type>:<prefix>*``, ``<Type>:*``
+``userType``: ``Super`` (every action), ``Broker`` (registers with NameServers, syncs
+metadata and reads (Get, List) everything, plus its policies) or ``Normal`` (only its
+policies). ``defaultPolicies`` apply to unauthenticated callers. A resource is ``<Type>:<name>``, ``<Type>:<prefix>*``, ``<Type>:*``
 or ``*``; types are Topic, Group, Cluster.
 """
 

@@ -25,6 +25,7 @@ ADMIN = Credentials("admin", "admin-secret-0123")
 BROKER = Credentials("broker", "broker-secret-0123")
 PUB = Credentials("pub-only", "pub-secret-0123")
 SUB = Credentials("sub-only", "sub-secret-0123")
+SDK = Credentials("sdk-app", "sdk-secret-0123")
 TOPIC = "acl-t"
 GROUP = "g-acl"
 CLUSTER = "c1"
@@ -40,6 +41,9 @@ ACL = {
         {"accessKey": SUB.access_key, "secretKey": SUB.secret_key, "policies": [
             {"resource": "Topic:acl-*", "actions": ["Sub"], "decision": "Allow"},
             {"resource": "Group:g-*", "actions": ["Sub"], "decision": "Allow"}]},
+        {"accessKey": SDK.access_key, "secretKey": SDK.secret_key, "policies": [
+            {"resource": "Topic:acl-*", "actions": ["Pub", "Sub"]},
+            {"resource": "Group:g-*", "actions": ["Sub"]}]},
     ],
 }
 
