@@ -10,8 +10,9 @@ Document::
 
 ``userType``: ``Super`` (every action), ``Broker`` (registers with NameServers, syncs
 metadata and reads (Get, List) everything, plus its policies) or ``Normal`` (only its
-policies). ``defaultPolicies`` apply to unauthenticated callers. A resource is ``<Type>:<name>``, ``<Type>:<prefix>*``, ``<Type>:*``
-or ``*``; types are Topic, Group, Cluster.
+policies). ``defaultPolicies`` apply to unauthenticated callers. A resource is
+``<Type>:<name>``, ``<Type>:<prefix>*``, ``<Type>:*`` or ``*``; types are Topic, Group,
+Cluster.
 """
 
 from __future__ import annotations
