@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import shutil
 import signal
@@ -42,14 +43,27 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 
 import grpc
-from benchlib import ROOT, cpu_seconds, free_port, identity, send_batch_stream, wait_port, wait_redis_replica
+from benchlib import (
+    CHANNELS,
+    ROOT,
+    cpu_seconds,
+    free_port,
+    identity,
+    open_channel,
+    send_batch_stream,
+    wait_port,
+    wait_redis_replica,
+)
 
 from pocketmq.broker.v1 import broker_pb2 as pb
+from pocketmq.wire.auth import Credentials
+from pocketmq.wire.grpcauth import signing_interceptors
 from services.broker.storage.record import Message, decode_record, encode_record
+from services.common.tls import generate_self_signed
 
 BODY_SIZE = 1024
 BATCH = 32
@@ -158,7 +172,7 @@ def batch_request(request_id: int = 0) -> bytes:
 
 async def produce_batch_unary(addr: str, messages: int, inflight: int = 8) -> float:
     request = batch_request()
-    async with grpc.aio.insecure_channel(addr) as channel:
+    async with open_channel(addr) as channel:
         call = channel.unary_unary(SERVICE + "SendMessageBatch", request_serializer=identity,
                                    response_deserializer=pb.SendMessageBatchResponse.FromString)
         await call(request)
@@ -279,26 +293,58 @@ class Redis:
 # ----------------------------------------------------------------------------- main
 
 
-def start_broker(workdir: Path, pull_batch: int) -> tuple[subprocess.Popen[bytes], str]:
+def start_broker(workdir: Path, pull_batch: int, extra: Sequence[str] = (),
+                 name: str = "broker") -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
-    log = open(workdir / "broker.log", "wb")  # noqa: SIM115 - lives as long as the process
+    log = open(workdir / f"{name}.log", "wb")  # noqa: SIM115 - lives as long as the process
     proc = subprocess.Popen(
         [sys.executable, "-m", "services.broker", "--namesrv-addr", "", "--broker-ip1", "127.0.0.1",
          "--listen-host", "127.0.0.1", "--listen-port", str(port), "--ha-listen-port", str(free_port()),
-         "--metrics-port", "0", "--store-path-root-dir", str(workdir / "store"),
+         "--metrics-port", "0", "--store-path-root-dir", str(workdir / f"{name}-store"),
          "--broker-role", "ASYNC_MASTER", "--flush-disk-type", "ASYNC_FLUSH",
          "--max-transfer-count-on-message-in-memory", str(pull_batch),
-         "--max-transfer-bytes-on-message-in-memory", str(pull_batch * 2 * BODY_SIZE)],
+         "--max-transfer-bytes-on-message-in-memory", str(pull_batch * 2 * BODY_SIZE), *extra],
         cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     wait_port(port)
     return proc, f"127.0.0.1:{port}"
 
 
-async def create_topic(addr: str) -> None:
+#: The TLS + ACL broker's users: an admin (creates the topic) and a producer allowed Pub on it.
+BENCH_ADMIN = Credentials("bench-admin", "bench-admin-secret-1")
+BENCH_PRODUCER = Credentials("bench-producer", "bench-producer-secret-1")
+
+
+def start_secure_broker(workdir: Path, pull_batch: int) -> tuple[subprocess.Popen[bytes], str, str]:
+    """A broker with tlsEnable (self-signed certificate) and aclEnable; (process, plaintext
+    address, TLS address). Calls to both addresses are signed by BENCH_PRODUCER (registered in
+    benchlib.CHANNELS); the TLS one verifies the broker's certificate."""
+    cert, key = workdir / "tls" / "server.pem", workdir / "tls" / "server.key"
+    generate_self_signed(cert, key)
+    acl_file = workdir / "acl.json"
+    acl_file.write_text(json.dumps({"users": [
+        {"accessKey": BENCH_ADMIN.access_key, "secretKey": BENCH_ADMIN.secret_key, "userType": "Super"},
+        {"accessKey": BENCH_PRODUCER.access_key, "secretKey": BENCH_PRODUCER.secret_key,
+         "policies": [{"resource": f"Topic:{TOPIC}", "actions": ["Pub", "Sub"]},
+                      {"resource": "Group:bench", "actions": ["Sub"]}]}]}))
+    tls_port = free_port()
+    proc, plain = start_broker(workdir, pull_batch, name="secure-broker", extra=[
+        "--tls-enable", "true", "--tls-listen-port", str(tls_port), "--tls-server-cert-path", str(cert),
+        "--tls-server-key-path", str(key), "--acl-enable", "true", "--acl-config-file", str(acl_file)])
+    wait_port(tls_port)
+    tls = f"127.0.0.1:{tls_port}"
+    root = cert.read_bytes()
+    signer = signing_interceptors(BENCH_PRODUCER)
+    CHANNELS[plain] = lambda: grpc.aio.insecure_channel(plain, interceptors=signer)
+    tls_credentials = grpc.ssl_channel_credentials(root)
+    CHANNELS[tls] = lambda: grpc.aio.secure_channel(tls, tls_credentials, interceptors=signer)
+    return proc, plain, tls
+
+
+async def create_topic(addr: str, credentials: Credentials | None = None) -> None:
     from pocketmq.broker.v1 import broker_pb2_grpc
     from pocketmq.common.v1 import common_pb2
 
-    async with grpc.aio.insecure_channel(addr) as channel:
+    async with grpc.aio.insecure_channel(addr, interceptors=signing_interceptors(credentials)) as channel:
         stub = broker_pb2_grpc.BrokerStub(channel)
         await stub.CreateTopic(pb.CreateTopicRequest(topic_config=common_pb2.TopicConfig(
             topic_name=TOPIC, read_queue_nums=1, write_queue_nums=1, perm=6)), timeout=10)
@@ -330,6 +376,9 @@ def main() -> int:
         broker_proc, broker = start_broker(workdir, args.pull_batch)
         procs.append(broker_proc)
         asyncio.run(create_topic(broker))
+        secure_proc, secure_plain, secure_tls = start_secure_broker(workdir, args.pull_batch)
+        procs.append(secure_proc)
+        asyncio.run(create_topic(secure_plain, BENCH_ADMIN))
         redis = Redis(workdir)
 
         n = args.messages
@@ -353,7 +402,7 @@ def main() -> int:
         print(f"bench-broker: {BODY_SIZE} B messages, {n} per phase, batch {BATCH}, "
               f"pull batch {args.pull_batch}; {os.cpu_count()} CPUs, "
               f"load average {os.getloadavg()[0]:.2f}", flush=True)
-        echo_pid, broker_pid = [procs[0].pid], [procs[1].pid]
+        echo_pid, broker_pid, secure_pid = [procs[0].pid], [procs[1].pid], [procs[2].pid]
         redis_pid = [p.pid for p in redis.procs]  # primary + replica
         run("echo single", echo_pid, lambda: asyncio.run(produce_single(echo, args.single_seconds)))
         run("pocketmq single", broker_pid, lambda: asyncio.run(produce_single(broker, args.single_seconds)))
@@ -361,6 +410,12 @@ def main() -> int:
         run("pocketmq batch unary", broker_pid, lambda: asyncio.run(produce_batch_unary(broker, n // 2)))
         run("echo batch stream", echo_pid, lambda: asyncio.run(produce_batch_stream(echo, n)))
         run("pocketmq batch stream", broker_pid, lambda: asyncio.run(produce_batch_stream(broker, n)))
+        # The same batched produce with access control (every request signed and checked), on the
+        # plaintext port and on the TLS port of a second broker.
+        run("acl batch unary", secure_pid, lambda: asyncio.run(produce_batch_unary(secure_plain, n // 2)))
+        run("tls+acl batch unary", secure_pid, lambda: asyncio.run(produce_batch_unary(secure_tls, n // 2)))
+        run("acl batch stream", secure_pid, lambda: asyncio.run(produce_batch_stream(secure_plain, n)))
+        run("tls+acl batch stream", secure_pid, lambda: asyncio.run(produce_batch_stream(secure_tls, n)))
         run("redis xadd pipelined", redis_pid, lambda: redis.produce(n) if redis else 0.0)
         run("echo consume", echo_pid, lambda: asyncio.run(consume_stream(echo, n, args.pull_batch)))
         run("pocketmq consume", broker_pid, lambda: asyncio.run(consume_stream(broker, n, args.pull_batch)))
@@ -381,13 +436,23 @@ def main() -> int:
                 cpu_text += f" / {server_us[peer]:.1f}"
             print(f"{phase:<14} {results[ours]:>12,.0f} {results[ceiling]:>12,.0f} "
                   f"{results[ours] / results[ceiling]:>7.0%} {peer_text}   {cpu_text}")
+        print()
+        print(f"{'secured phase':<14} {'plaintext':>12} {'ACL':>12} {'TLS+ACL':>12} {'of plain':>8}")
+        for phase in ("batch unary", "batch stream"):
+            plain_rate, acl_rate = results[f"pocketmq {phase}"], results[f"acl {phase}"]
+            secure_rate = results[f"tls+acl {phase}"]
+            print(f"{phase:<14} {plain_rate:>12,.0f} {acl_rate:>12,.0f} {secure_rate:>12,.0f} "
+                  f"{secure_rate / plain_rate:>7.0%}")
         print(f"load average after: {os.getloadavg()[0]:.2f}")
+        tls_acl_vs_plain = results["tls+acl batch stream"] / results["pocketmq batch stream"]
+        tls_acl_unary = results["tls+acl batch unary"] / results["pocketmq batch unary"]
         ratio = results["pocketmq batch stream"] / results["echo batch stream"]
         batch_msgs = results["pocketmq batch stream"]
         print(f"broker_produce_ratio={ratio:.2f} broker_batch_produce_msgs={batch_msgs:.0f} "
               f"broker_consume_msgs={results['pocketmq consume']:.0f} "
               f"vs_redis_produce={results['pocketmq batch stream'] / results['redis xadd pipelined']:.2f} "
-              f"vs_redis_consume={results['pocketmq consume'] / results['redis xrange']:.2f}")
+              f"vs_redis_consume={results['pocketmq consume'] / results['redis xrange']:.2f} "
+              f"tls_acl_vs_plain={tls_acl_vs_plain:.2f} tls_acl_vs_plain_unary={tls_acl_unary:.2f}")
         return 0
     finally:
         if redis is not None:

@@ -7,6 +7,7 @@ import asyncio
 import os
 import socket
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,17 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+#: Channel factories of addresses that need more than a plaintext channel (TLS, signed
+#: requests): ``address -> factory``; :func:`open_channel` consults it.
+CHANNELS: dict[str, Callable[[], grpc.aio.Channel]] = {}
+
+
+def open_channel(addr: str, options: Sequence[tuple[str, Any]] = ()) -> grpc.aio.Channel:
+    """The registered channel of ``addr`` (see :data:`CHANNELS`), else a plaintext one."""
+    factory = CHANNELS.get(addr)
+    return factory() if factory is not None else grpc.aio.insecure_channel(addr, options=list(options))
+
+
 def identity(data: bytes) -> bytes:
     """Pass-through serializer: requests are sent pre-serialized."""
     return data
@@ -64,7 +76,7 @@ async def send_batch_stream(addr: str, request: bytes, calls: int,
                             window: int) -> tuple[float, list[pb.SendMessageBatchResponse], list[float]]:
     """Write the serialized ``SendMessageBatchRequest`` ``calls`` times on one SendMessageStream with
     at most ``window`` unacknowledged; (elapsed s, every reply, every batch's latency s)."""
-    async with grpc.aio.insecure_channel(addr) as channel:
+    async with open_channel(addr) as channel:
         call = channel.stream_stream(SEND_STREAM, request_serializer=identity,
                                      response_deserializer=pb.SendMessageBatchResponse.FromString)()
         slots = asyncio.Semaphore(window)

@@ -42,12 +42,12 @@ def make_credentials(access_key: str | None, secret_key: str | None) -> Credenti
     return credentials_from_env()
 
 
-class SigningInterceptor(_UnaryUnary, _UnaryStream, _StreamUnary, _StreamStream):  # type: ignore[misc]
+class _Signing:
     """Adds ``authorization`` and ``x-mq-date-time`` to each call (a call that already carries
     an ``authorization``, e.g. one relayed on a caller's behalf, keeps it)."""
 
-    def __init__(self, credentials: Credentials) -> None:
-        self.signer = Signer(credentials)
+    def __init__(self, signer: Signer) -> None:
+        self.signer = signer
 
     def _details(self, details: Any) -> Any:
         existing = list(details.metadata or ())
@@ -56,21 +56,36 @@ class SigningInterceptor(_UnaryUnary, _UnaryStream, _StreamUnary, _StreamStream)
         existing = [item for item in existing if item[0] != DATE_TIME]
         return details._replace(metadata=grpc.aio.Metadata(*existing, *self.signer.metadata()))
 
+
+# grpc.aio files each interceptor under the first call shape it implements, so every shape
+# needs an interceptor object of its own.
+class _UnaryUnarySigner(_Signing, _UnaryUnary):  # type: ignore[misc]
     async def intercept_unary_unary(self, continuation: Any, client_call_details: Any, request: Any) -> Any:
         return await continuation(self._details(client_call_details), request)
 
+
+class _UnaryStreamSigner(_Signing, _UnaryStream):  # type: ignore[misc]
     async def intercept_unary_stream(self, continuation: Any, client_call_details: Any, request: Any) -> Any:
         return await continuation(self._details(client_call_details), request)
 
+
+class _StreamUnarySigner(_Signing, _StreamUnary):  # type: ignore[misc]
     async def intercept_stream_unary(self, continuation: Any, client_call_details: Any,
                                      request_iterator: Any) -> Any:
         return await continuation(self._details(client_call_details), request_iterator)
 
+
+class _StreamStreamSigner(_Signing, _StreamStream):  # type: ignore[misc]
     async def intercept_stream_stream(self, continuation: Any, client_call_details: Any,
                                       request_iterator: Any) -> Any:
         return await continuation(self._details(client_call_details), request_iterator)
 
 
 def signing_interceptors(credentials: Credentials | None) -> list[Any]:
-    """Interceptors for ``grpc.aio.*_channel(..., interceptors=...)``; none without credentials."""
-    return [SigningInterceptor(credentials)] if credentials is not None else []
+    """Interceptors for ``grpc.aio.*_channel(..., interceptors=...)`` signing every call of the
+    channel, one per call shape; none without credentials."""
+    if credentials is None:
+        return []
+    signer = Signer(credentials)
+    shapes = (_UnaryUnarySigner, _UnaryStreamSigner, _StreamUnarySigner, _StreamStreamSigner)
+    return [shape(signer) for shape in shapes]

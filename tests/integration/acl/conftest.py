@@ -16,8 +16,7 @@ import pytest
 from pocketmq.broker.v1 import broker_pb2, broker_pb2_grpc
 from pocketmq.common.v1 import common_pb2
 from pocketmq.namesrv.v1 import namesrv_pb2, namesrv_pb2_grpc
-from pocketmq.wire.auth import Credentials
-from pocketmq.wire.grpcauth import signing_interceptors
+from pocketmq.wire.auth import Credentials, Signer
 from tests.integration.conftest import pytest_runtest_makereport  # noqa: F401 (process logs on failure)
 from tests.integration.procs import ManagedProcess, ProcessGroup, attach_logs, free_port, wait_until
 
@@ -77,10 +76,10 @@ class SyncSigner(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterce
     """The same headers as the client's aio interceptor, for the tests' blocking channels."""
 
     def __init__(self, credentials: Credentials) -> None:
-        self.inner = signing_interceptors(credentials)[0]
+        self.signer = Signer(credentials)
 
     def _details(self, details: grpc.ClientCallDetails) -> grpc.ClientCallDetails:
-        metadata = [*(details.metadata or ()), *self.inner.signer.metadata()]
+        metadata = [*(details.metadata or ()), *self.signer.metadata()]
         return _Details(details.method, details.timeout, metadata, details.credentials,
                         details.wait_for_ready, getattr(details, "compression", None))
 

@@ -310,3 +310,19 @@ def test_relay_forwards_the_callers_credentials(cluster: AclCluster) -> None:
         cluster.namesrv_stub(PUB).RelayBrokerCall(req, timeout=10)
     assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
     assert "Get Cluster:c1" in (info.value.details() or "")
+
+
+def test_send_stream_checks_every_batch(cluster: AclCluster) -> None:
+    stub = cluster.broker_stub(PUB)
+    batches = [broker_pb2.SendMessageBatchRequest(topic=TOPIC, queue_id=-1, request_id=i, messages=[_msg()])
+               for i in range(3)]
+    replies = list(stub.SendMessageStream(iter(batches), timeout=10))
+    assert [r.request_id for r in replies] == [0, 1, 2]
+    bad = broker_pb2.SendMessageBatchRequest(topic="other", queue_id=-1, request_id=9, messages=[_msg()])
+    call = stub.SendMessageStream(iter([*batches[:1], bad]), timeout=10)
+    got = []
+    with pytest.raises(grpc.RpcError) as info:
+        for reply in call:
+            got.append(reply.request_id)
+    assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert got == [0]
