@@ -21,8 +21,15 @@ Phases (the same client code for PocketMQ and echo):
 * consume: PullMessageStream with raw records (what RocketMQ-style consumers get), every record
   decoded on the client with the storage record codec.
 
+A second broker with TLS (self-signed certificate) and access control on runs the batched
+produce phases again with signed requests, on its plaintext port (ACL) and its TLS port
+(TLS+ACL).
+
 The last line is ``broker_produce_ratio=<x> broker_batch_produce_msgs=<n> broker_consume_msgs=<m>
-vs_redis_produce=<p> vs_redis_consume=<q>``: ratio = PocketMQ stream produce / echo stream produce,
+vs_redis_produce=<p> vs_redis_consume=<q> tls_acl_vs_plain=<r> tls_acl_vs_plain_unary=<u>
+tls_acl_cpu_vs_plain=<c>``: ``tls_acl_vs_plain`` = TLS+ACL stream produce / plaintext stream
+produce (``_unary``: the same for SendMessageBatch; ``_cpu_``: plaintext broker CPU per message
+/ TLS+ACL broker CPU per message); ratio = PocketMQ stream produce / echo stream produce,
 vs_redis_* = PocketMQ msgs/s / Redis msgs/s. Every phase runs ``--repeat`` times (default 2) and
 the best run counts; other work on the machine still skews every figure (the load average is
 printed).
@@ -437,22 +444,27 @@ def main() -> int:
             print(f"{phase:<14} {results[ours]:>12,.0f} {results[ceiling]:>12,.0f} "
                   f"{results[ours] / results[ceiling]:>7.0%} {peer_text}   {cpu_text}")
         print()
-        print(f"{'secured phase':<14} {'plaintext':>12} {'ACL':>12} {'TLS+ACL':>12} {'of plain':>8}")
+        print(f"{'secured phase':<14} {'plaintext':>12} {'ACL':>12} {'TLS+ACL':>12} {'of plain':>8}   "
+              "server CPU us/msg plaintext / ACL / TLS+ACL")
         for phase in ("batch unary", "batch stream"):
             plain_rate, acl_rate = results[f"pocketmq {phase}"], results[f"acl {phase}"]
             secure_rate = results[f"tls+acl {phase}"]
             print(f"{phase:<14} {plain_rate:>12,.0f} {acl_rate:>12,.0f} {secure_rate:>12,.0f} "
-                  f"{secure_rate / plain_rate:>7.0%}")
+                  f"{secure_rate / plain_rate:>7.0%}   {server_us[f'pocketmq {phase}']:.1f} / "
+                  f"{server_us[f'acl {phase}']:.1f} / {server_us[f'tls+acl {phase}']:.1f}")
         print(f"load average after: {os.getloadavg()[0]:.2f}")
         tls_acl_vs_plain = results["tls+acl batch stream"] / results["pocketmq batch stream"]
         tls_acl_unary = results["tls+acl batch unary"] / results["pocketmq batch unary"]
+        # Less sensitive to other work on the machine than the rates: broker CPU per message.
+        tls_acl_cpu = server_us["pocketmq batch stream"] / server_us["tls+acl batch stream"]
         ratio = results["pocketmq batch stream"] / results["echo batch stream"]
         batch_msgs = results["pocketmq batch stream"]
         print(f"broker_produce_ratio={ratio:.2f} broker_batch_produce_msgs={batch_msgs:.0f} "
               f"broker_consume_msgs={results['pocketmq consume']:.0f} "
               f"vs_redis_produce={results['pocketmq batch stream'] / results['redis xadd pipelined']:.2f} "
               f"vs_redis_consume={results['pocketmq consume'] / results['redis xrange']:.2f} "
-              f"tls_acl_vs_plain={tls_acl_vs_plain:.2f} tls_acl_vs_plain_unary={tls_acl_unary:.2f}")
+              f"tls_acl_vs_plain={tls_acl_vs_plain:.2f} tls_acl_vs_plain_unary={tls_acl_unary:.2f} "
+              f"tls_acl_cpu_vs_plain={tls_acl_cpu:.2f}")
         return 0
     finally:
         if redis is not None:
