@@ -21,6 +21,8 @@ import typer
 from pocketmq.cli.output import Output, print_json, proto_dict, stderr_console
 from pocketmq.errors import PocketMQError
 from pocketmq.wire.address import DEFAULT_NAMESRV
+from pocketmq.wire.auth import Credentials
+from pocketmq.wire.grpcauth import make_credentials
 
 T = TypeVar("T")
 Command = Callable[..., None]
@@ -77,6 +79,12 @@ _NAMESRV = _option("namesrv", Annotated[str, typer.Option(
 _OUTPUT = _option("output", Annotated[Output, typer.Option(
     "--output", "-o", envvar="POCKETMQ_OUTPUT", case_sensitive=False, help="table or json.")], Output.table)
 _TIMEOUT = Annotated[float, typer.Option("--timeout", min=0.1, help="Per-call timeout in seconds.")]
+_ACCESS_KEY = _option("access_key", Annotated[str | None, typer.Option(
+    "--access-key", envvar="POCKETMQ_ACCESS_KEY", show_default=False,
+    help="AccessKey signing every request (clusters with access control).")], None)
+_SECRET_KEY = _option("secret_key", Annotated[str | None, typer.Option(
+    "--secret-key", envvar="POCKETMQ_SECRET_KEY", show_default=False, show_envvar=True,
+    help="SecretKey of --access-key (prefer the environment variable: never printed).")], None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,15 +97,26 @@ class Conn:
     cluster: str | None = None
     broker: str | None = None
     access: Access = Access.auto
+    access_key: str | None = None
+    secret_key: str | None = dataclasses.field(default=None, repr=False)
 
     @property
     def json(self) -> bool:
         return self.output is Output.json
 
+    @property
+    def credentials(self) -> Credentials | None:
+        """--access-key/--secret-key (or their environment variables); None = unsigned."""
+        try:
+            return make_credentials(self.access_key, self.secret_key)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--access-key/--secret-key") from None
+
     def admin(self) -> Any:
         from pocketmq.client.admin import AsyncAdmin
 
-        return AsyncAdmin(self.namesrv, broker=self.broker, relay=self.access.value, timeout=self.timeout)
+        return AsyncAdmin(self.namesrv, broker=self.broker, relay=self.access.value, timeout=self.timeout,
+                          credentials=self.credentials)
 
     def run(self, coro_fn: Callable[[], Coroutine[Any, Any, T]]) -> T:
         return run_command(coro_fn, self.output)
@@ -117,7 +136,7 @@ def connected(*targets: inspect.Parameter, timeout: float = DEFAULT_TIMEOUT) -> 
     CLIENT_ACCESS), then ``--namesrv``, ``--output`` and ``--timeout`` (default ``timeout``), after
     the command's own. The command takes them as one keyword argument ``conn: Conn``. Apply it
     below the ``@<group>.command(...)`` decorator."""
-    shared = [*targets, _NAMESRV, _OUTPUT, _option("timeout", _TIMEOUT, timeout)]
+    shared = [*targets, _NAMESRV, _OUTPUT, _option("timeout", _TIMEOUT, timeout), _ACCESS_KEY, _SECRET_KEY]
     names = [p.name for p in shared]
     if len(set(names)) != len(names):
         raise TypeError(f"an option given twice among {names}")

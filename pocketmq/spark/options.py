@@ -31,6 +31,9 @@ Reading::
     maxMessagesPerPartition  split a queue's range into partitions of at most this many positions
                              (default 0 = one partition per queue)
     checkCrc                 true | false: verify each body's CRC32 (default true)
+    accessKey, secretKey     sign every request with this credential (brokers with access control;
+                             default $POCKETMQ_ACCESS_KEY / $POCKETMQ_SECRET_KEY). Spark redacts
+                             option values whose name contains "secret" in its UI and logs.
 
 Writing::
 
@@ -41,6 +44,7 @@ Writing::
     sendTimeoutMs            deadline of one batch send, retries included (default 10000)
     sendRetries              extra attempts of a batch that stored nothing (default 2)
     maxInflightBatches       batches in flight per task (default 4)
+    accessKey, secretKey     as above
 """
 
 from __future__ import annotations
@@ -53,6 +57,8 @@ from pocketmq.client.producer import namesrv_from_env
 from pocketmq.client.tags import parse_subscription
 from pocketmq.errors import InvalidArgumentError
 from pocketmq.spark.offsets import Offsets, parse_json
+from pocketmq.wire.auth import Credentials
+from pocketmq.wire.grpcauth import make_credentials
 
 __all__ = ["OffsetSpec", "ReadFromSlave", "ReadOptions", "WriteOptions"]
 
@@ -62,11 +68,11 @@ StartKind = Literal["earliest", "latest", "group", "json"]
 _READ_KEYS = {
     "namesrv", "topic", "startingoffsets", "endingoffsets", "maxmessagespertrigger", "tags", "group",
     "commitoffsets", "readfromslave", "failondataloss", "pullbatchsize", "pullmaxbytes", "pulltimeoutms",
-    "requesttimeoutms", "readtimeoutms", "maxmessagesperpartition", "checkcrc",
+    "requesttimeoutms", "readtimeoutms", "maxmessagesperpartition", "checkcrc", "accesskey", "secretkey",
 }
 _WRITE_KEYS = {
     "namesrv", "topic", "producergroup", "sendbatchsize", "sendbatchbytes", "sendtimeoutms",
-    "sendretries", "maxinflightbatches",
+    "sendretries", "maxinflightbatches", "accesskey", "secretkey",
 }
 #: Options Spark itself passes through (a streaming sink sees checkpointLocation and queryName).
 _SPARK_KEYS = {"path", "checkpointlocation", "queryname"}
@@ -127,6 +133,16 @@ def _namesrv(opts: Mapping[str, str]) -> tuple[str, ...]:
     return tuple(namesrv_from_env(opts.get("namesrv") or None))
 
 
+def _credentials(opts: Mapping[str, str]) -> Credentials | None:
+    """accessKey/secretKey options (else $POCKETMQ_ACCESS_KEY/$POCKETMQ_SECRET_KEY): every request
+    is then signed (brokers with access control)."""
+    try:
+        return make_credentials(opts.get("accesskey", "").strip() or None,
+                                opts.get("secretkey", "").strip() or None)
+    except ValueError as exc:
+        raise InvalidArgumentError(f"options accessKey/secretKey: {exc}") from None
+
+
 def _topics(opts: Mapping[str, str], required: bool) -> tuple[str, ...]:
     text = opts.get("topic") or opts.get("path") or ""
     topics = tuple(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))
@@ -166,6 +182,7 @@ class ReadOptions:
     read_timeout: float
     max_messages_per_partition: int
     check_crc: bool
+    credentials: Credentials | None = dataclasses.field(default=None, repr=False)
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
@@ -214,6 +231,7 @@ class ReadOptions:
             read_timeout=_int(opts, "readtimeoutms", "readTimeoutMs", 30_000) / 1000,
             max_messages_per_partition=_int(opts, "maxmessagesperpartition", "maxMessagesPerPartition", 0, 0),
             check_crc=_bool(opts, "checkcrc", "checkCrc", True),
+            credentials=_credentials(opts),
         )
 
     @property
@@ -231,6 +249,7 @@ class WriteOptions:
     send_timeout: float
     retries: int
     max_inflight: int
+    credentials: Credentials | None = dataclasses.field(default=None, repr=False)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriteOptions:
@@ -248,4 +267,5 @@ class WriteOptions:
             send_timeout=_int(opts, "sendtimeoutms", "sendTimeoutMs", 10_000) / 1000,
             retries=_int(opts, "sendretries", "sendRetries", 2, 0, 100),
             max_inflight=_int(opts, "maxinflightbatches", "maxInflightBatches", 4, 1, 64),
+            credentials=_credentials(opts),
         )

@@ -62,7 +62,7 @@ class NamesrvApp:
             v2_grpc.add_MessagingServiceServicer_to_server(self.v2, server)
 
         cfg = self.config
-        acl = build_interceptor(cfg.acl_enable, cfg.acl_config_file, cfg.acl_signature_window_mills, "",
+        acl = build_interceptor(cfg.acl_enable, cfg.acl_config_file, cfg.acl_signature_window_mills, "*",
                                 self.metrics.registry)
         self._grpc = await start_grpc_server(self.config.listen, register, [SERVICE_NAME, V2_SERVICE],
                                              interceptors=[acl] if acl is not None else ())

@@ -69,7 +69,7 @@ def _actions_text(actions: tuple[Action, ...]) -> str:
 
 class AclInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     """``cluster_name``: the name Cluster resources of this server's calls carry (a broker's
-    cluster; empty on a NameServer, where only ``Cluster:*`` patterns match)."""
+    cluster; ``*`` on a NameServer, which serves every cluster: ``Cluster:*`` grants it)."""
 
     def __init__(self, authenticator: Authenticator, cluster_name: str,
                  registry: CollectorRegistry | None = None) -> None:

@@ -4,6 +4,7 @@ forged / replayed / wrongly signed requests, a fake broker, the relay, the slave
 
 from __future__ import annotations
 
+import json
 import time
 import urllib.request
 from collections.abc import Callable
@@ -326,3 +327,34 @@ def test_send_stream_checks_every_batch(cluster: AclCluster) -> None:
             got.append(reply.request_id)
     assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
     assert got == [0]
+
+
+def test_cli_signs_with_flags_or_environment_and_never_prints_the_secret(cluster: AclCluster) -> None:
+    import os
+    import subprocess
+    import sys
+
+    def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        base = {k: v for k, v in os.environ.items() if not k.startswith("POCKETMQ_")}
+        return subprocess.run([sys.executable, "-m", "pocketmq.cli", *args, "--namesrv", cluster.namesrv],
+                              capture_output=True, text=True, env={**base, **(env or {})}, timeout=60,
+                              check=False)
+
+    refused = cli("topic", "list")
+    assert refused.returncode == 1 and "UNAUTHENTICATED" in (refused.stdout + refused.stderr).upper()
+    listed = cli("topic", "list", "--output", "json", env={"POCKETMQ_ACCESS_KEY": ADMIN.access_key,
+                                                           "POCKETMQ_SECRET_KEY": ADMIN.secret_key})
+    assert listed.returncode == 0, listed.stderr
+    assert TOPIC in json.loads(listed.stdout)["topics"]
+    # Pub-only, straight to the broker: refused (already the broker lookup the delete starts with).
+    delete = cli("topic", "delete", TOPIC, "--broker", cluster.master, "--output", "json",
+                 "--access-key", PUB.access_key, "--secret-key", PUB.secret_key)
+    assert delete.returncode == 1
+    output = delete.stdout + delete.stderr
+    error = json.loads(delete.stdout)["error"]
+    assert error["code"] == "PERMISSION_DENIED" and "user 'pub-only' may not" in error["message"]
+    assert PUB.secret_key not in output
+    assert TOPIC in [t.topic_name for t in cluster.broker_stub().ListTopics(broker_pb2.ListTopicsRequest(),
+                                                                            timeout=5).topic_configs]
+    helped = cli("topic", "list", "--help", env={"POCKETMQ_SECRET_KEY": ADMIN.secret_key})
+    assert "--secret-key" in helped.stdout and ADMIN.secret_key not in helped.stdout
