@@ -283,6 +283,17 @@ class AsyncAdmin:
 
         return await self._each(await self._masters(cluster), configs)
 
+    # -- access control ---------------------------------------------------------------------------
+
+    async def acl(self, method: str, request: Any, cluster: str | None = None) -> list[BrokerResult[Any]]:
+        """One ACL admin call (``PutAclUser``, ``DeleteAclUser``, ``ListAclUsers``, ``PutAclPolicy``,
+        ``DeleteAclPolicy``) on every master: each broker group keeps its own ACL table."""
+
+        async def one(t: BrokerTarget) -> Any:
+            return await self.call(t.addr, method, request)
+
+        return await self._each(await self._masters(cluster), one)
+
     # -- subscription groups ----------------------------------------------------------------------
 
     async def create_group(

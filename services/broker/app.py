@@ -39,6 +39,7 @@ from services.broker.metadata import (
     TopicConfig,
     TopicConfigManager,
 )
+from services.broker.metadata.acl import AclTableManager
 from services.broker.metadata.sync import SlaveMetadataSync, SyncResult
 from services.broker.metrics import BrokerMetrics
 from services.broker.pop.metrics import PopMetrics
@@ -125,7 +126,10 @@ class BrokerApp:
         self.offsets = ConsumerOffsetManager(self.config_dir)
         self.delay_offsets = DelayOffsetManager(self.config_dir)
         self.groups = SubscriptionGroupManager(self.config_dir)
-        self.tables: tuple[MetadataTable, ...] = (self.topics, self.offsets, self.delay_offsets, self.groups)
+        #: Users managed with `pocketmq acl` (used when aclEnable=true).
+        self.acl_table = AclTableManager(self.config_dir)
+        self.tables: tuple[MetadataTable, ...] = (self.topics, self.offsets, self.delay_offsets, self.groups,
+                                                  self.acl_table)
         self.store = MessageStore(store_config, store_host=(ip, cfg.listen_port))
         self.metrics = BrokerMetrics(cfg.broker_cluster_name, cfg.broker_name, cfg.broker_id, registry)
         self.consumers = ConsumerManager(cfg.consumer_channel_expired_time / 1000)
@@ -234,7 +238,7 @@ class BrokerApp:
             self._sync = SlaveMetadataSync(
                 self.topics, self.offsets, self.delay_offsets, self.groups,
                 interval_s=cfg.slave_sync_interval / 1000, on_round=self._on_sync_round,
-                credentials=cfg.inner_credentials)
+                credentials=cfg.inner_credentials, acl=self.acl_table)
             self._sync.start()
 
         tls_offset = cfg.effective_tls_port - cfg.listen_port
@@ -256,7 +260,9 @@ class BrokerApp:
                                    "tlsServerCertPath", "tlsServerKeyPath")
             tls = (f"{cfg.listen_host}:{cfg.effective_tls_port}", key, chain)
         acl = build_interceptor(cfg.acl_enable, cfg.acl_config_file, cfg.acl_signature_window_mills,
-                                cfg.broker_cluster_name, self.metrics.registry)
+                                cfg.broker_cluster_name, self.metrics.registry, table=self.acl_table.document)
+        if acl is not None:
+            self.acl_table.listeners.append(acl.authenticator.store.table_changed)
         self._grpc = await start_grpc_server(address, register, BROKER_SERVICES, tls,
                                              interceptors=[acl] if acl is not None else ())
         if cfg.effective_metrics_port > 0:

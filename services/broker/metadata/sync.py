@@ -20,10 +20,12 @@ import grpc
 from pocketmq.broker.v1 import broker_pb2, broker_pb2_grpc
 from pocketmq.wire.auth import Credentials
 from pocketmq.wire.grpcauth import signing_interceptors
+from services.broker.metadata.acl import AclTableManager, user_from_proto
 from services.broker.metadata.base import DataVersion, MetadataTable
 from services.broker.metadata.groups import SubscriptionGroupConfig, SubscriptionGroupManager
 from services.broker.metadata.offsets import ConsumerOffsetManager, DelayOffsetManager
 from services.broker.metadata.topics import TopicConfig, TopicConfigManager
+from services.common.errors import ServiceError
 from services.common.grpcserver import CHANNEL_OPTIONS
 
 log = logging.getLogger(__name__)
@@ -52,7 +54,9 @@ class SlaveMetadataSync:
         timeout_s: float = 3.0,
         on_round: Callable[[SyncResult], None] | None = None,
         credentials: Credentials | None = None,
+        acl: AclTableManager | None = None,
     ) -> None:
+        self.acl = acl
         #: Signs the sync calls (the master's ACL lets Broker users read its tables).
         self._interceptors = signing_interceptors(credentials)
         self.topics = topics
@@ -177,7 +181,11 @@ class SlaveMetadataSync:
         if differs(self.groups, version):
             self.groups.replace_all([SubscriptionGroupConfig.from_proto(g) for g in group_t.configs], version)
             result.replaced.append(self.groups.file_name)
-        for table in (self.topics, self.offsets, self.delay_offsets, self.groups):
+        if self.acl is not None:
+            await self._sync_acl(stub, result)
+        for table in (self.topics, self.offsets, self.delay_offsets, self.groups, self.acl):
+            if table is None:
+                continue
             if table.file_name in result.replaced:
                 try:
                     await table.persist_async()
@@ -189,6 +197,25 @@ class SlaveMetadataSync:
                                                            "replaced": ",".join(result.replaced)})
         self._finish(result)
         return result
+
+    async def _sync_acl(self, stub: broker_pb2_grpc.BrokerMetadataStub, result: SyncResult) -> None:
+        """The ACL table, when the master has one (a master without GetAclTable is skipped)."""
+        assert self.acl is not None
+        try:
+            acl_t = await stub.GetAclTable(broker_pb2.GetAclTableRequest(), timeout=self.timeout_s)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
+                log.warning("ACL table sync from master failed", extra={"error": exc.code().name})
+            return
+        version = DataVersion.from_proto(acl_t.data_version)
+        if self.acl.data_version != version:
+            try:
+                users = [user_from_proto(u) for u in acl_t.users]
+            except ServiceError as exc:
+                log.error("ACL table of the master not applied", extra={"error": str(exc)})
+                return
+            self.acl.replace_all(users, version)
+            result.replaced.append(self.acl.file_name)
 
     def _finish(self, result: SyncResult) -> None:
         self.rounds += 1

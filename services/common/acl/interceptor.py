@@ -111,6 +111,9 @@ class AclInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         if rule.kind == "relay" or (user is not None and user.user_type is UserType.SUPER):
             return
         who = f"user {user.access_key!r}" if user is not None else "unauthenticated caller"
+        if rule.kind == "super":
+            raise AclDeniedError(user is not None, f"permission denied: {who} is not a Super user "
+                                                   f"({method.rsplit('/', 1)[1]} is for Super users only)")
         if rule.kind == "broker":
             if user is None or user.user_type is not UserType.BROKER:
                 raise AclDeniedError(user is not None, f"permission denied: {who} is not a broker user "

@@ -7,6 +7,7 @@ Each entry is a :class:`Rule`:
 - ``authenticated``: any authenticated user (client session calls such as v2 Telemetry);
   unauthenticated callers only when the default policy grants anything at all;
 - ``broker``: a Broker or Super user (RegisterBroker, the slaves' BrokerMetadata sync);
+- ``super``: a Super user only (managing ACL users);
 - ``relay``: decided by the broker the call is forwarded to (RelayBrokerCall passes the
   caller's signature on).
 
@@ -27,7 +28,7 @@ from services.common.acl.model import Action, Resource, ResourceType
 
 Requirement = tuple[Resource, tuple[Action, ...]]
 Extractor = Callable[[Any, str], list[Requirement]]
-Kind = Literal["check", "authenticated", "broker", "relay"]
+Kind = Literal["check", "authenticated", "broker", "super", "relay"]
 
 #: Services every caller may use (health probes, reflection).
 PUBLIC_SERVICES = frozenset({"grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection",
@@ -71,6 +72,7 @@ def on_cluster(actions: tuple[Action, ...]) -> Rule:
 
 AUTHENTICATED = Rule("authenticated")
 BROKER = Rule("broker")
+SUPER = Rule("super")
 RELAY = Rule("relay")
 
 
@@ -120,6 +122,12 @@ V1_RULES: dict[str, Rule] = {
     _B + "ListSubscriptionGroups": on_cluster((Action.LIST,)),
     _B + "GetBrokerStatus": on_cluster((Action.GET,)),
     _B + "GetHAStatus": on_cluster((Action.GET,)),
+    _B + "PutAclUser": SUPER,
+    _B + "DeleteAclUser": SUPER,
+    _B + "ListAclUsers": SUPER,
+    _B + "PutAclPolicy": SUPER,
+    _B + "DeleteAclPolicy": SUPER,
+    _M + "GetAclTable": BROKER,
     _M + "GetAllTopicConfig": BROKER,
     _M + "GetAllConsumerOffsets": BROKER,
     _M + "GetAllDelayOffsets": BROKER,

@@ -358,3 +358,46 @@ def test_cli_signs_with_flags_or_environment_and_never_prints_the_secret(cluster
                                                                             timeout=5).topic_configs]
     helped = cli("topic", "list", "--help", env={"POCKETMQ_SECRET_KEY": ADMIN.secret_key})
     assert "--secret-key" in helped.stdout and ADMIN.secret_key not in helped.stdout
+
+
+def test_acl_cli_manages_users_in_the_synced_table(cluster: AclCluster) -> None:
+    import os
+    import subprocess
+    import sys
+
+    admin_env = {**{k: v for k, v in os.environ.items() if not k.startswith("POCKETMQ_")},
+                 "POCKETMQ_ACCESS_KEY": ADMIN.access_key, "POCKETMQ_SECRET_KEY": ADMIN.secret_key,
+                 "POCKETMQ_NAMESRV": cluster.namesrv}
+
+    def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "pocketmq.cli", "acl", *args, "--output", "json"],
+                              capture_output=True, text=True, env={**admin_env, **(env or {})}, timeout=60,
+                              check=False)
+
+    reader = Credentials("cli-reader", "cli-reader-secret-1")
+    made = cli("user", "create", reader.access_key, env={"POCKETMQ_ACL_USER_SECRET": reader.secret_key})
+    assert made.returncode == 0, made.stdout + made.stderr
+    assert reader.secret_key not in made.stdout + made.stderr
+    policy = cli("policy", "set", reader.access_key, "--resource", "Topic:acl-*", "--actions", "Get,Sub")
+    assert policy.returncode == 0, policy.stdout + policy.stderr
+    stub = cluster.broker_stub(reader)
+    assert stub.GetTopic(broker_pb2.GetTopicRequest(topic=TOPIC), timeout=5).topic_config.topic_name == TOPIC
+    with pytest.raises(grpc.RpcError) as info:
+        stub.DeleteTopic(broker_pb2.DeleteTopicRequest(topic=TOPIC), timeout=5)
+    assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    listed = json.loads(cli("user", "list").stdout)
+    users = listed["results"][0]["users"]
+    assert [u["access_key"] for u in users] == [reader.access_key]
+    assert "secret_key" not in users[0] or not users[0]["secret_key"]
+    # Synced to the slave (it serves reads with the same users).
+    slave = cluster.broker_stub(reader, cluster.slave)
+    wait_until(lambda: slave.GetTopic(broker_pb2.GetTopicRequest(topic=TOPIC), timeout=5) is not None, 20,
+               message="ACL table synced to the slave", ignore=(grpc.RpcError,))
+    # Only Super users manage users.
+    pub_env = {"POCKETMQ_ACCESS_KEY": PUB.access_key, "POCKETMQ_SECRET_KEY": PUB.secret_key}
+    refused = cli("user", "list", env=pub_env)
+    assert refused.returncode == 1 and "PERMISSION_DENIED" in refused.stdout
+    assert cli("user", "delete", reader.access_key).returncode == 0
+    with pytest.raises(grpc.RpcError) as gone:
+        stub.GetTopic(broker_pb2.GetTopicRequest(topic=TOPIC), timeout=5)
+    assert gone.value.code() == grpc.StatusCode.UNAUTHENTICATED
