@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, TypeAlias
 import grpc
 
 from pocketmq.broker.v1 import broker_pb2 as pb
-from services.broker.metadata.acl import policy_from_proto, user_from_proto, user_to_proto
+from services.common.acl.protoconv import policy_from_proto, user_from_proto, user_to_proto
 from services.common.errors import FailedPreconditionError, grpc_method
 
 if TYPE_CHECKING:

@@ -27,7 +27,6 @@ from pocketmq.wire.address import AddressError, parse_host_port
 from services.broker import validation as v
 from services.broker.acl_api import AclAdminMixin
 from services.broker.metadata import SubscriptionGroupConfig, TopicConfig
-from services.broker.metadata.acl import user_to_proto
 from services.broker.pop.service import RETRY_PREFIX
 from services.broker.send import SendOutcome
 from services.broker.storage import record
@@ -426,10 +425,8 @@ class BrokerMetadataServicer(broker_pb2_grpc.BrokerMetadataServicer):  # type: i
                                                  configs=[g.to_proto() for g in groups.all()])
 
     @grpc_method
-    async def GetAclTable(self, request: pb.GetAclTableRequest, context: Ctx) -> pb.AclTable:
-        table = self.app.acl_table
-        return pb.AclTable(data_version=table.data_version.to_proto(),
-                           users=[user_to_proto(u, with_secret=True) for u in table.all()])
+    async def GetAclTable(self, request: pb.GetAclTableRequest, context: Ctx) -> common_pb2.AclTable:
+        return self.app.acl_table.to_proto()
 
 
 def timestamp_ms() -> int:

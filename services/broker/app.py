@@ -263,6 +263,8 @@ class BrokerApp:
                                 cfg.broker_cluster_name, self.metrics.registry, table=self.acl_table.document)
         if acl is not None:
             self.acl_table.listeners.append(acl.authenticator.store.table_changed)
+            # Publish a changed ACL table to the NameServers soon (with the topics).
+            self.acl_table.listeners.append(self._topics_changed)
         self._grpc = await start_grpc_server(address, register, BROKER_SERVICES, tls,
                                              interceptors=[acl] if acl is not None else ())
         if cfg.effective_metrics_port > 0:
@@ -276,7 +278,7 @@ class BrokerApp:
                 cfg.namesrv_addrs, self.identity, self._topic_snapshot,
                 period_s=clamp_register_period(cfg.register_name_server_period),
                 timeout_s=cfg.register_broker_timeout_mills / 1000, on_master=self._on_master,
-                credentials=cfg.inner_credentials)
+                credentials=cfg.inner_credentials, acl_snapshot=self._acl_snapshot)
             await self._registrar.start()
         self.topics.add_listener(self._topics_changed)
         # In Kubernetes, show the role on the pod (`kubectl get pods -L pocketmq.io/role`); outside
@@ -441,6 +443,11 @@ class BrokerApp:
     def _topic_snapshot(self) -> tuple[common_pb2.DataVersion, list[common_pb2.TopicConfig]]:
         version, topics = self.topics.snapshot()
         return version.to_proto(), [t.to_proto() for t in topics]
+
+    def _acl_snapshot(self) -> common_pb2.AclTable | None:
+        """What registrations carry of the ACL table: a master's, when access control is on."""
+        cfg = self.broker_config
+        return self.acl_table.to_proto() if cfg.acl_enable and cfg.is_master else None
 
     def _topics_changed(self) -> None:
         """Persist topic changes and publish them to the NameServers soon (coalesced)."""

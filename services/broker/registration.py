@@ -189,7 +189,10 @@ class BrokerRegistrar:
         resolve: Resolver = resolve_host,
         discover_s: float = DISCOVER_S,
         credentials: Credentials | None = None,
+        acl_snapshot: Callable[[], common_pb2.AclTable | None] | None = None,
     ) -> None:
+        #: The broker group's ACL table to register (NameServers learn its users), if any.
+        self.acl_snapshot = acl_snapshot
         #: Sign the registrations (a NameServer with ACL lets only Broker users register).
         self._interceptors = signing_interceptors(credentials)
         if not namesrv_addrs:
@@ -386,6 +389,7 @@ class BrokerRegistrar:
             topic_configs=topics,
             metrics_addr=ident.metrics_addr,
             broker_role=ident.broker_role,
+            acl_table=self.acl_snapshot() if self.acl_snapshot is not None else None,
         )
 
     async def register_now(self) -> list[RegistrationOutcome]:

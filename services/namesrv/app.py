@@ -63,7 +63,9 @@ class NamesrvApp:
 
         cfg = self.config
         acl = build_interceptor(cfg.acl_enable, cfg.acl_config_file, cfg.acl_signature_window_mills, "*",
-                                self.metrics.registry)
+                                self.metrics.registry, table=self.servicer.acl_document)
+        if acl is not None:
+            self.servicer.on_acl_change = acl.authenticator.store.table_changed
         self._grpc = await start_grpc_server(self.config.listen, register, [SERVICE_NAME, V2_SERVICE],
                                              interceptors=[acl] if acl is not None else ())
         try:

@@ -628,41 +628,17 @@ class TransactionCheck(_message.Message):
     producer_group: str
     def __init__(self, transaction_id: _Optional[str] = ..., msg_id: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., body: _Optional[bytes] = ..., properties: _Optional[_Mapping[str, str]] = ..., born_timestamp: _Optional[int] = ..., store_timestamp: _Optional[int] = ..., check_times: _Optional[int] = ..., producer_group: _Optional[str] = ...) -> None: ...
 
-class AclPolicy(_message.Message):
-    __slots__ = ("resource", "actions", "deny", "source_ips")
-    RESOURCE_FIELD_NUMBER: _ClassVar[int]
-    ACTIONS_FIELD_NUMBER: _ClassVar[int]
-    DENY_FIELD_NUMBER: _ClassVar[int]
-    SOURCE_IPS_FIELD_NUMBER: _ClassVar[int]
-    resource: str
-    actions: _containers.RepeatedScalarFieldContainer[str]
-    deny: bool
-    source_ips: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, resource: _Optional[str] = ..., actions: _Optional[_Iterable[str]] = ..., deny: _Optional[bool] = ..., source_ips: _Optional[_Iterable[str]] = ...) -> None: ...
-
-class AclUser(_message.Message):
-    __slots__ = ("access_key", "secret_key", "user_type", "policies")
-    ACCESS_KEY_FIELD_NUMBER: _ClassVar[int]
-    SECRET_KEY_FIELD_NUMBER: _ClassVar[int]
-    USER_TYPE_FIELD_NUMBER: _ClassVar[int]
-    POLICIES_FIELD_NUMBER: _ClassVar[int]
-    access_key: str
-    secret_key: str
-    user_type: str
-    policies: _containers.RepeatedCompositeFieldContainer[AclPolicy]
-    def __init__(self, access_key: _Optional[str] = ..., secret_key: _Optional[str] = ..., user_type: _Optional[str] = ..., policies: _Optional[_Iterable[_Union[AclPolicy, _Mapping]]] = ...) -> None: ...
-
 class PutAclUserRequest(_message.Message):
     __slots__ = ("user",)
     USER_FIELD_NUMBER: _ClassVar[int]
-    user: AclUser
-    def __init__(self, user: _Optional[_Union[AclUser, _Mapping]] = ...) -> None: ...
+    user: _common_pb2.AclUser
+    def __init__(self, user: _Optional[_Union[_common_pb2.AclUser, _Mapping]] = ...) -> None: ...
 
 class PutAclUserResponse(_message.Message):
     __slots__ = ("user",)
     USER_FIELD_NUMBER: _ClassVar[int]
-    user: AclUser
-    def __init__(self, user: _Optional[_Union[AclUser, _Mapping]] = ...) -> None: ...
+    user: _common_pb2.AclUser
+    def __init__(self, user: _Optional[_Union[_common_pb2.AclUser, _Mapping]] = ...) -> None: ...
 
 class DeleteAclUserRequest(_message.Message):
     __slots__ = ("access_key",)
@@ -681,16 +657,16 @@ class ListAclUsersRequest(_message.Message):
 class ListAclUsersResponse(_message.Message):
     __slots__ = ("users",)
     USERS_FIELD_NUMBER: _ClassVar[int]
-    users: _containers.RepeatedCompositeFieldContainer[AclUser]
-    def __init__(self, users: _Optional[_Iterable[_Union[AclUser, _Mapping]]] = ...) -> None: ...
+    users: _containers.RepeatedCompositeFieldContainer[_common_pb2.AclUser]
+    def __init__(self, users: _Optional[_Iterable[_Union[_common_pb2.AclUser, _Mapping]]] = ...) -> None: ...
 
 class PutAclPolicyRequest(_message.Message):
     __slots__ = ("access_key", "policy")
     ACCESS_KEY_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
     access_key: str
-    policy: AclPolicy
-    def __init__(self, access_key: _Optional[str] = ..., policy: _Optional[_Union[AclPolicy, _Mapping]] = ...) -> None: ...
+    policy: _common_pb2.AclPolicy
+    def __init__(self, access_key: _Optional[str] = ..., policy: _Optional[_Union[_common_pb2.AclPolicy, _Mapping]] = ...) -> None: ...
 
 class DeleteAclPolicyRequest(_message.Message):
     __slots__ = ("access_key", "resource")
@@ -703,11 +679,3 @@ class DeleteAclPolicyRequest(_message.Message):
 class GetAclTableRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
-
-class AclTable(_message.Message):
-    __slots__ = ("data_version", "users")
-    DATA_VERSION_FIELD_NUMBER: _ClassVar[int]
-    USERS_FIELD_NUMBER: _ClassVar[int]
-    data_version: _common_pb2.DataVersion
-    users: _containers.RepeatedCompositeFieldContainer[AclUser]
-    def __init__(self, data_version: _Optional[_Union[_common_pb2.DataVersion, _Mapping]] = ..., users: _Optional[_Iterable[_Union[AclUser, _Mapping]]] = ...) -> None: ...

@@ -4,6 +4,7 @@ import grpc
 import warnings
 
 from pocketmq.broker.v1 import broker_pb2 as pocketmq_dot_broker_dot_v1_dot_broker__pb2
+from pocketmq.common.v1 import common_pb2 as pocketmq_dot_common_dot_v1_dot_common__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -1317,7 +1318,7 @@ class BrokerMetadataStub:
         self.GetAclTable = channel.unary_unary(
                 '/pocketmq.broker.v1.BrokerMetadata/GetAclTable',
                 request_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.GetAclTableRequest.SerializeToString,
-                response_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.AclTable.FromString,
+                response_deserializer=pocketmq_dot_common_dot_v1_dot_common__pb2.AclTable.FromString,
                 _registered_method=True)
 
 
@@ -1381,7 +1382,7 @@ def add_BrokerMetadataServicer_to_server(servicer, server):
             'GetAclTable': grpc.unary_unary_rpc_method_handler(
                     servicer.GetAclTable,
                     request_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.GetAclTableRequest.FromString,
-                    response_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.AclTable.SerializeToString,
+                    response_serializer=pocketmq_dot_common_dot_v1_dot_common__pb2.AclTable.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1519,7 +1520,7 @@ class BrokerMetadata:
             target,
             '/pocketmq.broker.v1.BrokerMetadata/GetAclTable',
             pocketmq_dot_broker_dot_v1_dot_broker__pb2.GetAclTableRequest.SerializeToString,
-            pocketmq_dot_broker_dot_v1_dot_broker__pb2.AclTable.FromString,
+            pocketmq_dot_common_dot_v1_dot_common__pb2.AclTable.FromString,
             options,
             channel_credentials,
             insecure,

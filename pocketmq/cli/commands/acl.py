@@ -12,6 +12,7 @@ import typer
 from pocketmq.broker.v1 import broker_pb2
 from pocketmq.cli.common import ACCESS, BROKER, CLUSTER, Conn, FailedError, connected, results_rows
 from pocketmq.cli.output import print_json, proto_dict, stdout_console, table
+from pocketmq.common.v1 import common_pb2
 
 app = typer.Typer(help="Access control: users (AccessKey/SecretKey) and their policies.",
                   no_args_is_help=True)
@@ -50,7 +51,7 @@ def user_create(
     conn: Conn,
 ) -> None:
     """Create a user (or replace its secret and type, dropping its policies) on every master."""
-    request = broker_pb2.PutAclUserRequest(user=broker_pb2.AclUser(
+    request = broker_pb2.PutAclUserRequest(user=common_pb2.AclUser(
         access_key=user_key, secret_key=user_secret, user_type=user_type))
     _report(f"create user {user_key}",
             conn.call(lambda admin: admin.acl("PutAclUser", request, conn.cluster)), conn)
@@ -103,7 +104,7 @@ def policy_set(
 ) -> None:
     """Give a user a policy for a resource (replacing its policy for the same resource)."""
     names = [a.strip() for a in actions.split(",") if a.strip()]
-    policy = broker_pb2.AclPolicy(resource=resource, actions=names, deny=deny, source_ips=source_ip or [])
+    policy = common_pb2.AclPolicy(resource=resource, actions=names, deny=deny, source_ips=source_ip or [])
     request = broker_pb2.PutAclPolicyRequest(access_key=user_key, policy=policy)
     _report(f"set policy {resource} of {user_key}",
             conn.call(lambda admin: admin.acl("PutAclPolicy", request, conn.cluster)), conn)

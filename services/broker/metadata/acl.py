@@ -7,43 +7,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from pocketmq.broker.v1 import broker_pb2
+from pocketmq.common.v1 import common_pb2
 from services.broker.metadata.base import DataVersion, MetadataTable
-from services.common.acl.model import AclDocument, AclFormatError, Policy, User, UserType
-from services.common.errors import InvalidArgumentError, NotFoundError
-
-
-def policy_from_proto(msg: broker_pb2.AclPolicy, where: str) -> Policy:
-    try:
-        return Policy.from_json({"resource": msg.resource, "actions": list(msg.actions),
-                                 "decision": "Deny" if msg.deny else "Allow",
-                                 "sourceIps": list(msg.source_ips)}, where)
-    except AclFormatError as exc:
-        raise InvalidArgumentError(str(exc)) from None
-
-
-def policy_to_proto(policy: Policy) -> broker_pb2.AclPolicy:
-    return broker_pb2.AclPolicy(resource=str(policy.resource),
-                                actions=sorted(a.value for a in policy.actions),
-                                deny=not policy.allow, source_ips=[str(n) for n in policy.networks])
-
-
-def user_to_proto(user: User, *, with_secret: bool) -> broker_pb2.AclUser:
-    return broker_pb2.AclUser(access_key=user.access_key, secret_key=user.secret_key if with_secret else "",
-                              user_type=user.user_type.value,
-                              policies=[policy_to_proto(p) for p in user.policies])
-
-
-def user_from_proto(msg: broker_pb2.AclUser) -> User:
-    doc = {"accessKey": msg.access_key, "secretKey": msg.secret_key, "userType": msg.user_type or "Normal",
-           "policies": []}
-    try:
-        user = User.from_json(doc, "user")
-    except AclFormatError as exc:
-        raise InvalidArgumentError(str(exc)) from None
-    policies = tuple(policy_from_proto(p, f"user {user.access_key} policy {i}")
-                     for i, p in enumerate(msg.policies))
-    return User(user.access_key, user.secret_key, user.user_type, policies)
+from services.common.acl.model import AclDocument, Policy, User
+from services.common.acl.protoconv import table_to_proto
+from services.common.errors import NotFoundError
 
 
 class AclTableManager(MetadataTable):
@@ -102,10 +70,13 @@ class AclTableManager(MetadataTable):
             raise NotFoundError(f"ACL user {access_key!r} has no policy for {resource!r}")
         return self.put(User(user.access_key, user.secret_key, user.user_type, kept))
 
+    def to_proto(self, *, with_secrets: bool = True) -> common_pb2.AclTable:
+        return table_to_proto(self.all(), self.data_version.to_proto(), with_secrets=with_secrets)
+
     def replace_all(self, users: list[User], version: DataVersion) -> None:
         self._users = {u.access_key: u for u in users}
         self.replace_version(version)
         self._notify()
 
 
-__all__ = ["AclTableManager", "UserType", "policy_from_proto", "user_from_proto", "user_to_proto"]
+__all__ = ["AclTableManager"]

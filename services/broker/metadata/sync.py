@@ -20,11 +20,12 @@ import grpc
 from pocketmq.broker.v1 import broker_pb2, broker_pb2_grpc
 from pocketmq.wire.auth import Credentials
 from pocketmq.wire.grpcauth import signing_interceptors
-from services.broker.metadata.acl import AclTableManager, user_from_proto
+from services.broker.metadata.acl import AclTableManager
 from services.broker.metadata.base import DataVersion, MetadataTable
 from services.broker.metadata.groups import SubscriptionGroupConfig, SubscriptionGroupManager
 from services.broker.metadata.offsets import ConsumerOffsetManager, DelayOffsetManager
 from services.broker.metadata.topics import TopicConfig, TopicConfigManager
+from services.common.acl.protoconv import user_from_proto
 from services.common.errors import ServiceError
 from services.common.grpcserver import CHANNEL_OPTIONS
 

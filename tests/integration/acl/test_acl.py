@@ -389,6 +389,11 @@ def test_acl_cli_manages_users_in_the_synced_table(cluster: AclCluster) -> None:
     users = listed["results"][0]["users"]
     assert [u["access_key"] for u in users] == [reader.access_key]
     assert "secret_key" not in users[0] or not users[0]["secret_key"]
+    # Registered with the NameServer by the master: the new user gets routes there too.
+    names = cluster.namesrv_stub(reader)
+    route = namesrv_pb2.GetRouteInfoByTopicRequest(topic=TOPIC)
+    wait_until(lambda: names.GetRouteInfoByTopic(route, timeout=5).queue_datas, 20,
+               message="ACL table registered with the NameServer", ignore=(grpc.RpcError,))
     # Synced to the slave (it serves reads with the same users).
     slave = cluster.broker_stub(reader, cluster.slave)
     wait_until(lambda: slave.GetTopic(broker_pb2.GetTopicRequest(topic=TOPIC), timeout=5) is not None, 20,
