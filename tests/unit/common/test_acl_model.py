@@ -136,3 +136,23 @@ def test_authenticator_window_replay_wrong_secret_and_hot_reload(tmp_path: Path)
     path.write_text("{not json")
     mono[0] += 2
     assert call("app", "app-secret-2", now[0] + 1) is not None
+
+
+def test_broker_credential_is_parsed_checked_and_never_printed() -> None:
+    from services.broker.config import BrokerConfig, mask_secrets
+    from services.broker.storage.config import StoreConfig
+    from services.common.config import ConfigError, to_properties
+
+    inner = json.dumps({"accessKey": "broker", "secretKey": "broker-secret-0123"})
+    cfg = BrokerConfig(inner_client_authentication_credentials=inner, acl_enable=True,
+                       acl_config_file="/etc/pocketmq/acl.json")
+    assert cfg.inner_credentials == Credentials("broker", "broker-secret-0123")
+    text = mask_secrets(to_properties([cfg, StoreConfig()]))
+    assert "broker-secret-0123" not in text and "broker-secret-0123" not in repr(cfg)
+    assert "# innerClientAuthenticationCredentials=<hidden: set, not shown>" in text.splitlines()
+    with pytest.raises(ConfigError) as bad:
+        BrokerConfig(inner_client_authentication_credentials='{"accessKey": "broker", "secret": "x-secret"}')
+    assert bad.value.key == "innerClientAuthenticationCredentials" and "x-secret" not in str(bad.value)
+    with pytest.raises(ConfigError) as missing:
+        BrokerConfig(acl_enable=True)
+    assert missing.value.key == "aclConfigFile"
