@@ -20,9 +20,12 @@ from tests.helm.test_service_config import localise, pod_object, write_config_ma
 FULLNAME = f"{RELEASE}-pocketmq"
 ENV = "POCKETMQ_HA_AUTH_SECRET"
 GENERATED = f"{FULLNAME}-ha-auth"
+# (access control off: its Secret is not what these tests are about)
 EXISTING: dict[str, Any] = {"broker": {"groups": 2,
-                                       "haAuth": {"existingSecret": "pocketmq-ha", "secretKey": "token"}}}
-CREATED: dict[str, Any] = {"broker": {"groups": 2, "haAuth": {"create": True, "value": HA_AUTH_VALUE}}}
+                                       "haAuth": {"existingSecret": "pocketmq-ha", "secretKey": "token"}},
+                            "acl": {"enabled": False}}
+CREATED: dict[str, Any] = {"broker": {"groups": 2, "haAuth": {"create": True, "value": HA_AUTH_VALUE}},
+                           "acl": {"enabled": False}}
 
 
 def broker_containers(m: Manifests) -> list[dict[str, Any]]:

@@ -4,7 +4,6 @@ their own calls with a Broker user."""
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import json
 from collections.abc import Iterator
@@ -16,9 +15,10 @@ import pytest
 from pocketmq.broker.v1 import broker_pb2, broker_pb2_grpc
 from pocketmq.common.v1 import common_pb2
 from pocketmq.namesrv.v1 import namesrv_pb2, namesrv_pb2_grpc
-from pocketmq.wire.auth import Credentials, Signer
+from pocketmq.wire.auth import Credentials
 from tests.integration.conftest import pytest_runtest_makereport  # noqa: F401 (process logs on failure)
 from tests.integration.procs import ManagedProcess, ProcessGroup, attach_logs, free_port, wait_until
+from tests.support import signed_channel
 
 ADMIN = Credentials("admin", "admin-secret-0123")
 BROKER = Credentials("broker", "broker-secret-0123")
@@ -58,10 +58,7 @@ class AclCluster:
     acl_file: Path
 
     def channel(self, addr: str, credentials: Credentials | None) -> grpc.Channel:
-        channel = grpc.insecure_channel(addr)
-        if credentials is not None:
-            channel = grpc.intercept_channel(channel, SyncSigner(credentials))
-        return channel
+        return signed_channel(addr, credentials)
 
     def broker_stub(self, credentials: Credentials | None = ADMIN,
                     addr: str = "") -> broker_pb2_grpc.BrokerStub:
@@ -69,37 +66,6 @@ class AclCluster:
 
     def namesrv_stub(self, credentials: Credentials | None = ADMIN) -> namesrv_pb2_grpc.NameServerStub:
         return namesrv_pb2_grpc.NameServerStub(self.channel(self.namesrv, credentials))
-
-
-class SyncSigner(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor,  # type: ignore[misc]
-                 grpc.StreamUnaryClientInterceptor, grpc.StreamStreamClientInterceptor):
-    """The same headers as the client's aio interceptor, for the tests' blocking channels."""
-
-    def __init__(self, credentials: Credentials) -> None:
-        self.signer = Signer(credentials)
-
-    def _details(self, details: grpc.ClientCallDetails) -> grpc.ClientCallDetails:
-        metadata = [*(details.metadata or ()), *self.signer.metadata()]
-        return _Details(details.method, details.timeout, metadata, details.credentials,
-                        details.wait_for_ready, getattr(details, "compression", None))
-
-    def intercept_unary_unary(self, continuation, details, request):  # type: ignore[no-untyped-def]
-        return continuation(self._details(details), request)
-
-    def intercept_unary_stream(self, continuation, details, request):  # type: ignore[no-untyped-def]
-        return continuation(self._details(details), request)
-
-    def intercept_stream_unary(self, continuation, details, requests):  # type: ignore[no-untyped-def]
-        return continuation(self._details(details), requests)
-
-    def intercept_stream_stream(self, continuation, details, requests):  # type: ignore[no-untyped-def]
-        return continuation(self._details(details), requests)
-
-
-class _Details(collections.namedtuple("_Details", ("method", "timeout", "metadata", "credentials",
-                                                   "wait_for_ready", "compression")),
-               grpc.ClientCallDetails):  # type: ignore[misc]
-    pass
 
 
 def acl_flags(acl_file: Path) -> list[str]:

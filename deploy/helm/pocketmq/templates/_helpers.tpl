@@ -293,28 +293,28 @@ podAntiAffinity:
 
 {{/* Server flags turning access control on (NameServer and broker). */}}
 {{- define "pocketmq.acl.args" -}}
-{{- if .Values.acl.enabled }}
+{{- if .Values.acl.enabled -}}
 - "--acl-enable"
 - "true"
 - "--acl-config-file"
 - "{{ include "pocketmq.acl.mountPath" . }}/{{ .Values.acl.fileKey }}"
 - "--acl-signature-window-mills"
 - "{{ int64 .Values.acl.signatureWindowMills }}"
-{{- end }}
+{{- end -}}
 {{- end -}}
 
 {{/* The ACL Secret's volume and mount (by name "acl"). */}}
 {{- define "pocketmq.acl.volume" -}}
-{{- with include "pocketmq.acl.secretName" . }}
+{{- with include "pocketmq.acl.secretName" . -}}
 - name: acl
   secret:
     secretName: {{ . }}
-{{- end }}
+{{- end -}}
 {{- end -}}
 {{- define "pocketmq.acl.volumeMount" -}}
-{{- if .Values.acl.enabled }}
+{{- if .Values.acl.enabled -}}
 - name: acl
   mountPath: {{ include "pocketmq.acl.mountPath" . }}
   readOnly: true
-{{- end }}
+{{- end -}}
 {{- end -}}
