@@ -120,7 +120,8 @@ class Authenticator:
         self.store = store
         self.window_s = window_s
         self._clock = clock
-        self._cache: dict[tuple[str, str, str], tuple[User, float]] = {}
+        #: (authorization, x-mq-date-time) -> (user, date-time as epoch s) of verified requests.
+        self._cache: dict[tuple[str, str], tuple[User, float]] = {}
         self._generation = -1
 
     def authenticate(self, authorization: str | None, date_time: str | None) -> User | None:
@@ -133,6 +134,14 @@ class Authenticator:
         if not authorization:
             return None
         now = self._clock()
+        key = (authorization, date_time or "")
+        hit = self._cache.get(key)
+        if hit is not None:
+            if abs(now - hit[1]) <= self.window_s:
+                return hit[0]
+            del self._cache[key]
+            raise AuthenticationError(f"request of {hit[0].access_key!r} is outside the accepted time window "
+                                      f"(+-{self.window_s:g}s): re-sign it with the current time")
         try:
             access_key, signature = parse_authorization(authorization)
         except AuthHeaderError as exc:
@@ -141,14 +150,6 @@ class Authenticator:
             return None
         if not date_time:
             raise AuthenticationError(f"signed request without {DATE_TIME}")
-        key = (access_key, date_time, signature)
-        hit = self._cache.get(key)
-        if hit is not None:
-            if abs(now - hit[1]) <= self.window_s:
-                return hit[0]
-            del self._cache[key]
-            raise AuthenticationError(f"request of {access_key!r} is outside the accepted time window "
-                                      f"(+-{self.window_s:g}s): re-sign it with the current time")
         try:
             stamp = parse_date_time(date_time)
         except ValueError:

@@ -84,9 +84,8 @@ def _topic_and_group(t: str, g: str, actions: tuple[Action, ...]) -> list[Requir
 
 
 def _batch_topics(r: Any) -> list[Requirement]:
-    """Pub on the batch's topic and on any other topic one of its messages names."""
-    names = {r.topic, *(m.topic for m in r.messages if m.topic)}
-    return [(topic(t), PUB) for t in sorted(names)] or [(topic(""), PUB)]
+    """Pub on the batch's topic (the send path refuses a message naming another topic)."""
+    return [(topic(r.topic), PUB)]
 
 
 _B = "/pocketmq.broker.v1.Broker/"

@@ -42,8 +42,8 @@ def test_extractors_name_the_resources_of_the_request() -> None:
         assert empty and all(isinstance(r, Resource) and actions for r, actions in empty), method
     send = RULES["/pocketmq.broker.v1.Broker/SendMessageBatch"]
     assert send.extract is not None
-    req = broker_pb2.SendMessageBatchRequest(topic="a", messages=[broker_pb2.Message(topic="b")])
-    assert {str(r) for r, _ in send.extract(req, "c1")} == {"Topic:a", "Topic:b"}
+    req = broker_pb2.SendMessageBatchRequest(topic="a", messages=[broker_pb2.Message(topic="a")])
+    assert [str(r) for r, _ in send.extract(req, "c1")] == ["Topic:a"]
     pull = RULES["/pocketmq.broker.v1.Broker/PullMessage"]
     assert pull.extract is not None
     got = pull.extract(broker_pb2.PullMessageRequest(topic="t", consumer_group="g"), "c1")
