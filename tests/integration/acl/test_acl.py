@@ -406,3 +406,36 @@ def test_acl_cli_manages_users_in_the_synced_table(cluster: AclCluster) -> None:
     with pytest.raises(grpc.RpcError) as gone:
         stub.GetTopic(broker_pb2.GetTopicRequest(topic=TOPIC), timeout=5)
     assert gone.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_acl_file_is_reloaded_and_default_policies_apply_to_unsigned_callers(cluster: AclCluster) -> None:
+    import os
+
+    from tests.integration.acl.conftest import ACL
+
+    def write(doc: dict[str, Any]) -> None:
+        tmp = cluster.acl_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(doc))
+        os.replace(tmp, cluster.acl_file)  # as a Kubernetes Secret update swaps the file
+
+    anonymous = cluster.broker_stub(None)
+    get = broker_pb2.GetTopicRequest(topic=TOPIC)
+
+    def anonymous_get() -> bool:
+        try:
+            return anonymous.GetTopic(get, timeout=5).topic_config.topic_name == TOPIC
+        except grpc.RpcError as exc:
+            assert exc.code() == grpc.StatusCode.UNAUTHENTICATED
+            return False
+
+    assert not anonymous_get()
+    write({**ACL, "defaultPolicies": [{"resource": "Topic:acl-*", "actions": ["Get"]}]})
+    try:
+        wait_until(anonymous_get, 15, message="ACL file re-read by the running broker")
+        with pytest.raises(grpc.RpcError) as info:
+            anonymous.DeleteTopic(broker_pb2.DeleteTopicRequest(topic=TOPIC), timeout=5)
+        assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert "unauthenticated caller may not Delete Topic:acl-t" in (info.value.details() or "")
+    finally:
+        write(ACL)
+        wait_until(lambda: not anonymous_get(), 15, message="ACL file restored")
