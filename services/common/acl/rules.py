@@ -91,6 +91,7 @@ def _batch_topics(r: Any) -> list[Requirement]:
 _B = "/pocketmq.broker.v1.Broker/"
 _M = "/pocketmq.broker.v1.BrokerMetadata/"
 _T = "/pocketmq.broker.v1.Transactions/"
+_Q = "/pocketmq.broker.v1.MessageQuery/"
 _N = "/pocketmq.namesrv.v1.NameServer/"
 _V2 = "/apache.rocketmq.v2.MessagingService/"
 
@@ -133,6 +134,10 @@ V1_RULES: dict[str, Rule] = {
     _M + "GetAllSubscriptionGroups": BROKER,
     _T + "EndTransaction": check(lambda r, cl: [(group(r.producer_group), PUB)]),
     _T + "TransactionChecks": check(lambda r, cl: [(group(r.producer_group), PUB)]),
+    # By commit log offset: the topic is known only once the message is read.
+    _Q + "ViewMessage": on_cluster((Action.GET,)),
+    _Q + "QueryMessage": check(lambda r, cl: [(topic(r.topic), SUB_OR_GET)]),
+    _Q + "BrowseMessages": check(lambda r, cl: [(topic(r.topic), SUB_OR_GET)]),
     _N + "RegisterBroker": BROKER,
     _N + "UnregisterBroker": BROKER,
     _N + "GetRouteInfoByTopic": check(lambda r, cl: [(topic(r.topic), ROUTE)]),
