@@ -39,7 +39,8 @@ ACL = {
             {"resource": "Topic:acl-*", "actions": ["Pub"], "decision": "Allow"}]},
         {"accessKey": SUB.access_key, "secretKey": SUB.secret_key, "policies": [
             {"resource": "Topic:acl-*", "actions": ["Sub"], "decision": "Allow"},
-            {"resource": "Group:g-*", "actions": ["Sub"], "decision": "Allow"}]},
+            {"resource": "Group:g-*", "actions": ["Sub"], "decision": "Allow"},
+            {"resource": "Topic:%RETRY%g-*", "actions": ["Sub"]}]},
         {"accessKey": SDK.access_key, "secretKey": SDK.secret_key, "policies": [
             {"resource": "Topic:acl-*", "actions": ["Pub", "Sub"]},
             {"resource": "Group:g-*", "actions": ["Sub"]}]},

@@ -439,3 +439,25 @@ def test_acl_file_is_reloaded_and_default_policies_apply_to_unsigned_callers(clu
     finally:
         write(ACL)
         wait_until(lambda: not anonymous_get(), 15, message="ACL file restored")
+
+
+def test_own_consumer_with_a_sub_user_consumes_what_a_pub_user_sent(cluster: AclCluster) -> None:
+    import time as _time
+
+    from pocketmq.client.consumer import Consumer
+
+    marker = f"own-{_time.time_ns()}"
+    with Producer(cluster.namesrv, credentials=PUB) as producer:
+        for i in range(3):
+            producer.send(Message(TOPIC, f"{marker}-{i}".encode()))
+    seen: set[str] = set()
+    with Consumer("g-own", cluster.namesrv, consume_from="first", credentials=SUB) as consumer:
+        consumer.subscribe(TOPIC)
+        deadline = _time.monotonic() + 30
+        while len(seen) < 3 and _time.monotonic() < deadline:
+            msg = consumer.receive(timeout=2)
+            if msg is not None and msg.body.startswith(marker.encode()):
+                seen.add(msg.body.decode())
+    assert seen == {f"{marker}-{i}" for i in range(3)}
+    assert "may not" not in "".join(line for line in cluster.master_proc.log_text().splitlines()
+                                    if "sub-only" in line and "g-own" in line)

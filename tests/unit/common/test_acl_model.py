@@ -156,3 +156,17 @@ def test_broker_credential_is_parsed_checked_and_never_printed() -> None:
     with pytest.raises(ConfigError) as missing:
         BrokerConfig(acl_enable=True)
     assert missing.value.key == "aclConfigFile"
+
+
+def test_spark_source_options_carry_credentials_without_showing_them() -> None:
+    from pocketmq.errors import InvalidArgumentError
+    from pocketmq.spark.options import ReadOptions, WriteOptions
+
+    options = {"topic": "t", "accessKey": "app", "secretKey": "app-secret-123"}
+    read = ReadOptions.parse(options, streaming=False)
+    assert read.credentials == Credentials("app", "app-secret-123")
+    assert "app-secret-123" not in repr(read)
+    write = WriteOptions.parse({"topic": "t", "accesskey": "app", "secretkey": "app-secret-123"})
+    assert write.credentials == Credentials("app", "app-secret-123")
+    with pytest.raises(InvalidArgumentError, match="accessKey/secretKey"):
+        ReadOptions.parse({"topic": "t", "accessKey": "app"}, streaming=False)
