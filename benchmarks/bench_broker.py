@@ -21,13 +21,18 @@ Phases (the same client code for PocketMQ and echo):
 * consume: PullMessageStream with raw records (what RocketMQ-style consumers get), every record
   decoded on the client with the storage record codec.
 
-A second broker with ``tlsEnable=true`` (TLS only, a CA made for the run) takes the same stream
-phase over TLS ("pocketmq stream TLS").
+Two more brokers take the batched produce phases with the current TLS model (``tlsEnable=true``:
+TLS only on the gRPC port, a CA made for the run): one with TLS alone (stream phase, "pocketmq
+stream TLS") and one with TLS and access control (``aclEnable=true``, every request signed and
+checked; "tls+acl batch unary/stream").
 
 The last line is ``broker_produce_ratio=<x> broker_batch_produce_msgs=<n> broker_consume_msgs=<m>
-vs_redis_produce=<p> vs_redis_consume=<q> tls_vs_plain=<t>``: ratio = PocketMQ stream produce /
-echo stream produce, vs_redis_* = PocketMQ msgs/s / Redis msgs/s, tls_vs_plain = stream produce
-over TLS / plaintext. Every phase runs ``--repeat`` times (default 2) and
+vs_redis_produce=<p> vs_redis_consume=<q> tls_vs_plain=<t> tls_acl_vs_plain=<r>
+tls_acl_vs_plain_unary=<u> tls_acl_cpu_vs_plain=<c>``: ratio = PocketMQ stream produce / echo
+stream produce, vs_redis_* = PocketMQ msgs/s / Redis msgs/s, tls_vs_plain = stream produce over
+TLS / plaintext, tls_acl_vs_plain = stream produce over TLS with signed requests on a broker with
+access control / plaintext (``_unary``: the same for SendMessageBatch; ``_cpu_``: plaintext broker
+CPU per message / TLS+ACL broker CPU per message). Every phase runs ``--repeat`` times (default 2) and
 the best run counts; other work on the machine still skews every figure (the load average is
 printed).
 
@@ -39,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import shutil
 import signal
@@ -46,13 +52,25 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 
 import grpc
-from benchlib import ROOT, cpu_seconds, free_port, identity, send_batch_stream, wait_port, wait_redis_replica
+from benchlib import (
+    CHANNELS,
+    ROOT,
+    cpu_seconds,
+    free_port,
+    identity,
+    open_channel,
+    send_batch_stream,
+    wait_port,
+    wait_redis_replica,
+)
 
 from pocketmq.broker.v1 import broker_pb2 as pb
+from pocketmq.wire.auth import Credentials
+from pocketmq.wire.grpcauth import signing_interceptors
 from pocketmq.wire.tls import ClientTls, aio_channel
 from services.broker.storage.record import Message, decode_record, encode_record
 
@@ -163,7 +181,7 @@ def batch_request(request_id: int = 0) -> bytes:
 
 async def produce_batch_unary(addr: str, messages: int, inflight: int = 8) -> float:
     request = batch_request()
-    async with grpc.aio.insecure_channel(addr) as channel:
+    async with open_channel(addr) as channel:
         call = channel.unary_unary(SERVICE + "SendMessageBatch", request_serializer=identity,
                                    response_deserializer=pb.SendMessageBatchResponse.FromString)
         await call(request)
@@ -183,10 +201,9 @@ async def produce_batch_unary(addr: str, messages: int, inflight: int = 8) -> fl
         return calls * BATCH / (time.perf_counter() - start)
 
 
-async def produce_batch_stream(addr: str, messages: int, window: int = 16,
-                               tls: ClientTls | None = None) -> float:
+async def produce_batch_stream(addr: str, messages: int, window: int = 16) -> float:
     calls = messages // BATCH
-    elapsed, replies, _ = await send_batch_stream(addr, batch_request(), calls, window, tls)
+    elapsed, replies, _ = await send_batch_stream(addr, batch_request(), calls, window)
     for reply in replies:
         if reply.status != pb.PUT_OK:
             raise RuntimeError(f"send failed: {reply.status} {reply.remark}")
@@ -286,7 +303,7 @@ class Redis:
 
 
 def start_broker(workdir: Path, pull_batch: int, name: str = "broker",
-                 extra: tuple[str, ...] = ()) -> tuple[subprocess.Popen[bytes], str]:
+                 extra: Sequence[str] = ()) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     log = open(workdir / f"{name}.log", "wb")  # noqa: SIM115 - lives as long as the process
     proc = subprocess.Popen(
@@ -301,22 +318,45 @@ def start_broker(workdir: Path, pull_batch: int, name: str = "broker",
     return proc, f"127.0.0.1:{port}"
 
 
-def tls_broker_flags(workdir: Path) -> tuple[tuple[str, ...], ClientTls]:
-    """tlsEnable (TLS only on the gRPC port) with a CA and certificate made for this run."""
+def make_pki(workdir: Path) -> ClientTls:
+    """A CA and a server certificate for 127.0.0.1 made for this run; the clients' TLS trusting it."""
     from services.common.tls import generate_ca, issue_certificate
 
     pki = workdir / "pki"
     generate_ca(pki / "ca.crt", pki / "ca.key")
     issue_certificate(pki / "ca.crt", pki / "ca.key", pki / "tls.crt", pki / "tls.key", ("127.0.0.1",))
-    return (("--tls-enable", "true", "--tls-server-cert-path", str(pki / "tls.crt"),
-             "--tls-server-key-path", str(pki / "tls.key")), ClientTls(ca_file=str(pki / "ca.crt")))
+    return ClientTls(ca_file=str(pki / "ca.crt"))
 
 
-async def create_topic(addr: str, tls: ClientTls | None = None) -> None:
+def tls_broker_flags(workdir: Path) -> tuple[str, ...]:
+    """tlsEnable (TLS only on the gRPC port) with the certificate of :func:`make_pki`."""
+    pki = workdir / "pki"
+    return ("--tls-enable", "true", "--tls-server-cert-path", str(pki / "tls.crt"),
+            "--tls-server-key-path", str(pki / "tls.key"))
+
+
+#: The TLS + ACL broker's users: an admin (creates the topic) and a producer allowed Pub on it.
+BENCH_ADMIN = Credentials("bench-admin", "bench-admin-secret-1")
+BENCH_PRODUCER = Credentials("bench-producer", "bench-producer-secret-1")
+
+
+def acl_broker_flags(workdir: Path) -> tuple[str, ...]:
+    """aclEnable with an ACL file holding BENCH_ADMIN (Super) and BENCH_PRODUCER (Pub on the topic)."""
+    acl_file = workdir / "acl.json"
+    acl_file.write_text(json.dumps({"users": [
+        {"accessKey": BENCH_ADMIN.access_key, "secretKey": BENCH_ADMIN.secret_key, "userType": "Super"},
+        {"accessKey": BENCH_PRODUCER.access_key, "secretKey": BENCH_PRODUCER.secret_key,
+         "policies": [{"resource": f"Topic:{TOPIC}", "actions": ["Pub", "Sub"]},
+                      {"resource": "Group:bench", "actions": ["Sub"]}]}]}))
+    return ("--acl-enable", "true", "--acl-config-file", str(acl_file))
+
+
+async def create_topic(addr: str, tls: ClientTls | None = None,
+                       credentials: Credentials | None = None) -> None:
     from pocketmq.broker.v1 import broker_pb2_grpc
     from pocketmq.common.v1 import common_pb2
 
-    async with aio_channel(addr, [], tls) as channel:
+    async with aio_channel(addr, [], tls, signing_interceptors(credentials)) as channel:
         stub = broker_pb2_grpc.BrokerStub(channel)
         await stub.CreateTopic(pb.CreateTopicRequest(topic_config=common_pb2.TopicConfig(
             topic_name=TOPIC, read_queue_nums=1, write_queue_nums=1, perm=6)), timeout=10)
@@ -348,10 +388,17 @@ def main() -> int:
         broker_proc, broker = start_broker(workdir, args.pull_batch)
         procs.append(broker_proc)
         asyncio.run(create_topic(broker))
-        tls_flags, client_tls = tls_broker_flags(workdir)
-        tls_proc, tls_broker = start_broker(workdir, args.pull_batch, "broker-tls", tls_flags)
+        client_tls = make_pki(workdir)
+        tls_proc, tls_broker = start_broker(workdir, args.pull_batch, "broker-tls", tls_broker_flags(workdir))
         procs.append(tls_proc)
         asyncio.run(create_topic(tls_broker, client_tls))
+        CHANNELS[tls_broker] = lambda: aio_channel(tls_broker, [], client_tls)
+        secure_proc, secure = start_broker(workdir, args.pull_batch, "broker-tls-acl",
+                                           (*tls_broker_flags(workdir), *acl_broker_flags(workdir)))
+        procs.append(secure_proc)
+        asyncio.run(create_topic(secure, client_tls, BENCH_ADMIN))
+        signer = signing_interceptors(BENCH_PRODUCER)
+        CHANNELS[secure] = lambda: aio_channel(secure, [], client_tls, signer)
         redis = Redis(workdir)
 
         n = args.messages
@@ -375,7 +422,7 @@ def main() -> int:
         print(f"bench-broker: {BODY_SIZE} B messages, {n} per phase, batch {BATCH}, "
               f"pull batch {args.pull_batch}; {os.cpu_count()} CPUs, "
               f"load average {os.getloadavg()[0]:.2f}", flush=True)
-        echo_pid, broker_pid = [procs[0].pid], [procs[1].pid]
+        echo_pid, broker_pid, tls_pid, secure_pid = ([proc.pid] for proc in procs[:4])
         redis_pid = [p.pid for p in redis.procs]  # primary + replica
         run("echo single", echo_pid, lambda: asyncio.run(produce_single(echo, args.single_seconds)))
         run("pocketmq single", broker_pid, lambda: asyncio.run(produce_single(broker, args.single_seconds)))
@@ -383,8 +430,10 @@ def main() -> int:
         run("pocketmq batch unary", broker_pid, lambda: asyncio.run(produce_batch_unary(broker, n // 2)))
         run("echo batch stream", echo_pid, lambda: asyncio.run(produce_batch_stream(echo, n)))
         run("pocketmq batch stream", broker_pid, lambda: asyncio.run(produce_batch_stream(broker, n)))
-        run("pocketmq stream TLS", [tls_proc.pid],
-            lambda: asyncio.run(produce_batch_stream(tls_broker, n, tls=client_tls)))
+        run("pocketmq stream TLS", tls_pid, lambda: asyncio.run(produce_batch_stream(tls_broker, n)))
+        # The same batched produce over TLS with access control (every request signed and checked).
+        run("tls+acl batch unary", secure_pid, lambda: asyncio.run(produce_batch_unary(secure, n // 2)))
+        run("tls+acl batch stream", secure_pid, lambda: asyncio.run(produce_batch_stream(secure, n)))
         run("redis xadd pipelined", redis_pid, lambda: redis.produce(n) if redis else 0.0)
         run("echo consume", echo_pid, lambda: asyncio.run(consume_stream(echo, n, args.pull_batch)))
         run("pocketmq consume", broker_pid, lambda: asyncio.run(consume_stream(broker, n, args.pull_batch)))
@@ -405,17 +454,30 @@ def main() -> int:
                 cpu_text += f" / {server_us[peer]:.1f}"
             print(f"{phase:<14} {results[ours]:>12,.0f} {results[ceiling]:>12,.0f} "
                   f"{results[ours] / results[ceiling]:>7.0%} {peer_text}   {cpu_text}")
+        print()
+        print(f"{'secured phase':<14} {'plaintext':>12} {'TLS':>12} {'TLS+ACL':>12} {'of plain':>8}   "
+              "server CPU us/msg plaintext / TLS / TLS+ACL")
+        for phase, tls_phase in (("batch unary", ""), ("batch stream", "pocketmq stream TLS")):
+            plain_rate, secure_rate = results[f"pocketmq {phase}"], results[f"tls+acl {phase}"]
+            tls_text = f"{results[tls_phase]:>12,.0f}" if tls_phase else f"{'-':>12}"
+            tls_cpu = f"{server_us[tls_phase]:.1f}" if tls_phase else "-"
+            print(f"{phase:<14} {plain_rate:>12,.0f} {tls_text} {secure_rate:>12,.0f} "
+                  f"{secure_rate / plain_rate:>7.0%}   {server_us[f'pocketmq {phase}']:.1f} / "
+                  f"{tls_cpu} / {server_us[f'tls+acl {phase}']:.1f}")
         tls_ratio = results["pocketmq stream TLS"] / results["pocketmq batch stream"]
-        print(f"batch stream over TLS {results['pocketmq stream TLS']:,.0f} msgs/s = {tls_ratio:.2f} of "
-              f"plaintext (server CPU {server_us['pocketmq stream TLS']:.1f} us/msg)")
         print(f"load average after: {os.getloadavg()[0]:.2f}")
+        tls_acl_vs_plain = results["tls+acl batch stream"] / results["pocketmq batch stream"]
+        tls_acl_unary = results["tls+acl batch unary"] / results["pocketmq batch unary"]
+        # Less sensitive to other work on the machine than the rates: broker CPU per message.
+        tls_acl_cpu = server_us["pocketmq batch stream"] / server_us["tls+acl batch stream"]
         ratio = results["pocketmq batch stream"] / results["echo batch stream"]
         batch_msgs = results["pocketmq batch stream"]
         print(f"broker_produce_ratio={ratio:.2f} broker_batch_produce_msgs={batch_msgs:.0f} "
               f"broker_consume_msgs={results['pocketmq consume']:.0f} "
               f"vs_redis_produce={results['pocketmq batch stream'] / results['redis xadd pipelined']:.2f} "
               f"vs_redis_consume={results['pocketmq consume'] / results['redis xrange']:.2f} "
-              f"tls_vs_plain={tls_ratio:.2f}")
+              f"tls_vs_plain={tls_ratio:.2f} tls_acl_vs_plain={tls_acl_vs_plain:.2f} "
+              f"tls_acl_vs_plain_unary={tls_acl_unary:.2f} tls_acl_cpu_vs_plain={tls_acl_cpu:.2f}")
         return 0
     finally:
         if redis is not None:

@@ -7,11 +7,13 @@ import asyncio
 import os
 import socket
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import grpc
+
 from pocketmq.broker.v1 import broker_pb2 as pb
-from pocketmq.wire.tls import ClientTls, aio_channel
 
 ROOT = Path(__file__).resolve().parents[1]
 SEND_STREAM = "/pocketmq.broker.v1.Broker/SendMessageStream"
@@ -54,17 +56,28 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+#: Channel factories of addresses that need more than a plaintext channel (TLS, signed
+#: requests): ``address -> factory``; :func:`open_channel` consults it.
+CHANNELS: dict[str, Callable[[], grpc.aio.Channel]] = {}
+
+
+def open_channel(addr: str, options: Sequence[tuple[str, Any]] = ()) -> grpc.aio.Channel:
+    """The registered channel of ``addr`` (see :data:`CHANNELS`), else a plaintext one."""
+    factory = CHANNELS.get(addr)
+    return factory() if factory is not None else grpc.aio.insecure_channel(addr, options=list(options))
+
+
 def identity(data: bytes) -> bytes:
     """Pass-through serializer: requests are sent pre-serialized."""
     return data
 
 
-async def send_batch_stream(addr: str, request: bytes, calls: int, window: int, tls: ClientTls | None = None,
+async def send_batch_stream(addr: str, request: bytes, calls: int, window: int,
                             ) -> tuple[float, list[pb.SendMessageBatchResponse], list[float]]:
     """Write the serialized ``SendMessageBatchRequest`` ``calls`` times on one SendMessageStream with
-    at most ``window`` unacknowledged; (elapsed s, every reply, every batch's latency s). ``tls``:
-    over TLS."""
-    async with aio_channel(addr, [], tls) as channel:
+    at most ``window`` unacknowledged; (elapsed s, every reply, every batch's latency s). The
+    channel is :func:`open_channel`'s (TLS and signing for addresses registered in CHANNELS)."""
+    async with open_channel(addr) as channel:
         call = channel.stream_stream(SEND_STREAM, request_serializer=identity,
                                      response_deserializer=pb.SendMessageBatchResponse.FromString)()
         slots = asyncio.Semaphore(window)

@@ -13,6 +13,7 @@ test failure naming the package, never a skip).
 from __future__ import annotations
 
 import asyncio
+import collections
 import inspect
 import shutil
 import socket
@@ -22,7 +23,10 @@ from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import TypeVar
 
+import grpc
 import pytest
+
+from pocketmq.wire.auth import Credentials, Signer
 
 #: The repository root (the working directory of every process the tests start).
 ROOT = Path(__file__).resolve().parents[1]
@@ -137,3 +141,41 @@ def require_executable(name: str, package: str) -> str:
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+class _CallDetails(collections.namedtuple("_CallDetails", ("method", "timeout", "metadata",
+                                                           "credentials", "wait_for_ready", "compression")),
+                   grpc.ClientCallDetails):  # type: ignore[misc]
+    pass
+
+
+class SyncSigner(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor,  # type: ignore[misc]
+                 grpc.StreamUnaryClientInterceptor, grpc.StreamStreamClientInterceptor):
+    """Signs every call of a blocking channel with the headers the client's aio interceptors add
+    (access control): ``grpc.intercept_channel(channel, SyncSigner(credentials))``."""
+
+    def __init__(self, credentials: Credentials) -> None:
+        self.signer = Signer(credentials)
+
+    def _details(self, details: grpc.ClientCallDetails) -> grpc.ClientCallDetails:
+        metadata = [*(details.metadata or ()), *self.signer.metadata()]
+        return _CallDetails(details.method, details.timeout, metadata, details.credentials,
+                            details.wait_for_ready, getattr(details, "compression", None))
+
+    def intercept_unary_unary(self, continuation, details, request):  # type: ignore[no-untyped-def]
+        return continuation(self._details(details), request)
+
+    def intercept_unary_stream(self, continuation, details, request):  # type: ignore[no-untyped-def]
+        return continuation(self._details(details), request)
+
+    def intercept_stream_unary(self, continuation, details, requests):  # type: ignore[no-untyped-def]
+        return continuation(self._details(details), requests)
+
+    def intercept_stream_stream(self, continuation, details, requests):  # type: ignore[no-untyped-def]
+        return continuation(self._details(details), requests)
+
+
+def signed_channel(addr: str, credentials: Credentials | None) -> grpc.Channel:
+    """A blocking channel to ``addr``, signing every call when ``credentials`` are given."""
+    channel = grpc.insecure_channel(addr)
+    return grpc.intercept_channel(channel, SyncSigner(credentials)) if credentials is not None else channel

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import typer
 
-from pocketmq.cli.commands import bench, broker, cluster, consumer, group, lookup, messages, topic
+from pocketmq.cli.commands import acl, bench, broker, cluster, consumer, group, lookup, messages, topic
 
 app = typer.Typer(
     name="pocketmq",
@@ -34,6 +34,7 @@ app.add_typer(consumer.app, name="consumer")
 app.add_typer(broker.app, name="broker")
 app.add_typer(bench.app, name="bench")
 app.add_typer(lookup.app, name="message")
+app.add_typer(acl.app, name="acl")
 app.command("send")(messages.send)
 app.command("consume")(messages.consume)
 

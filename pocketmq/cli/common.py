@@ -22,6 +22,8 @@ import typer
 from pocketmq.cli.output import Output, print_json, proto_dict, stderr_console
 from pocketmq.errors import PocketMQError
 from pocketmq.wire.address import DEFAULT_NAMESRV
+from pocketmq.wire.auth import Credentials
+from pocketmq.wire.grpcauth import make_credentials
 from pocketmq.wire.tls import ClientTls, TlsFileError
 
 T = TypeVar("T")
@@ -92,6 +94,12 @@ _KEY_FILE = _option("key_file", Annotated[str, typer.Option(
 _SERVER_NAME = _option("tls_server_name", Annotated[str, typer.Option(
     "--tls-server-name", envvar="POCKETMQ_TLS_SERVER_NAME",
     help="Name to check the servers' certificates for (servers reached by IP).")], "")
+_ACCESS_KEY = _option("access_key", Annotated[str | None, typer.Option(
+    "--access-key", envvar="POCKETMQ_ACCESS_KEY", show_default=False,
+    help="AccessKey signing every request (clusters with access control).")], None)
+_SECRET_KEY = _option("secret_key", Annotated[str | None, typer.Option(
+    "--secret-key", envvar="POCKETMQ_SECRET_KEY", show_default=False, show_envvar=True,
+    help="SecretKey of --access-key (prefer the environment variable: never printed).")], None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,6 +117,8 @@ class Conn:
     cert_file: str = ""
     key_file: str = ""
     tls_server_name: str = ""
+    access_key: str | None = None
+    secret_key: str | None = dataclasses.field(default=None, repr=False)
 
     @property
     def json(self) -> bool:
@@ -125,11 +135,19 @@ class Conn:
         except TlsFileError as exc:
             raise typer.BadParameter(str(exc)) from None
 
+    @property
+    def credentials(self) -> Credentials | None:
+        """--access-key/--secret-key (or their environment variables); None = unsigned."""
+        try:
+            return make_credentials(self.access_key, self.secret_key)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--access-key/--secret-key") from None
+
     def admin(self) -> Any:
         from pocketmq.client.admin import AsyncAdmin
 
         return AsyncAdmin(self.namesrv, broker=self.broker, relay=self.access.value, timeout=self.timeout,
-                          tls=self.client_tls)
+                          tls=self.client_tls, credentials=self.credentials)
 
     def run(self, coro_fn: Callable[[], Coroutine[Any, Any, T]]) -> T:
         return run_command(coro_fn, self.output)
@@ -150,7 +168,7 @@ def connected(*targets: inspect.Parameter, timeout: float = DEFAULT_TIMEOUT) -> 
     the command's own. The command takes them as one keyword argument ``conn: Conn``. Apply it
     below the ``@<group>.command(...)`` decorator."""
     shared = [*targets, _NAMESRV, _OUTPUT, _option("timeout", _TIMEOUT, timeout),
-              _TLS, _CA_FILE, _CERT_FILE, _KEY_FILE, _SERVER_NAME]
+              _TLS, _CA_FILE, _CERT_FILE, _KEY_FILE, _SERVER_NAME, _ACCESS_KEY, _SECRET_KEY]
     names = [p.name for p in shared]
     if len(set(names)) != len(names):
         raise TypeError(f"an option given twice among {names}")

@@ -28,6 +28,7 @@ from pocketmq.client.transport import BrokerCaller, NamesrvClient, RelayMode, pa
 from pocketmq.common.v1 import common_pb2
 from pocketmq.errors import InvalidArgumentError, NoRouteError, NotFoundError, PocketMQError
 from pocketmq.namesrv.v1 import namesrv_pb2
+from pocketmq.wire.auth import Credentials
 from pocketmq.wire.tls import ClientTls
 from pocketmq.wire.tls import resolve as resolve_tls
 
@@ -97,10 +98,12 @@ class AsyncAdmin(MessageLookup):
         timeout: float = 5.0,
         membership_ttl: float = 2.0,
         tls: ClientTls | bool | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
         """``tls``: see :class:`~pocketmq.client.producer.AsyncProducer`."""
         self.namesrv_addrs = namesrv_from_env(namesrv)
         self.tls = resolve_tls(tls)
+        self._credentials = credentials
         self.broker = parse_addresses(broker, "broker")[0] if broker else None
         self.timeout = timeout
         #: How long the master list of a cluster is reused by calls on every master (topic and
@@ -116,7 +119,7 @@ class AsyncAdmin(MessageLookup):
     async def start(self) -> None:
         if self._core is None:
             self._core = ClientCore(self.namesrv_addrs, timeout=self.timeout, relay=self._relay_mode,
-                                    tls=self.tls or False)
+                                    tls=self.tls or False, credentials=self._credentials)
             self._namesrv = self._core.namesrv
             self._caller = self._core.caller
 
@@ -325,6 +328,17 @@ class AsyncAdmin(MessageLookup):
 
         return await self._on_masters(cluster, configs)
 
+    # -- access control ---------------------------------------------------------------------------
+
+    async def acl(self, method: str, request: Any, cluster: str | None = None) -> list[BrokerResult[Any]]:
+        """One ACL admin call (``PutAclUser``, ``DeleteAclUser``, ``ListAclUsers``, ``PutAclPolicy``,
+        ``DeleteAclPolicy``) on every master: each broker group keeps its own ACL table."""
+
+        async def one(t: BrokerTarget) -> Any:
+            return await self.call(t.addr, method, request)
+
+        return await self._on_masters(cluster, one)
+
     # -- subscription groups ----------------------------------------------------------------------
 
     async def create_group(
@@ -424,8 +438,9 @@ class Admin:
 
     def __init__(self, namesrv: str | Sequence[str] | None = None, *, broker: str | None = None,
                  relay: RelayMode = "auto", timeout: float = 5.0,
-                 tls: ClientTls | bool | None = None) -> None:
-        self._async = AsyncAdmin(namesrv, broker=broker, relay=relay, timeout=timeout, tls=tls)
+                 tls: ClientTls | bool | None = None, credentials: Credentials | None = None) -> None:
+        self._async = AsyncAdmin(namesrv, broker=broker, relay=relay, timeout=timeout, tls=tls,
+                                 credentials=credentials)
 
     def __enter__(self) -> Admin:
         return self

@@ -55,6 +55,7 @@ from pocketmq.client.subscription import ConsumeFrom, ConsumerSettings, ProcessQ
 from pocketmq.client.tags import parse_subscription
 from pocketmq.client.transport import RelayMode
 from pocketmq.errors import ClientClosedError, InvalidArgumentError
+from pocketmq.wire.auth import Credentials
 from pocketmq.wire.tls import ClientTls
 from pocketmq.wire.tls import resolve as resolve_tls
 
@@ -123,6 +124,7 @@ class AsyncConsumer:
         relay: RelayMode = "direct",
         send_back: bool = True,
         tls: ClientTls | bool | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
         if not group:
             raise InvalidArgumentError("a consumer group name is required")
@@ -152,6 +154,7 @@ class AsyncConsumer:
         self.request_timeout = request_timeout
         self._route_refresh_interval = route_refresh_interval
         self._relay: RelayMode = relay
+        self._credentials = credentials
         self._state = SubscriptionState()
         self._subs = self._state.subs
         self._pqs = self._state.pqs
@@ -234,13 +237,14 @@ class AsyncConsumer:
             self._ready = asyncio.Queue(self.buffer_batches * 4)
         else:
             self._redelivery = Redelivery(self.group, self.max_reconsume_times, self.namesrv_addrs,
-                                          self._relay, send_back=self._send_back, tls=self.tls)
+                                          self._relay, send_back=self._send_back, tls=self.tls,
+                                          credentials=self._credentials)
             if self._send_back and retry_topic(self.group) not in self._subs:
                 self.subscribe(retry_topic(self.group))
         settings = self._settings()
         core = self._core = ClientCore(self.namesrv_addrs, timeout=self.request_timeout,
                                        route_refresh_interval=self._route_refresh_interval, relay=self._relay,
-                                       tls=self.tls or False)
+                                       tls=self.tls or False, credentials=self._credentials)
         failover = Failover(core.routes, core.caller, self.master_retry_interval, self.request_timeout)
         self._offsets = OffsetTracker(settings, core.caller, failover)
         self._fetcher = Fetcher(settings, self._state, core.routes, core.caller, failover, self._offsets,
@@ -477,6 +481,7 @@ class Consumer:
         route_refresh_interval: float = 30.0,
         relay: RelayMode = "direct",
         tls: ClientTls | bool | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
         self._async = AsyncConsumer(
             group, namesrv, client_id=client_id, consume_from=consume_from,
@@ -485,7 +490,7 @@ class Consumer:
             rebalance_interval=rebalance_interval, commit_interval=commit_interval,
             buffer_batches=buffer_batches, max_reconsume_times=max_reconsume_times,
             master_retry_interval=master_retry_interval, request_timeout=request_timeout,
-            route_refresh_interval=route_refresh_interval, relay=relay, tls=tls)
+            route_refresh_interval=route_refresh_interval, relay=relay, tls=tls, credentials=credentials)
 
     @property
     def async_consumer(self) -> AsyncConsumer:

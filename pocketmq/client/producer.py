@@ -47,6 +47,7 @@ from pocketmq.errors import (
     RequestTimeoutError,
     from_put_status,
 )
+from pocketmq.wire.auth import Credentials
 from pocketmq.wire.record import PROPERTY_TIMER_DELIVER_MS
 from pocketmq.wire.tls import ClientTls
 from pocketmq.wire.tls import resolve as resolve_tls
@@ -99,6 +100,8 @@ class AsyncProducer:
         tls: :class:`~pocketmq.wire.tls.ClientTls` (CA file, client certificate), True (TLS
             trusting the system roots), False (plaintext); default: the ``POCKETMQ_TLS*``
             environment variables, else plaintext.
+        credentials: an access key and secret key signing every request (access control);
+            default: ``POCKETMQ_ACCESS_KEY``/``POCKETMQ_SECRET_KEY`` when set, else unsigned.
     """
 
     def __init__(
@@ -114,6 +117,7 @@ class AsyncProducer:
         transaction_checker: TransactionChecker | None = None,
         client_id: str = "",
         tls: ClientTls | bool | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
         if send_timeout <= 0:
             raise InvalidArgumentError("send_timeout must be > 0")
@@ -133,6 +137,7 @@ class AsyncProducer:
         self._transaction_checker = transaction_checker
         self._client_id = client_id
         self._tls = resolve_tls(tls)
+        self._credentials = credentials
         self._checks: CheckListener | None = None
         # Created in start() (it binds to the running loop).
         self._core: ClientCore
@@ -147,7 +152,7 @@ class AsyncProducer:
         if self._started:
             return
         self._core = ClientCore(self.namesrv_addrs, route_refresh_interval=self._route_refresh_interval,
-                                relay=self._relay, tls=self._tls or False)
+                                relay=self._relay, tls=self._tls or False, credentials=self._credentials)
         self._routes = self._core.routes
         self._caller = self._core.caller
         self._core.start_route_refresh()
@@ -433,11 +438,12 @@ class Producer:
         transaction_checker: TransactionChecker | None = None,
         client_id: str = "",
         tls: ClientTls | bool | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
         self._async = AsyncProducer(
             namesrv, group=group, send_timeout=send_timeout, retries=retries,
             route_refresh_interval=route_refresh_interval, fault_backoff=fault_backoff, relay=relay,
-            transaction_checker=transaction_checker, client_id=client_id, tls=tls)
+            transaction_checker=transaction_checker, client_id=client_id, tls=tls, credentials=credentials)
 
     @property
     def async_producer(self) -> AsyncProducer:

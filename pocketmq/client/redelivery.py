@@ -22,6 +22,7 @@ from pocketmq.client.producer import AsyncProducer
 from pocketmq.client.subscription import ProcessQueue
 from pocketmq.client.transport import RelayMode
 from pocketmq.errors import PocketMQError
+from pocketmq.wire.auth import Credentials
 from pocketmq.wire.tls import ClientTls
 
 log = logging.getLogger("pocketmq.client")
@@ -89,8 +90,10 @@ class Redelivery:
     started on first use."""
 
     def __init__(self, group: str, max_reconsume_times: int, namesrv_addrs: Sequence[str],
-                 relay: RelayMode, *, send_back: bool = True, tls: ClientTls | None = None) -> None:
+                 relay: RelayMode, *, send_back: bool = True, tls: ClientTls | None = None,
+                 credentials: Credentials | None = None) -> None:
         self.tls = tls
+        self.credentials = credentials
         self.group = group
         self.max_reconsume_times = max_reconsume_times
         self.namesrv_addrs = list(namesrv_addrs)
@@ -165,7 +168,7 @@ class Redelivery:
         try:
             if self._producer is None:
                 self._producer = AsyncProducer(self.namesrv_addrs, group=self.group, relay=self.relay,
-                                               tls=self.tls or False)
+                                               tls=self.tls or False, credentials=self.credentials)
                 await self._producer.start()
             result = await self._producer.send(out, selector=_first_queue)
         except PocketMQError as exc:

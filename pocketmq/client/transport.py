@@ -32,6 +32,8 @@ from pocketmq.errors import (
 )
 from pocketmq.namesrv.v1 import namesrv_pb2, namesrv_pb2_grpc
 from pocketmq.wire.address import DEFAULT_NAMESRV, AddressError, parse_address_list
+from pocketmq.wire.auth import Credentials
+from pocketmq.wire.grpcauth import signing_interceptors
 from pocketmq.wire.tls import ClientTls, aio_channel
 
 log = logging.getLogger("pocketmq.client")
@@ -77,9 +79,12 @@ def parse_addresses(value: str | Iterable[str] | None, what: str = "namesrv") ->
 class ChannelPool:
     """One grpc.aio channel per address, created on first use, closed together."""
 
-    def __init__(self, tls: ClientTls | None = None) -> None:
-        """``tls``: every channel speaks TLS (the cluster's gRPC ports are TLS only)."""
+    def __init__(self, tls: ClientTls | None = None, credentials: Credentials | None = None) -> None:
+        """``tls``: every channel speaks TLS (the cluster's gRPC ports are TLS only);
+        ``credentials``: every call on the pool's channels is signed (access control)."""
         self.tls = tls
+        self.credentials = credentials
+        self._interceptors = signing_interceptors(credentials)
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._stubs: dict[tuple[str, str], Any] = {}
         self._closed = False
@@ -89,7 +94,8 @@ class ChannelPool:
             raise ClientClosedError("client is closed")
         channel = self._channels.get(address)
         if channel is None:
-            channel = self._channels[address] = aio_channel(address, CHANNEL_OPTIONS, self.tls)
+            channel = self._channels[address] = aio_channel(
+                address, CHANNEL_OPTIONS, self.tls, self._interceptors)
         return channel
 
     def broker_stub(self, address: str, service: str = "Broker") -> Any:

@@ -35,6 +35,9 @@ Reading::
     tlsCaFile                PEM CA to verify the servers with (default: the system's roots); the
                              path must exist on the driver and every executor
     tlsCertFile, tlsKeyFile  client certificate and key (PEM) for clusters requiring mutual TLS
+    accessKey, secretKey     sign every request with this credential (brokers with access control;
+                             default $POCKETMQ_ACCESS_KEY / $POCKETMQ_SECRET_KEY). Spark redacts
+                             option values whose name contains "secret" in its UI and logs.
 
 Writing::
 
@@ -46,6 +49,7 @@ Writing::
     sendTimeoutMs            deadline of one batch send, retries included (default 10000)
     sendRetries              extra attempts of a batch that stored nothing (default 2)
     maxInflightBatches       batches in flight per task (default 4)
+    accessKey, secretKey     as above
 """
 
 from __future__ import annotations
@@ -58,6 +62,8 @@ from pocketmq.client.producer import namesrv_from_env
 from pocketmq.client.tags import parse_subscription
 from pocketmq.errors import InvalidArgumentError
 from pocketmq.spark.offsets import Offsets, parse_json
+from pocketmq.wire.auth import Credentials
+from pocketmq.wire.grpcauth import make_credentials
 from pocketmq.wire.tls import ClientTls, TlsFileError
 
 __all__ = ["OffsetSpec", "ReadFromSlave", "ReadOptions", "WriteOptions"]
@@ -69,11 +75,12 @@ _READ_KEYS = {
     "namesrv", "topic", "startingoffsets", "endingoffsets", "maxmessagespertrigger", "tags", "group",
     "commitoffsets", "readfromslave", "failondataloss", "pullbatchsize", "pullmaxbytes", "pulltimeoutms",
     "requesttimeoutms", "readtimeoutms", "maxmessagesperpartition", "checkcrc",
-    "tls", "tlscafile", "tlscertfile", "tlskeyfile",
+    "tls", "tlscafile", "tlscertfile", "tlskeyfile", "accesskey", "secretkey",
 }
 _WRITE_KEYS = {
     "namesrv", "topic", "producergroup", "sendbatchsize", "sendbatchbytes", "sendtimeoutms",
     "sendretries", "maxinflightbatches", "tls", "tlscafile", "tlscertfile", "tlskeyfile",
+    "accesskey", "secretkey",
 }
 #: Options Spark itself passes through (a streaming sink sees checkpointLocation and queryName).
 _SPARK_KEYS = {"path", "checkpointlocation", "queryname"}
@@ -144,6 +151,16 @@ def _tls(opts: Mapping[str, str]) -> ClientTls | None:
         raise InvalidArgumentError(f"options tlsCertFile/tlsKeyFile: {exc}") from None
 
 
+def _credentials(opts: Mapping[str, str]) -> Credentials | None:
+    """accessKey/secretKey options (else $POCKETMQ_ACCESS_KEY/$POCKETMQ_SECRET_KEY): every request
+    is then signed (brokers with access control)."""
+    try:
+        return make_credentials(opts.get("accesskey", "").strip() or None,
+                                opts.get("secretkey", "").strip() or None)
+    except ValueError as exc:
+        raise InvalidArgumentError(f"options accessKey/secretKey: {exc}") from None
+
+
 def _topics(opts: Mapping[str, str], required: bool) -> tuple[str, ...]:
     text = opts.get("topic") or opts.get("path") or ""
     topics = tuple(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))
@@ -184,6 +201,7 @@ class ReadOptions:
     max_messages_per_partition: int
     check_crc: bool
     tls: ClientTls | None = None
+    credentials: Credentials | None = dataclasses.field(default=None, repr=False)
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
@@ -233,6 +251,7 @@ class ReadOptions:
             max_messages_per_partition=_int(opts, "maxmessagesperpartition", "maxMessagesPerPartition", 0, 0),
             check_crc=_bool(opts, "checkcrc", "checkCrc", True),
             tls=_tls(opts),
+            credentials=_credentials(opts),
         )
 
     @property
@@ -251,6 +270,7 @@ class WriteOptions:
     retries: int
     max_inflight: int
     tls: ClientTls | None = None
+    credentials: Credentials | None = dataclasses.field(default=None, repr=False)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriteOptions:
@@ -269,4 +289,5 @@ class WriteOptions:
             retries=_int(opts, "sendretries", "sendRetries", 2, 0, 100),
             max_inflight=_int(opts, "maxinflightbatches", "maxInflightBatches", 4, 1, 64),
             tls=_tls(opts),
+            credentials=_credentials(opts),
         )

@@ -57,11 +57,15 @@ class ClientTls:
         return [*base, *extra]
 
 
-def aio_channel(address: str, options: Sequence[tuple[str, Any]], tls: ClientTls | None) -> grpc.aio.Channel:
-    """A grpc.aio channel to ``address``: TLS with ``tls``, plaintext without."""
+def aio_channel(address: str, options: Sequence[tuple[str, Any]], tls: ClientTls | None,
+                interceptors: Sequence[Any] = ()) -> grpc.aio.Channel:
+    """A grpc.aio channel to ``address``: TLS with ``tls``, plaintext without; ``interceptors``
+    (e.g. the request signers of :mod:`pocketmq.wire.grpcauth`) wrap every call."""
+    chain = list(interceptors) or None
     if tls is None:
-        return grpc.aio.insecure_channel(address, options=list(options))
-    return grpc.aio.secure_channel(address, tls.credentials(), options=tls.options(options))
+        return grpc.aio.insecure_channel(address, options=list(options), interceptors=chain)
+    return grpc.aio.secure_channel(address, tls.credentials(), options=tls.options(options),
+                                   interceptors=chain)
 
 
 def sync_channel(address: str, options: Sequence[tuple[str, Any]], tls: ClientTls | None) -> grpc.Channel:

@@ -25,6 +25,7 @@ from pocketmq.broker.v1 import broker_pb2_grpc
 from pocketmq.common.v1 import common_pb2
 from pocketmq.wire.address import AddressError, parse_host_port
 from services.broker import validation as v
+from services.broker.acl_api import AclAdminMixin
 from services.broker.metadata import SubscriptionGroupConfig, TopicConfig
 from services.broker.pop.service import RETRY_PREFIX
 from services.broker.send import SendOutcome
@@ -61,7 +62,7 @@ def _host_of_peer(peer: str) -> record.Host:
     return "127.0.0.1", 0
 
 
-class BrokerServicer(broker_pb2_grpc.BrokerServicer):  # type: ignore[misc]
+class BrokerServicer(AclAdminMixin, broker_pb2_grpc.BrokerServicer):  # type: ignore[misc]
     def __init__(self, app: BrokerApp) -> None:
         self.app = app
         self.cfg = app.broker_config
@@ -422,6 +423,10 @@ class BrokerMetadataServicer(broker_pb2_grpc.BrokerMetadataServicer):  # type: i
         groups = self.app.groups
         return pb.SubscriptionGroupTable(data_version=groups.data_version.to_proto(),
                                                  configs=[g.to_proto() for g in groups.all()])
+
+    @grpc_method
+    async def GetAclTable(self, request: pb.GetAclTableRequest, context: Ctx) -> common_pb2.AclTable:
+        return self.app.acl_table.to_proto()
 
 
 def timestamp_ms() -> int:

@@ -39,6 +39,7 @@ from services.broker.metadata import (
     TopicConfig,
     TopicConfigManager,
 )
+from services.broker.metadata.acl import AclTableManager
 from services.broker.metadata.sync import SlaveMetadataSync, SyncResult
 from services.broker.metrics import BrokerMetrics
 from services.broker.pop.metrics import PopMetrics
@@ -55,6 +56,7 @@ from services.broker.transaction import TransactionService
 from services.broker.transaction_api import TransactionsServicer
 from services.broker.v2.service import MessagingServicer
 from services.broker.v2.status import SERVICE_NAME as V2_SERVICE
+from services.common.acl.setup import build_interceptor
 from services.common.errors import NotFoundError
 from services.common.grpcserver import GrpcServer, start_grpc_server
 from services.common.metrics import MetricsServer
@@ -130,7 +132,10 @@ class BrokerApp:
         self.offsets = ConsumerOffsetManager(self.config_dir)
         self.delay_offsets = DelayOffsetManager(self.config_dir)
         self.groups = SubscriptionGroupManager(self.config_dir)
-        self.tables: tuple[MetadataTable, ...] = (self.topics, self.offsets, self.delay_offsets, self.groups)
+        #: Users managed with `pocketmq acl` (used when aclEnable=true).
+        self.acl_table = AclTableManager(self.config_dir)
+        self.tables: tuple[MetadataTable, ...] = (self.topics, self.offsets, self.delay_offsets, self.groups,
+                                                  self.acl_table)
         self.store = MessageStore(store_config, store_host=(ip, cfg.listen_port))
         self.metrics = BrokerMetrics(cfg.broker_cluster_name, cfg.broker_name, cfg.broker_id, registry)
         self.consumers = ConsumerManager(cfg.consumer_channel_expired_time / 1000)
@@ -238,7 +243,8 @@ class BrokerApp:
         else:
             self._sync = SlaveMetadataSync(
                 self.topics, self.offsets, self.delay_offsets, self.groups,
-                interval_s=cfg.slave_sync_interval / 1000, on_round=self._on_sync_round, tls=self.client_tls)
+                interval_s=cfg.slave_sync_interval / 1000, on_round=self._on_sync_round, tls=self.client_tls,
+                credentials=cfg.inner_credentials, acl=self.acl_table)
             self._sync.start()
 
         # Permissive TLS: routes answered on the extra TLS listener point at the brokers' TLS
@@ -262,8 +268,14 @@ class BrokerApp:
         tls_listener = (f"{cfg.listen_host}:{cfg.effective_tls_port}"
                         if tls is not None and not cfg.tls_main_port else None)
         health_listener = f"{cfg.listen_host}:{cfg.health_listen_port}" if cfg.health_listen_port else None
+        acl = build_interceptor(cfg.acl_enable, cfg.acl_config_file, cfg.acl_signature_window_mills,
+                                cfg.broker_cluster_name, self.metrics.registry, table=self.acl_table.document)
+        if acl is not None:
+            self.acl_table.listeners.append(acl.authenticator.store.table_changed)
+            # Publish a changed ACL table to the NameServers soon (with the topics).
+            self.acl_table.listeners.append(self._topics_changed)
         self._grpc = await start_grpc_server(address, register, BROKER_SERVICES, tls, tls_listener,
-                                             health_listener)
+                                             health_listener, interceptors=[acl] if acl is not None else ())
         if cfg.effective_metrics_port > 0:
             self._metrics_server = MetricsServer(
                 self.metrics.registry, cfg.listen_host, cfg.effective_metrics_port, tls)
@@ -275,7 +287,7 @@ class BrokerApp:
                 cfg.namesrv_addrs, self.identity, self._topic_snapshot,
                 period_s=clamp_register_period(cfg.register_name_server_period),
                 timeout_s=cfg.register_broker_timeout_mills / 1000, on_master=self._on_master,
-                tls=self.client_tls)
+                tls=self.client_tls, credentials=cfg.inner_credentials, acl_snapshot=self._acl_snapshot)
             await self._registrar.start()
         self.topics.add_listener(self._topics_changed)
         # In Kubernetes, show the role on the pod (`kubectl get pods -L pocketmq.io/role`); outside
@@ -440,6 +452,11 @@ class BrokerApp:
     def _topic_snapshot(self) -> tuple[common_pb2.DataVersion, list[common_pb2.TopicConfig]]:
         version, topics = self.topics.snapshot()
         return version.to_proto(), [t.to_proto() for t in topics]
+
+    def _acl_snapshot(self) -> common_pb2.AclTable | None:
+        """What registrations carry of the ACL table: a master's, when access control is on."""
+        cfg = self.broker_config
+        return self.acl_table.to_proto() if cfg.acl_enable and cfg.is_master else None
 
     def _topics_changed(self) -> None:
         """Persist topic changes and publish them to the NameServers soon (coalesced)."""

@@ -14,7 +14,9 @@ import re
 import socket
 
 from pocketmq.wire.address import DEFAULT_NAMESRV, split_addresses
+from pocketmq.wire.auth import Credentials
 from pocketmq.wire.names import BROKER_NAME_CHARS, BROKER_NAME_CHARSET, BROKER_NAME_MAX_LENGTH
+from services.common.acl.setup import DEFAULT_SIGNATURE_WINDOW_MS, check_acl_keys, parse_inner_credentials
 from services.common.config import parse_address, require
 from services.common.tls import TlsSettings
 
@@ -44,7 +46,7 @@ def parse_delay_levels(text: str, key: str = "messageDelayLevel") -> tuple[int, 
 #: Shortest accepted haAuthSecret.
 MIN_SECRET_LENGTH = 16
 #: Keys whose values --print-config and logs never show.
-SECRET_KEYS = frozenset({"haAuthSecret"})
+SECRET_KEYS = frozenset({"haAuthSecret", "innerClientAuthenticationCredentials"})
 
 
 def check_secret(secret: str, key: str) -> None:
@@ -137,6 +139,16 @@ class BrokerConfig(TlsSettings):
     #: TLS on the HA replication stream (the tls* certificate and key, and the peer's
     #: certificate checked against tlsServerTrustCertPath / tlsClientTrustCertPath).
     ha_tls_enable: bool = False
+    #: Access control (docs/acl.md): every request must be signed by a user of
+    #: ``aclConfigFile`` (JSON, re-read when it changes) or of the broker's ACL table and be
+    #: allowed by that user's policies. Off = every caller may do everything.
+    acl_enable: bool = False
+    acl_config_file: str = ""
+    #: A signed request is accepted this long before or after its x-mq-date-time (ms).
+    acl_signature_window_mills: int = DEFAULT_SIGNATURE_WINDOW_MS
+    #: This broker's own credential, ``{"accessKey": "...", "secretKey": "..."}`` (RocketMQ 5's
+    #: key): signs its registrations and a slave's metadata sync. Never shown by --print-config.
+    inner_client_authentication_credentials: str = dataclasses.field(default="", repr=False)
     #: Timer messages (TIMER_DELIVER_MS): the farthest accepted delivery time from now (s).
     timer_max_delay_sec: int = 259_200
     #: How often the timer index is snapshotted to the store directory when it changed (ms);
@@ -201,6 +213,8 @@ class BrokerConfig(TlsSettings):
                     "needs tlsServerCertPath and tlsServerKeyPath")
             require(bool(self.tls_server_trust_cert_path or self.tls_client_trust_cert_path), "haTlsEnable",
                     "needs the CA the peers' certificates are checked against (tlsServerTrustCertPath)")
+        check_acl_keys(self.acl_enable, self.acl_config_file, self.acl_signature_window_mills)
+        parse_inner_credentials(self.inner_client_authentication_credentials)
         require(self.timer_max_delay_sec > 0, "timerMaxDelaySec", "must be > 0")
         require(self.timer_flush_interval_ms > 0, "timerFlushIntervalMs", "must be > 0")
         require(1 <= self.timer_deliver_batch <= 1024, "timerDeliverBatch", "must be 1..1024")
@@ -231,6 +245,11 @@ class BrokerConfig(TlsSettings):
     @property
     def broker_addr(self) -> str:
         return f"{self.advertised_ip}:{self.listen_port}"
+
+    @property
+    def inner_credentials(self) -> Credentials | None:
+        """The broker's own credential (innerClientAuthenticationCredentials), if set."""
+        return parse_inner_credentials(self.inner_client_authentication_credentials)
 
     @property
     def effective_tls_port(self) -> int:

@@ -43,6 +43,8 @@ import grpc
 from pocketmq.common.v1 import common_pb2
 from pocketmq.namesrv.v1 import namesrv_pb2, namesrv_pb2_grpc
 from pocketmq.wire.address import AddressError, join_host_port, parse_host_port, split_addresses
+from pocketmq.wire.auth import Credentials
+from pocketmq.wire.grpcauth import signing_interceptors
 from pocketmq.wire.tls import ClientTls, aio_channel
 from services.common.grpcserver import CHANNEL_OPTIONS
 
@@ -188,9 +190,15 @@ class BrokerRegistrar:
         resolve: Resolver = resolve_host,
         discover_s: float = DISCOVER_S,
         tls: ClientTls | None = None,
+        credentials: Credentials | None = None,
+        acl_snapshot: Callable[[], common_pb2.AclTable | None] | None = None,
     ) -> None:
         """``tls``: the NameServers speak TLS (None = plaintext)."""
         self.tls = tls
+        #: The broker group's ACL table to register (NameServers learn its users), if any.
+        self.acl_snapshot = acl_snapshot
+        #: Sign the registrations (a NameServer with ACL lets only Broker users register).
+        self._interceptors = signing_interceptors(credentials)
         if not namesrv_addrs:
             raise ValueError("at least one NameServer address is required")
         if period_s <= 0 or timeout_s <= 0:
@@ -320,7 +328,7 @@ class BrokerRegistrar:
                 await channel.close()
         for addr in targets:
             if addr not in self._channels:
-                channel = aio_channel(addr, NAMESRV_CHANNEL_OPTIONS, self.tls)
+                channel = aio_channel(addr, NAMESRV_CHANNEL_OPTIONS, self.tls, self._interceptors)
                 self._channels[addr] = channel
                 self._stubs[addr] = namesrv_pb2_grpc.NameServerStub(channel)
         self._targets = targets
@@ -384,6 +392,7 @@ class BrokerRegistrar:
             topic_configs=topics,
             metrics_addr=ident.metrics_addr,
             broker_role=ident.broker_role,
+            acl_table=self.acl_snapshot() if self.acl_snapshot is not None else None,
         )
 
     async def register_now(self) -> list[RegistrationOutcome]:

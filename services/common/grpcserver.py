@@ -82,17 +82,19 @@ async def start_grpc_server(
     tls: ServerTls | None = None,
     tls_address: str | None = None,
     health_address: str | None = None,
+    interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
 ) -> GrpcServer:
     """Create, register, bind and start a server. ``address`` is ``host:port`` (port 0 = any).
     With ``tls`` the port at ``address`` speaks TLS only, unless ``tls_address`` is given: then
     ``address`` stays plaintext and a second listener there serves the same services over TLS
     (tlsServerMode=permissive). Certificates are reloaded when their files change.
     ``health_address``: a plaintext listener serving grpc.health.v1 only (healthListenPort: for
-    probes that cannot speak TLS, such as the kubelet's native gRPC probes).
+    probes that cannot speak TLS, such as the kubelet's native gRPC probes). ``interceptors``
+    (access control) see every call of the main and TLS listeners, not the health-only one.
 
     Raises :class:`ListenError` (naming the address and why) when a port cannot be bound.
     """
-    server = grpc.aio.server(options=SERVER_OPTIONS)
+    server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=list(interceptors) or None)
     register(server)
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)

@@ -16,7 +16,16 @@ import grpc
 from pocketmq.common.v1 import common_pb2
 from pocketmq.namesrv.v1 import namesrv_pb2 as pb
 from pocketmq.namesrv.v1 import namesrv_pb2_grpc
-from services.common.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError, grpc_method
+from pocketmq.wire.auth import AUTHORIZATION, DATE_TIME
+from services.common.acl.model import AclDocument, User
+from services.common.acl.protoconv import document_from_proto
+from services.common.errors import (
+    FailedPreconditionError,
+    InvalidArgumentError,
+    NotFoundError,
+    ServiceError,
+    grpc_method,
+)
 from services.namesrv import kvconfig, validation
 from services.namesrv.config import NamesrvConfig
 from services.namesrv.kvconfig import ORDER_TOPIC_CONFIG, KVConfig
@@ -96,6 +105,10 @@ class NameServerServicer(namesrv_pb2_grpc.NameServerServicer):  # type: ignore[m
         self._route_cache: dict[str, pb.TopicRouteData] = {}
         #: Forwards RelayBrokerCall to registered brokers only.
         self.relay = BrokerRelay(lambda: self.table.broker_live_table.keys(), config.client_tls())
+        #: ACL tables registered by brokers (broker address -> version, users); see acl_document.
+        self._acl_tables: dict[str, tuple[tuple[int, int], AclDocument]] = {}
+        #: Called when the registered ACL tables changed (the NameServer's ACL store re-reads).
+        self.on_acl_change: Callable[[], None] | None = None
         self._after_change()
 
     # ------------------------------------------------------------ housekeeping
@@ -107,6 +120,31 @@ class NameServerServicer(namesrv_pb2_grpc.NameServerServicer):  # type: ignore[m
             self._route_cache.clear()
             self.metrics.set_live_brokers(self.table.live_brokers_per_cluster())
             self.metrics.topics.set(len(self.table.topic_queue_table))
+
+    def _register_acl(self, broker_addr: str, table: common_pb2.AclTable) -> None:
+        version = (table.data_version.timestamp, table.data_version.counter)
+        known = self._acl_tables.get(broker_addr)
+        if known is not None and known[0] == version:
+            return
+        try:
+            doc = document_from_proto(table)
+        except ServiceError as exc:
+            log.error("ACL table of a broker not applied",
+                      extra={"broker_addr": broker_addr, "error": str(exc)})
+            return
+        self._acl_tables[broker_addr] = (version, doc)
+        log.info("ACL table registered", extra={"broker_addr": broker_addr, "users": len(doc.users)})
+        if self.on_acl_change is not None:
+            self.on_acl_change()
+
+    def acl_document(self) -> AclDocument:
+        """The users of the ACL tables registered by live brokers (the NameServer's table)."""
+        live = self.table.broker_live_table
+        users: dict[str, User] = {}
+        for addr, (_, doc) in self._acl_tables.items():
+            if addr in live:
+                users.update(doc.users)
+        return AclDocument(users)
 
     def expire_brokers(self) -> list[BrokerLiveInfo]:
         """Remove brokers silent for longer than brokerChannelExpiredTime (the periodic scan)."""
@@ -173,6 +211,8 @@ class NameServerServicer(namesrv_pb2_grpc.NameServerServicer):  # type: ignore[m
                 **fields, "topics": len(request.topic_configs),
                 "data_version": f"{version.timestamp}/{version.counter}",
             })
+        if request.HasField("acl_table"):
+            self._register_acl(request.broker_addr, request.acl_table)
         self._after_change()
         return pb.RegisterBrokerResponse(
             master_addr=result.master_addr,
@@ -364,7 +404,10 @@ class NameServerServicer(namesrv_pb2_grpc.NameServerServicer):  # type: ignore[m
         remaining = context.time_remaining()
         if remaining is not None:
             timeout_s = max(0.001, min(timeout_s, remaining - 0.05))
-        response = await self.relay.call(request.broker_addr, request.method, request.request, timeout_s)
+        forwarded = [(key, value) for key, value in (context.invocation_metadata() or ())
+                     if key in (AUTHORIZATION, DATE_TIME) and isinstance(value, str)]
+        response = await self.relay.call(request.broker_addr, request.method, request.request, timeout_s,
+                                         forwarded)
         log.debug("broker call relayed",
                   extra={"broker_addr": request.broker_addr, "method": request.method})
         return pb.RelayBrokerCallResponse(response=response)

@@ -13,6 +13,7 @@ from grpc_health.v1 import health_pb2
 from apache.rocketmq.v2 import service_pb2_grpc as v2_grpc
 from pocketmq.namesrv.v1 import namesrv_pb2_grpc
 from services.broker.v2.status import SERVICE_NAME as V2_SERVICE
+from services.common.acl.setup import build_interceptor
 from services.common.config import to_properties
 from services.common.grpcserver import GrpcServer, start_grpc_server
 from services.common.metrics import MetricsServer
@@ -62,10 +63,15 @@ class NamesrvApp:
 
         cfg = self.config
         tls = cfg.server_tls()
+        acl = build_interceptor(cfg.acl_enable, cfg.acl_config_file, cfg.acl_signature_window_mills, "*",
+                                self.metrics.registry, table=self.servicer.acl_document)
+        if acl is not None:
+            self.servicer.on_acl_change = acl.authenticator.store.table_changed
         self._grpc = await start_grpc_server(
             cfg.listen, register, [SERVICE_NAME, V2_SERVICE], tls,
             cfg.tls_listen if tls is not None and not cfg.tls_main_port else None,
-            f"{cfg.listen_host}:{cfg.health_listen_port}" if cfg.health_listen_port else None)
+            f"{cfg.listen_host}:{cfg.health_listen_port}" if cfg.health_listen_port else None,
+            interceptors=[acl] if acl is not None else ())
         try:
             self._metrics_server = MetricsServer(self.metrics.registry, cfg.listen_host,
                                                  cfg.metrics_port, tls)

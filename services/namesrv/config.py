@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from pocketmq.wire.address import AddressError, parse_host_port
+from services.common.acl.setup import DEFAULT_SIGNATURE_WINDOW_MS, check_acl_keys
 from services.common.config import ConfigError, require
 from services.common.tls import TlsSettings
 
@@ -45,6 +46,12 @@ class NamesrvConfig(TlsSettings):
     #: service lets clients ask it for routes (ms; 0 = ready at once). Brokers look for new
     #: NameServers every 5 s; the Helm chart sets 15000.
     readiness_warm_up_mills: int = 0
+    #: Access control (docs/acl.md): requests must be signed by a user of ``aclConfigFile`` and
+    #: allowed by its policies; only Broker users may register. Off = open to every caller.
+    acl_enable: bool = False
+    acl_config_file: str = ""
+    #: A signed request is accepted this long before or after its x-mq-date-time (ms).
+    acl_signature_window_mills: int = DEFAULT_SIGNATURE_WINDOW_MS
 
     def __post_init__(self) -> None:
         split_listen(self.listen)
@@ -56,6 +63,7 @@ class NamesrvConfig(TlsSettings):
         require(self.relay_timeout_mills > 0, "relayTimeoutMills", "must be > 0")
         require(self.readiness_warm_up_mills >= 0, "readinessWarmUpMills", "must be >= 0")
         self.check_tls()
+        check_acl_keys(self.acl_enable, self.acl_config_file, self.acl_signature_window_mills)
 
     @property
     def listen_host(self) -> str:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 import grpc
 
@@ -76,9 +76,11 @@ class BrokerRelay:
             with contextlib.suppress(Exception):
                 await channel.close(grace=None)
 
-    async def call(self, broker_addr: str, method: str, request: bytes, timeout_s: float) -> bytes:
+    async def call(self, broker_addr: str, method: str, request: bytes, timeout_s: float,
+                   metadata: Sequence[tuple[str, str]] = ()) -> bytes:
         """Forward one call. Raises NotFoundError (unknown broker), InvalidArgumentError (not a
-        relayable method) or RelayedCallError (the broker's own status)."""
+        relayable method) or RelayedCallError (the broker's own status). ``metadata``: the
+        caller's signature headers, passed on so that the broker's ACL decides."""
         if method not in self._methods:
             raise InvalidArgumentError(
                 f"method {method!r} cannot be relayed (only unary pocketmq.broker.v1 methods, "
@@ -88,7 +90,8 @@ class BrokerRelay:
         if broker_addr not in live:
             raise NotFoundError(f"broker {broker_addr!r} is not registered with this NameServer")
         try:
-            reply: bytes = await self._callable(broker_addr, method)(request, timeout=timeout_s)
+            reply: bytes = await self._callable(broker_addr, method)(
+                request, timeout=timeout_s, metadata=tuple(metadata) or None)
         except grpc.aio.AioRpcError as exc:
             details = exc.details() or exc.code().name
             raise RelayedCallError(exc.code(), f"broker {broker_addr}: {details}") from None

@@ -13,21 +13,30 @@ from pocketmq.broker.v1 import broker_pb2_grpc
 from pocketmq.common.v1 import common_pb2
 from pocketmq.namesrv.v1 import namesrv_pb2 as npb
 from pocketmq.namesrv.v1 import namesrv_pb2_grpc
+from pocketmq.wire.auth import Credentials
+from tests.support import signed_channel
 
 TIMEOUT = 10.0
+#: Credentials every call signs with (set while a chart with access control runs).
+CREDENTIALS: Credentials | None = None
+
+
+def channel(addr: str) -> grpc.Channel:
+    """A channel to ``addr`` signing with :data:`CREDENTIALS` (when set)."""
+    return signed_channel(addr, CREDENTIALS)
 PERM_READ_WRITE = common_pb2.PERMISSION_READ | common_pb2.PERMISSION_WRITE
 
 
 @contextmanager
 def namesrv(addr: str) -> Iterator[namesrv_pb2_grpc.NameServerStub]:
-    with grpc.insecure_channel(addr) as channel:
-        yield namesrv_pb2_grpc.NameServerStub(channel)
+    with channel(addr) as ch:
+        yield namesrv_pb2_grpc.NameServerStub(ch)
 
 
 @contextmanager
 def broker(addr: str) -> Iterator[broker_pb2_grpc.BrokerStub]:
-    with grpc.insecure_channel(addr) as channel:
-        yield broker_pb2_grpc.BrokerStub(channel)
+    with channel(addr) as ch:
+        yield broker_pb2_grpc.BrokerStub(ch)
 
 
 def cluster_info(addr: str) -> npb.ClusterInfo:

@@ -18,6 +18,7 @@ from apache.rocketmq.v2 import definition_pb2 as v2
 from apache.rocketmq.v2 import service_pb2 as v2s
 from apache.rocketmq.v2 import service_pb2_grpc as v2_grpc
 from pocketmq.broker.v1 import broker_pb2 as bpb
+from pocketmq.wire.auth import Credentials
 from tests.helm import client
 from tests.helm.chart import CHART_DIR, NAMESPACE, render
 from tests.helm.localpods import LocalCluster, LocalPod
@@ -64,12 +65,17 @@ def running_cluster(values: dict[str, Any],
                     tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """The chart rendered with ``values``, started as local pods (:func:`start_cluster`), stopped
     on exit."""
-    local = LocalCluster(render(values), tmp_path_factory.mktemp("pods"), NAMESPACE)
+    manifests = render(values)
+    local = LocalCluster(manifests, tmp_path_factory.mktemp("pods"), NAMESPACE)
+    # With access control on, the tests' calls sign with the Super user of the chart's Secret.
+    acl = next((s for name, s in manifests.secrets().items() if name.endswith("-acl")), None)
+    client.CREDENTIALS = Credentials(acl["admin-access-key"], acl["admin-secret-key"]) if acl else None
     try:
         start_cluster(local)
         yield local
     finally:
         local.stop(max_grace=15)
+        client.CREDENTIALS = None
 
 
 class Load:
@@ -126,7 +132,7 @@ class Load:
         """A RocketMQ 5 consumer's receive + ack (the dashboard's consumer-health row)."""
         channel = self._channels.get(addr)
         if channel is None:
-            channel = self._channels[addr] = grpc.insecure_channel(addr)
+            channel = self._channels[addr] = client.channel(addr)
         stub = v2_grpc.MessagingServiceStub(channel)
         md = [("x-mq-client-id", "helm-load-pop")]
         group, topic = v2.Resource(name="helm-load-pop"), v2.Resource(name=self.topic)

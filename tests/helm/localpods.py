@@ -16,7 +16,7 @@ pod (:attr:`LocalPod.rewrites`):
    the selected pod and its ``targetPort``, and ``<pod>.<governing headless service>...`` of a
    StatefulSet pod to that pod. A name that does not resolve (a typo in the chart) or a headless
    name with several pods used as one address is an error (except as in 5).
-3. **Volumes.** ConfigMap volumes become directories holding the ConfigMap's files; emptyDir and
+3. **Volumes.** ConfigMap and Secret volumes become directories holding their files; emptyDir and
    PersistentVolumeClaim volumes become empty directories; a mountPath in argv/env/files becomes
    that directory.
 4. **Image.** ``python`` is the test environment's interpreter (the project installed in the
@@ -322,6 +322,9 @@ class LocalCluster:
                 raise ClusterError(f"{pod.name}: volumeMount {mount['name']} has no volume or claim")
             if volume is not None and "configMap" in volume:
                 data = self.manifests.get("ConfigMap", volume["configMap"]["name"])["data"]
+                config_files += [(local / key, text) for key, text in data.items()]
+            if volume is not None and "secret" in volume:
+                data = self.manifests.secrets()[volume["secret"]["secretName"]]
                 config_files += [(local / key, text) for key, text in data.items()]
             mounts[mount["mountPath"]] = local
         pod.mounts = dict(mounts)

@@ -66,7 +66,9 @@ def test_broker_container_runs_the_ordinal_entry_point_then_the_broker() -> None
         pod = next(p for p in m.pod_templates() if p.owner_name == name)
         c = pod.container("broker")
         assert c["command"] == ["python", "-m", "services.broker.k8s_env"]
-        assert c["args"] == ["python", "-m", "services.broker", "-c", "/etc/pocketmq/broker.conf"]
+        assert c["args"] == ["python", "-m", "services.broker", "-c", "/etc/pocketmq/broker.conf",
+                             "--acl-enable", "true", "--acl-config-file", "/etc/pocketmq-acl/acl.json",
+                             "--acl-signature-window-mills", "900000"]
         env = {e["name"]: e for e in c["env"]}
         assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
         assert env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"

@@ -628,6 +628,58 @@ class TransactionCheck(_message.Message):
     producer_group: str
     def __init__(self, transaction_id: _Optional[str] = ..., msg_id: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., body: _Optional[bytes] = ..., properties: _Optional[_Mapping[str, str]] = ..., born_timestamp: _Optional[int] = ..., store_timestamp: _Optional[int] = ..., check_times: _Optional[int] = ..., producer_group: _Optional[str] = ...) -> None: ...
 
+class PutAclUserRequest(_message.Message):
+    __slots__ = ("user",)
+    USER_FIELD_NUMBER: _ClassVar[int]
+    user: _common_pb2.AclUser
+    def __init__(self, user: _Optional[_Union[_common_pb2.AclUser, _Mapping]] = ...) -> None: ...
+
+class PutAclUserResponse(_message.Message):
+    __slots__ = ("user",)
+    USER_FIELD_NUMBER: _ClassVar[int]
+    user: _common_pb2.AclUser
+    def __init__(self, user: _Optional[_Union[_common_pb2.AclUser, _Mapping]] = ...) -> None: ...
+
+class DeleteAclUserRequest(_message.Message):
+    __slots__ = ("access_key",)
+    ACCESS_KEY_FIELD_NUMBER: _ClassVar[int]
+    access_key: str
+    def __init__(self, access_key: _Optional[str] = ...) -> None: ...
+
+class DeleteAclUserResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListAclUsersRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListAclUsersResponse(_message.Message):
+    __slots__ = ("users",)
+    USERS_FIELD_NUMBER: _ClassVar[int]
+    users: _containers.RepeatedCompositeFieldContainer[_common_pb2.AclUser]
+    def __init__(self, users: _Optional[_Iterable[_Union[_common_pb2.AclUser, _Mapping]]] = ...) -> None: ...
+
+class PutAclPolicyRequest(_message.Message):
+    __slots__ = ("access_key", "policy")
+    ACCESS_KEY_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    access_key: str
+    policy: _common_pb2.AclPolicy
+    def __init__(self, access_key: _Optional[str] = ..., policy: _Optional[_Union[_common_pb2.AclPolicy, _Mapping]] = ...) -> None: ...
+
+class DeleteAclPolicyRequest(_message.Message):
+    __slots__ = ("access_key", "resource")
+    ACCESS_KEY_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_FIELD_NUMBER: _ClassVar[int]
+    access_key: str
+    resource: str
+    def __init__(self, access_key: _Optional[str] = ..., resource: _Optional[str] = ...) -> None: ...
+
+class GetAclTableRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
 class ViewMessageRequest(_message.Message):
     __slots__ = ("commit_log_offset",)
     COMMIT_LOG_OFFSET_FIELD_NUMBER: _ClassVar[int]

@@ -4,6 +4,7 @@ import grpc
 import warnings
 
 from pocketmq.broker.v1 import broker_pb2 as pocketmq_dot_broker_dot_v1_dot_broker__pb2
+from pocketmq.common.v1 import common_pb2 as pocketmq_dot_common_dot_v1_dot_common__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -148,6 +149,31 @@ class BrokerStub:
                 '/pocketmq.broker.v1.Broker/GetHAStatus',
                 request_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.GetHAStatusRequest.SerializeToString,
                 response_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.HAStatus.FromString,
+                _registered_method=True)
+        self.PutAclUser = channel.unary_unary(
+                '/pocketmq.broker.v1.Broker/PutAclUser',
+                request_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.PutAclUserRequest.SerializeToString,
+                response_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.PutAclUserResponse.FromString,
+                _registered_method=True)
+        self.DeleteAclUser = channel.unary_unary(
+                '/pocketmq.broker.v1.Broker/DeleteAclUser',
+                request_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.DeleteAclUserRequest.SerializeToString,
+                response_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.DeleteAclUserResponse.FromString,
+                _registered_method=True)
+        self.ListAclUsers = channel.unary_unary(
+                '/pocketmq.broker.v1.Broker/ListAclUsers',
+                request_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.ListAclUsersRequest.SerializeToString,
+                response_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.ListAclUsersResponse.FromString,
+                _registered_method=True)
+        self.PutAclPolicy = channel.unary_unary(
+                '/pocketmq.broker.v1.Broker/PutAclPolicy',
+                request_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.PutAclPolicyRequest.SerializeToString,
+                response_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.PutAclUserResponse.FromString,
+                _registered_method=True)
+        self.DeleteAclPolicy = channel.unary_unary(
+                '/pocketmq.broker.v1.Broker/DeleteAclPolicy',
+                request_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.DeleteAclPolicyRequest.SerializeToString,
+                response_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.PutAclUserResponse.FromString,
                 _registered_method=True)
 
 
@@ -313,6 +339,41 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PutAclUser(self, request, context):
+        """Access control users of this broker group (its ACL table, synced to the slaves; users of
+        the aclConfigFile are not listed and win over a table user with the same access key).
+        Super users only. Creates the user or replaces its secret, type and policies.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteAclUser(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListAclUsers(self, request, context):
+        """Users with their policies; secret keys are never returned.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PutAclPolicy(self, request, context):
+        """Adds a policy to a user, replacing its policy for the same resource pattern.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteAclPolicy(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -430,6 +491,31 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.GetHAStatus,
                     request_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.GetHAStatusRequest.FromString,
                     response_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.HAStatus.SerializeToString,
+            ),
+            'PutAclUser': grpc.unary_unary_rpc_method_handler(
+                    servicer.PutAclUser,
+                    request_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.PutAclUserRequest.FromString,
+                    response_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.PutAclUserResponse.SerializeToString,
+            ),
+            'DeleteAclUser': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteAclUser,
+                    request_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.DeleteAclUserRequest.FromString,
+                    response_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.DeleteAclUserResponse.SerializeToString,
+            ),
+            'ListAclUsers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListAclUsers,
+                    request_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.ListAclUsersRequest.FromString,
+                    response_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.ListAclUsersResponse.SerializeToString,
+            ),
+            'PutAclPolicy': grpc.unary_unary_rpc_method_handler(
+                    servicer.PutAclPolicy,
+                    request_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.PutAclPolicyRequest.FromString,
+                    response_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.PutAclUserResponse.SerializeToString,
+            ),
+            'DeleteAclPolicy': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteAclPolicy,
+                    request_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.DeleteAclPolicyRequest.FromString,
+                    response_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.PutAclUserResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1063,6 +1149,141 @@ class Broker:
             metadata,
             _registered_method=True)
 
+    @staticmethod
+    def PutAclUser(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/pocketmq.broker.v1.Broker/PutAclUser',
+            pocketmq_dot_broker_dot_v1_dot_broker__pb2.PutAclUserRequest.SerializeToString,
+            pocketmq_dot_broker_dot_v1_dot_broker__pb2.PutAclUserResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteAclUser(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/pocketmq.broker.v1.Broker/DeleteAclUser',
+            pocketmq_dot_broker_dot_v1_dot_broker__pb2.DeleteAclUserRequest.SerializeToString,
+            pocketmq_dot_broker_dot_v1_dot_broker__pb2.DeleteAclUserResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListAclUsers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/pocketmq.broker.v1.Broker/ListAclUsers',
+            pocketmq_dot_broker_dot_v1_dot_broker__pb2.ListAclUsersRequest.SerializeToString,
+            pocketmq_dot_broker_dot_v1_dot_broker__pb2.ListAclUsersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PutAclPolicy(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/pocketmq.broker.v1.Broker/PutAclPolicy',
+            pocketmq_dot_broker_dot_v1_dot_broker__pb2.PutAclPolicyRequest.SerializeToString,
+            pocketmq_dot_broker_dot_v1_dot_broker__pb2.PutAclUserResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteAclPolicy(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/pocketmq.broker.v1.Broker/DeleteAclPolicy',
+            pocketmq_dot_broker_dot_v1_dot_broker__pb2.DeleteAclPolicyRequest.SerializeToString,
+            pocketmq_dot_broker_dot_v1_dot_broker__pb2.PutAclUserResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
 
 class BrokerMetadataStub:
     """What a slave pulls from its master every 10 s (RocketMQ's SlaveSynchronize).
@@ -1094,6 +1315,11 @@ class BrokerMetadataStub:
                 request_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.GetAllSubscriptionGroupsRequest.SerializeToString,
                 response_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.SubscriptionGroupTable.FromString,
                 _registered_method=True)
+        self.GetAclTable = channel.unary_unary(
+                '/pocketmq.broker.v1.BrokerMetadata/GetAclTable',
+                request_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.GetAclTableRequest.SerializeToString,
+                response_deserializer=pocketmq_dot_common_dot_v1_dot_common__pb2.AclTable.FromString,
+                _registered_method=True)
 
 
 class BrokerMetadataServicer:
@@ -1124,6 +1350,12 @@ class BrokerMetadataServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetAclTable(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerMetadataServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -1146,6 +1378,11 @@ def add_BrokerMetadataServicer_to_server(servicer, server):
                     servicer.GetAllSubscriptionGroups,
                     request_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.GetAllSubscriptionGroupsRequest.FromString,
                     response_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.SubscriptionGroupTable.SerializeToString,
+            ),
+            'GetAclTable': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetAclTable,
+                    request_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.GetAclTableRequest.FromString,
+                    response_serializer=pocketmq_dot_common_dot_v1_dot_common__pb2.AclTable.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1257,6 +1494,33 @@ class BrokerMetadata:
             '/pocketmq.broker.v1.BrokerMetadata/GetAllSubscriptionGroups',
             pocketmq_dot_broker_dot_v1_dot_broker__pb2.GetAllSubscriptionGroupsRequest.SerializeToString,
             pocketmq_dot_broker_dot_v1_dot_broker__pb2.SubscriptionGroupTable.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetAclTable(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/pocketmq.broker.v1.BrokerMetadata/GetAclTable',
+            pocketmq_dot_broker_dot_v1_dot_broker__pb2.GetAclTableRequest.SerializeToString,
+            pocketmq_dot_common_dot_v1_dot_common__pb2.AclTable.FromString,
             options,
             channel_credentials,
             insecure,

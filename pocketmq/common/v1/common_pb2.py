@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fpocketmq/common/v1/common.proto\x12\x12pocketmq.common.v1\"1\n\x0b\x44\x61taVersion\x12\x11\n\ttimestamp\x18\x01 \x01(\x03\x12\x0f\n\x07\x63ounter\x18\x02 \x01(\x03\"\x81\x02\n\x0bTopicConfig\x12\x12\n\ntopic_name\x18\x01 \x01(\t\x12\x17\n\x0fread_queue_nums\x18\x02 \x01(\x05\x12\x18\n\x10write_queue_nums\x18\x03 \x01(\x05\x12\x0c\n\x04perm\x18\x04 \x01(\x05\x12\x16\n\x0etopic_sys_flag\x18\x05 \x01(\x05\x12\r\n\x05order\x18\x06 \x01(\x08\x12\x43\n\nattributes\x18\x07 \x03(\x0b\x32/.pocketmq.common.v1.TopicConfig.AttributesEntry\x1a\x31\n\x0f\x41ttributesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01*k\n\nPermission\x12\x1a\n\x16PERMISSION_UNSPECIFIED\x10\x00\x12\x16\n\x12PERMISSION_INHERIT\x10\x01\x12\x14\n\x10PERMISSION_WRITE\x10\x02\x12\x13\n\x0fPERMISSION_READ\x10\x04\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fpocketmq/common/v1/common.proto\x12\x12pocketmq.common.v1\"1\n\x0b\x44\x61taVersion\x12\x11\n\ttimestamp\x18\x01 \x01(\x03\x12\x0f\n\x07\x63ounter\x18\x02 \x01(\x03\"\x81\x02\n\x0bTopicConfig\x12\x12\n\ntopic_name\x18\x01 \x01(\t\x12\x17\n\x0fread_queue_nums\x18\x02 \x01(\x05\x12\x18\n\x10write_queue_nums\x18\x03 \x01(\x05\x12\x0c\n\x04perm\x18\x04 \x01(\x05\x12\x16\n\x0etopic_sys_flag\x18\x05 \x01(\x05\x12\r\n\x05order\x18\x06 \x01(\x08\x12\x43\n\nattributes\x18\x07 \x03(\x0b\x32/.pocketmq.common.v1.TopicConfig.AttributesEntry\x1a\x31\n\x0f\x41ttributesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"P\n\tAclPolicy\x12\x10\n\x08resource\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x63tions\x18\x02 \x03(\t\x12\x0c\n\x04\x64\x65ny\x18\x03 \x01(\x08\x12\x12\n\nsource_ips\x18\x04 \x03(\t\"u\n\x07\x41\x63lUser\x12\x12\n\naccess_key\x18\x01 \x01(\t\x12\x12\n\nsecret_key\x18\x02 \x01(\t\x12\x11\n\tuser_type\x18\x03 \x01(\t\x12/\n\x08policies\x18\x04 \x03(\x0b\x32\x1d.pocketmq.common.v1.AclPolicy\"m\n\x08\x41\x63lTable\x12\x35\n\x0c\x64\x61ta_version\x18\x01 \x01(\x0b\x32\x1f.pocketmq.common.v1.DataVersion\x12*\n\x05users\x18\x02 \x03(\x0b\x32\x1b.pocketmq.common.v1.AclUser*k\n\nPermission\x12\x1a\n\x16PERMISSION_UNSPECIFIED\x10\x00\x12\x16\n\x12PERMISSION_INHERIT\x10\x01\x12\x14\n\x10PERMISSION_WRITE\x10\x02\x12\x13\n\x0fPERMISSION_READ\x10\x04\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,12 +33,18 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_TOPICCONFIG_ATTRIBUTESENTRY']._loaded_options = None
   _globals['_TOPICCONFIG_ATTRIBUTESENTRY']._serialized_options = b'8\001'
-  _globals['_PERMISSION']._serialized_start=366
-  _globals['_PERMISSION']._serialized_end=473
+  _globals['_PERMISSION']._serialized_start=678
+  _globals['_PERMISSION']._serialized_end=785
   _globals['_DATAVERSION']._serialized_start=55
   _globals['_DATAVERSION']._serialized_end=104
   _globals['_TOPICCONFIG']._serialized_start=107
   _globals['_TOPICCONFIG']._serialized_end=364
   _globals['_TOPICCONFIG_ATTRIBUTESENTRY']._serialized_start=315
   _globals['_TOPICCONFIG_ATTRIBUTESENTRY']._serialized_end=364
+  _globals['_ACLPOLICY']._serialized_start=366
+  _globals['_ACLPOLICY']._serialized_end=446
+  _globals['_ACLUSER']._serialized_start=448
+  _globals['_ACLUSER']._serialized_end=565
+  _globals['_ACLTABLE']._serialized_start=567
+  _globals['_ACLTABLE']._serialized_end=676
 # @@protoc_insertion_point(module_scope)

@@ -2,8 +2,8 @@ from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Mapping as _Mapping
-from typing import ClassVar as _ClassVar, Optional as _Optional
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
@@ -50,3 +50,35 @@ class TopicConfig(_message.Message):
     order: bool
     attributes: _containers.ScalarMap[str, str]
     def __init__(self, topic_name: _Optional[str] = ..., read_queue_nums: _Optional[int] = ..., write_queue_nums: _Optional[int] = ..., perm: _Optional[int] = ..., topic_sys_flag: _Optional[int] = ..., order: _Optional[bool] = ..., attributes: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class AclPolicy(_message.Message):
+    __slots__ = ("resource", "actions", "deny", "source_ips")
+    RESOURCE_FIELD_NUMBER: _ClassVar[int]
+    ACTIONS_FIELD_NUMBER: _ClassVar[int]
+    DENY_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_IPS_FIELD_NUMBER: _ClassVar[int]
+    resource: str
+    actions: _containers.RepeatedScalarFieldContainer[str]
+    deny: bool
+    source_ips: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, resource: _Optional[str] = ..., actions: _Optional[_Iterable[str]] = ..., deny: _Optional[bool] = ..., source_ips: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class AclUser(_message.Message):
+    __slots__ = ("access_key", "secret_key", "user_type", "policies")
+    ACCESS_KEY_FIELD_NUMBER: _ClassVar[int]
+    SECRET_KEY_FIELD_NUMBER: _ClassVar[int]
+    USER_TYPE_FIELD_NUMBER: _ClassVar[int]
+    POLICIES_FIELD_NUMBER: _ClassVar[int]
+    access_key: str
+    secret_key: str
+    user_type: str
+    policies: _containers.RepeatedCompositeFieldContainer[AclPolicy]
+    def __init__(self, access_key: _Optional[str] = ..., secret_key: _Optional[str] = ..., user_type: _Optional[str] = ..., policies: _Optional[_Iterable[_Union[AclPolicy, _Mapping]]] = ...) -> None: ...
+
+class AclTable(_message.Message):
+    __slots__ = ("data_version", "users")
+    DATA_VERSION_FIELD_NUMBER: _ClassVar[int]
+    USERS_FIELD_NUMBER: _ClassVar[int]
+    data_version: DataVersion
+    users: _containers.RepeatedCompositeFieldContainer[AclUser]
+    def __init__(self, data_version: _Optional[_Union[DataVersion, _Mapping]] = ..., users: _Optional[_Iterable[_Union[AclUser, _Mapping]]] = ...) -> None: ...

@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class RegisterBrokerRequest(_message.Message):
-    __slots__ = ("cluster_name", "broker_name", "broker_id", "broker_addr", "ha_server_addr", "topic_config_version", "topic_configs", "metrics_addr", "broker_role")
+    __slots__ = ("cluster_name", "broker_name", "broker_id", "broker_addr", "ha_server_addr", "topic_config_version", "topic_configs", "metrics_addr", "broker_role", "acl_table")
     CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
     BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -18,6 +18,7 @@ class RegisterBrokerRequest(_message.Message):
     TOPIC_CONFIGS_FIELD_NUMBER: _ClassVar[int]
     METRICS_ADDR_FIELD_NUMBER: _ClassVar[int]
     BROKER_ROLE_FIELD_NUMBER: _ClassVar[int]
+    ACL_TABLE_FIELD_NUMBER: _ClassVar[int]
     cluster_name: str
     broker_name: str
     broker_id: int
@@ -27,7 +28,8 @@ class RegisterBrokerRequest(_message.Message):
     topic_configs: _containers.RepeatedCompositeFieldContainer[_common_pb2.TopicConfig]
     metrics_addr: str
     broker_role: str
-    def __init__(self, cluster_name: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., broker_addr: _Optional[str] = ..., ha_server_addr: _Optional[str] = ..., topic_config_version: _Optional[_Union[_common_pb2.DataVersion, _Mapping]] = ..., topic_configs: _Optional[_Iterable[_Union[_common_pb2.TopicConfig, _Mapping]]] = ..., metrics_addr: _Optional[str] = ..., broker_role: _Optional[str] = ...) -> None: ...
+    acl_table: _common_pb2.AclTable
+    def __init__(self, cluster_name: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., broker_addr: _Optional[str] = ..., ha_server_addr: _Optional[str] = ..., topic_config_version: _Optional[_Union[_common_pb2.DataVersion, _Mapping]] = ..., topic_configs: _Optional[_Iterable[_Union[_common_pb2.TopicConfig, _Mapping]]] = ..., metrics_addr: _Optional[str] = ..., broker_role: _Optional[str] = ..., acl_table: _Optional[_Union[_common_pb2.AclTable, _Mapping]] = ...) -> None: ...
 
 class RegisterBrokerResponse(_message.Message):
     __slots__ = ("master_addr", "ha_server_addr", "order_topic_config")

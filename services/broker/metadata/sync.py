@@ -18,11 +18,16 @@ from collections.abc import Callable
 import grpc
 
 from pocketmq.broker.v1 import broker_pb2, broker_pb2_grpc
+from pocketmq.wire.auth import Credentials
+from pocketmq.wire.grpcauth import signing_interceptors
 from pocketmq.wire.tls import ClientTls, aio_channel
+from services.broker.metadata.acl import AclTableManager
 from services.broker.metadata.base import DataVersion, MetadataTable
 from services.broker.metadata.groups import SubscriptionGroupConfig, SubscriptionGroupManager
 from services.broker.metadata.offsets import ConsumerOffsetManager, DelayOffsetManager
 from services.broker.metadata.topics import TopicConfig, TopicConfigManager
+from services.common.acl.protoconv import user_from_proto
+from services.common.errors import ServiceError
 from services.common.grpcserver import CHANNEL_OPTIONS
 
 log = logging.getLogger(__name__)
@@ -51,9 +56,14 @@ class SlaveMetadataSync:
         timeout_s: float = 3.0,
         on_round: Callable[[SyncResult], None] | None = None,
         tls: ClientTls | None = None,
+        credentials: Credentials | None = None,
+        acl: AclTableManager | None = None,
     ) -> None:
         """``tls``: the master's gRPC port speaks TLS (None = plaintext)."""
         self.tls = tls
+        self.acl = acl
+        #: Signs the sync calls (the master's ACL lets Broker users read its tables).
+        self._interceptors = signing_interceptors(credentials)
         self.topics = topics
         self.offsets = offsets
         self.delay_offsets = delay_offsets
@@ -135,7 +145,7 @@ class SlaveMetadataSync:
             return result
         if addr != self._channel_addr:
             await self._close_channel()
-            self._channel = aio_channel(addr, CHANNEL_OPTIONS, self.tls)
+            self._channel = aio_channel(addr, CHANNEL_OPTIONS, self.tls, self._interceptors)
             self._stub = broker_pb2_grpc.BrokerMetadataStub(self._channel)
             self._channel_addr = addr
         stub = self._stub
@@ -175,7 +185,11 @@ class SlaveMetadataSync:
         if differs(self.groups, version):
             self.groups.replace_all([SubscriptionGroupConfig.from_proto(g) for g in group_t.configs], version)
             result.replaced.append(self.groups.file_name)
-        for table in (self.topics, self.offsets, self.delay_offsets, self.groups):
+        if self.acl is not None:
+            await self._sync_acl(stub, result)
+        for table in (self.topics, self.offsets, self.delay_offsets, self.groups, self.acl):
+            if table is None:
+                continue
             if table.file_name in result.replaced:
                 try:
                     await table.persist_async()
@@ -187,6 +201,25 @@ class SlaveMetadataSync:
                                                            "replaced": ",".join(result.replaced)})
         self._finish(result)
         return result
+
+    async def _sync_acl(self, stub: broker_pb2_grpc.BrokerMetadataStub, result: SyncResult) -> None:
+        """The ACL table, when the master has one (a master without GetAclTable is skipped)."""
+        assert self.acl is not None
+        try:
+            acl_t = await stub.GetAclTable(broker_pb2.GetAclTableRequest(), timeout=self.timeout_s)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
+                log.warning("ACL table sync from master failed", extra={"error": exc.code().name})
+            return
+        version = DataVersion.from_proto(acl_t.data_version)
+        if self.acl.data_version != version:
+            try:
+                users = [user_from_proto(u) for u in acl_t.users]
+            except ServiceError as exc:
+                log.error("ACL table of the master not applied", extra={"error": str(exc)})
+                return
+            self.acl.replace_all(users, version)
+            result.replaced.append(self.acl.file_name)
 
     def _finish(self, result: SyncResult) -> None:
         self.rounds += 1

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import threading
 import time
 
@@ -42,13 +43,19 @@ from rocketmq import (
 LOCK = threading.Lock()
 
 
+def credentials() -> Credentials:
+    """``SDK_ACCESS_KEY``/``SDK_SECRET_KEY`` when set (the SDK then signs every request)."""
+    ak, sk = os.environ.get("SDK_ACCESS_KEY", ""), os.environ.get("SDK_SECRET_KEY", "")
+    return Credentials(ak, sk) if ak else Credentials()
+
+
 def out(doc: dict) -> None:
     with LOCK:
         print(json.dumps(doc), flush=True)
 
 
 def config(endpoint: str) -> ClientConfiguration:
-    return ClientConfiguration(endpoint, Credentials(), request_timeout=10)
+    return ClientConfiguration(endpoint, credentials(), request_timeout=10)
 
 
 def simple(endpoint: str, sc: dict, label: str = "c0") -> SimpleConsumer:

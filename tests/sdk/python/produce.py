@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import threading
 import time
@@ -35,6 +36,12 @@ from rocketmq import (
     TransactionChecker,
     TransactionResolution,
 )
+
+
+def credentials() -> Credentials:
+    """``SDK_ACCESS_KEY``/``SDK_SECRET_KEY`` when set (the SDK then signs every request)."""
+    ak, sk = os.environ.get("SDK_ACCESS_KEY", ""), os.environ.get("SDK_SECRET_KEY", "")
+    return Credentials(ak, sk) if ak else Credentials()
 
 
 def out(doc: dict) -> None:
@@ -143,7 +150,7 @@ def run(producer: Producer, checker: Checker, sc: dict) -> dict:
     elif kind == "consumer_start":
         # Consumers start only after the broker answered their Settings (the Python
         # PushConsumer gives up after 10 s); receiving is not served yet.
-        config = ClientConfiguration(sc["endpoint"], Credentials())
+        config = ClientConfiguration(sc["endpoint"], credentials())
         subscription = {topic: FilterExpression()}
         for name, make in (
             ("simple", lambda: SimpleConsumer(config, sc["group"], subscription)),
@@ -174,7 +181,7 @@ def main() -> int:
     plan = json.loads(args.plan)
     topics = sorted({sc["topic"] for sc in plan})
     checker = Checker(args.checker)
-    config = ClientConfiguration(args.endpoint, Credentials(), namespace=args.namespace)
+    config = ClientConfiguration(args.endpoint, credentials(), namespace=args.namespace)
     producer = Producer(config, topics, checker=checker, tls_enable=args.tls)
     producer.startup()
     try:

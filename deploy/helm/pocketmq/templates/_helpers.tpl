@@ -167,7 +167,7 @@ pocketmq.io/cluster: {{ .ctx.Values.broker.clusterName | quote }}
 
 {{/* Keys the chart owns in broker.conf; broker.config may not set them. */}}
 {{- define "pocketmq.broker.reservedKeys" -}}
-brokerClusterName brokerName brokerId brokerRole brokerIP1 namesrvAddr listenHost listenPort haListenPort metricsPort storePathRootDir flushDiskType haAuthSecret {{ include "pocketmq.tlsKeys" . }}
+brokerClusterName brokerName brokerId brokerRole brokerIP1 namesrvAddr listenHost listenPort haListenPort metricsPort storePathRootDir flushDiskType haAuthSecret aclEnable aclConfigFile innerClientAuthenticationCredentials {{ include "pocketmq.tlsKeys" . }}
 {{- end -}}
 
 {{/*
@@ -343,4 +343,42 @@ podAntiAffinity:
   value: {{ .Values.log.format | quote }}
 - name: POCKETMQ_LOG_LEVEL
   value: {{ .Values.log.level | quote }}
+{{- end -}}
+
+{{/* Name of the Secret with the ACL file and the brokers' credential ("" = access control off). */}}
+{{- define "pocketmq.acl.secretName" -}}
+{{- if .Values.acl.enabled -}}
+{{- default (printf "%s-acl" (include "pocketmq.fullname" .)) .Values.acl.existingSecret -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Where pods mount the ACL Secret (a directory: Secret updates reach it). */}}
+{{- define "pocketmq.acl.mountPath" -}}/etc/pocketmq-acl{{- end -}}
+
+{{/* Server flags turning access control on (NameServer and broker). */}}
+{{- define "pocketmq.acl.args" -}}
+{{- if .Values.acl.enabled -}}
+- "--acl-enable"
+- "true"
+- "--acl-config-file"
+- "{{ include "pocketmq.acl.mountPath" . }}/{{ .Values.acl.fileKey }}"
+- "--acl-signature-window-mills"
+- "{{ int64 .Values.acl.signatureWindowMills }}"
+{{- end -}}
+{{- end -}}
+
+{{/* The ACL Secret's volume and mount (by name "acl"). */}}
+{{- define "pocketmq.acl.volume" -}}
+{{- with include "pocketmq.acl.secretName" . -}}
+- name: acl
+  secret:
+    secretName: {{ . }}
+{{- end -}}
+{{- end -}}
+{{- define "pocketmq.acl.volumeMount" -}}
+{{- if .Values.acl.enabled -}}
+- name: acl
+  mountPath: {{ include "pocketmq.acl.mountPath" . }}
+  readOnly: true
+{{- end -}}
 {{- end -}}
