@@ -5,6 +5,7 @@ the NameServer's args and namesrv.conf load through the NameServer's parser."""
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +23,10 @@ def pod_object(pod: PodTemplate, ip: str) -> dict[str, Any]:
 
 def write_config_maps(m: Manifests, pod: PodTemplate, container: dict[str, Any],
                       root: Path) -> dict[str, str]:
-    """Materialise the container's ConfigMap mounts under ``root``; returns mountPath -> local dir."""
+    """Materialise the container's ConfigMap mounts, and the mounts of Secrets the chart renders
+    (e.g. the generated ACL Secret), under ``root``; returns mountPath -> local dir."""
     volumes = {v["name"]: v for v in pod.spec.get("volumes", [])}
+    secrets = {s["metadata"]["name"]: s for s in m.of_kind("Secret")}
     mapping = {}
     for mount in container.get("volumeMounts", []):
         volume = volumes.get(mount["name"], {})
@@ -32,6 +35,9 @@ def write_config_maps(m: Manifests, pod: PodTemplate, container: dict[str, Any],
         if "configMap" in volume:
             for key, text in m.get("ConfigMap", volume["configMap"]["name"])["data"].items():
                 (local / key).write_text(text)
+        elif "secret" in volume and volume["secret"]["secretName"] in secrets:
+            for key, value in (secrets[volume["secret"]["secretName"]].get("data") or {}).items():
+                (local / key).write_bytes(base64.b64decode(value))
         mapping[mount["mountPath"]] = str(local)
     return mapping
 

@@ -3,10 +3,12 @@ directory (rotations reach the files), its config turns TLS on for every gRPC an
 (mutual TLS with ``requireClientCert``, the HA stream with ``tls.ha``), the probes use the plaintext
 health-only port, the ServiceMonitor scrapes over HTTPS with the Secret's CA, the helm test pod
 trusts it, and the NetworkPolicies are the same as without TLS. The rendered NameServer pod run
-as a real process answers its probe on the health port and refuses plaintext clients."""
+as a real process answers its probe on the health port, refuses plaintext clients and, with the
+chart's default access control, unsigned ones over TLS."""
 
 from __future__ import annotations
 
+import base64
 import shutil
 from pathlib import Path
 from typing import Any
@@ -17,13 +19,14 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from pocketmq.namesrv.v1 import namesrv_pb2, namesrv_pb2_grpc
+from pocketmq.wire.auth import Credentials
 from pocketmq.wire.tls import ClientTls, sync_channel
 from tests.helm.chart import RELEASE, VALUE_SETS, Manifests, broker_conf, render
 from tests.helm.podenv import container_argv, container_env
 from tests.helm.test_service_config import localise, pod_object, write_config_maps
 from tests.integration.procs import ProcessGroup
 from tests.integration.tls.pki import make_pki
-from tests.support import free_port
+from tests.support import SyncSigner, free_port
 
 FULLNAME = f"{RELEASE}-pocketmq"
 TLS = VALUE_SETS["tls"]
@@ -128,9 +131,17 @@ def test_the_rendered_nameserver_pod_answers_its_probe_and_refuses_plaintext(tmp
             health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=3)
         client = ClientTls(ca_file=str(pki.ca), cert_file=str(pki.client_cert), key_file=str(pki.client_key),
                            server_name="localhost")
+        # Access control is on too (the chart's default): sign with the generated Super user.
+        acl_data = m.get("Secret", f"{FULLNAME}-acl")["data"]
+        admin = Credentials(*(base64.b64decode(acl_data[k]).decode()
+                              for k in ("admin-access-key", "admin-secret-key")))
         with sync_channel(f"127.0.0.1:{grpc_port}", [], client) as channel:
-            namesrv_pb2_grpc.NameServerStub(channel).GetBrokerClusterInfo(
-                namesrv_pb2.GetBrokerClusterInfoRequest(), timeout=5)
+            names = namesrv_pb2_grpc.NameServerStub(channel)
+            with pytest.raises(grpc.RpcError) as unsigned:
+                names.GetBrokerClusterInfo(namesrv_pb2.GetBrokerClusterInfoRequest(), timeout=5)
+            assert unsigned.value.code() == grpc.StatusCode.UNAUTHENTICATED  # type: ignore[attr-defined]
+            signed = namesrv_pb2_grpc.NameServerStub(grpc.intercept_channel(channel, SyncSigner(admin)))
+            signed.GetBrokerClusterInfo(namesrv_pb2.GetBrokerClusterInfoRequest(), timeout=5)
         without_cert = ClientTls(ca_file=str(pki.ca), server_name="localhost")
         with sync_channel(f"127.0.0.1:{grpc_port}", [], without_cert) as channel, \
                 pytest.raises(grpc.RpcError):
