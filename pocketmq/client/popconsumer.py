@@ -15,11 +15,16 @@ broker for any number of messages (see docs/pop.md).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import os
 import socket
 from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
+from typing import Any
+
+import grpc
 
 from pocketmq.broker.v1 import broker_pb2
 from pocketmq.client.core import ClientCore
@@ -28,7 +33,17 @@ from pocketmq.client.producer import namesrv_from_env
 from pocketmq.client.redelivery import RETRY_PREFIX, retry_topic
 from pocketmq.client.tags import parse_subscription
 from pocketmq.client.transport import RelayMode
-from pocketmq.errors import ClientClosedError, InvalidArgumentError, NoRouteError, PocketMQError
+from pocketmq.errors import (
+    ClientClosedError,
+    ConnectionFailedError,
+    InvalidArgumentError,
+    NoRouteError,
+    PocketMQError,
+    RequestTimeoutError,
+    UnimplementedError,
+    from_rpc_error,
+    from_status_name,
+)
 from pocketmq.wire.record import PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RETRY_TOPIC
 
 __all__ = ["PopConsumer", "PopReceipt", "PoppedMessage"]
@@ -87,6 +102,71 @@ def _by_checkpoint(messages: Iterable[PoppedMessage]) -> dict[str, dict[tuple[st
     return out
 
 
+class _PopStream:
+    """One ``PopStream`` to a broker: requests written as they come (one write at a time),
+    replies matched to them by request id."""
+
+    def __init__(self, call: Any, addr: str) -> None:
+        self.call = call
+        self.addr = addr
+        self._pending: dict[int, asyncio.Future[broker_pb2.PopStreamResponse]] = {}
+        self._next = 0
+        self._write_lock = asyncio.Lock()
+        self._failure: PocketMQError | None = None
+        self._reader = asyncio.create_task(self._read(), name=f"pop-stream {addr}")
+
+    @property
+    def broken(self) -> bool:
+        return self._failure is not None
+
+    async def request(self, timeout: float, *, ack: broker_pb2.AckMessagesRequest | None = None,  # noqa: ASYNC109
+                      pop: broker_pb2.PopMessagesRequest | None = None) -> broker_pb2.PopStreamResponse:
+        if self._failure is not None:
+            raise self._failure
+        self._next += 1
+        rid = self._next
+        future: asyncio.Future[broker_pb2.PopStreamResponse] = asyncio.get_running_loop().create_future()
+        self._pending[rid] = future
+        try:
+            async with self._write_lock:
+                await self.call.write(broker_pb2.PopStreamRequest(request_id=rid, ack=ack, pop=pop))
+            reply = await asyncio.wait_for(future, timeout)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc, self.addr, "PopStream") from None
+        except TimeoutError:
+            raise RequestTimeoutError(f"PopStream: no reply within {timeout:g} s",
+                                      address=self.addr) from None
+        finally:
+            self._pending.pop(rid, None)
+        if reply.error_code:
+            raise from_status_name(reply.error_code, reply.error, self.addr, "PopStream")
+        return reply
+
+    async def _read(self) -> None:
+        failure: PocketMQError = ConnectionFailedError("PopStream ended", address=self.addr)
+        try:
+            while True:
+                reply = await self.call.read()
+                if reply is grpc.aio.EOF:
+                    break
+                future = self._pending.get(reply.request_id)
+                if future is not None and not future.done():
+                    future.set_result(reply)
+        except grpc.RpcError as exc:
+            failure = from_rpc_error(exc, self.addr, "PopStream")
+        finally:
+            self._failure = failure
+            for future in self._pending.values():
+                if not future.done():
+                    future.set_exception(failure)
+
+    async def close(self) -> None:
+        self.call.cancel()
+        self._reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._reader
+
+
 def _receipts(batches: Mapping[tuple[str, int, int], list[int]]) -> list[broker_pb2.PopReceipt]:
     return [broker_pb2.PopReceipt(topic=t, queue_id=q, checkpoint_id=c, queue_offsets=offs)
             for (t, q, c), offs in batches.items()]
@@ -114,6 +194,9 @@ class PopConsumer:
         self._core: ClientCore | None = None
         self._closed = False
         self._turn = 0
+        #: One PopStream per broker (direct connections); brokers without one get unary calls.
+        self._streams: dict[str, _PopStream] = {}
+        self._no_stream: set[str] = set()
 
     @staticmethod
     def _check_invisible(seconds: float) -> None:
@@ -134,6 +217,9 @@ class PopConsumer:
 
     async def close(self) -> None:
         self._closed = True
+        streams, self._streams = list(self._streams.values()), {}
+        for stream in streams:
+            await stream.close()
         if self._core is not None:
             await self._core.close()
             self._core = None
@@ -189,14 +275,39 @@ class PopConsumer:
                 break
         return out
 
-    async def _pop(self, addr: str, topic: str, n: int, invisible: float, poll: float) -> list[PoppedMessage]:
+    def _stream(self, addr: str) -> _PopStream | None:
         core = self._live_core()
+        if core.caller.relayed or addr in self._no_stream:
+            return None
+        stream = self._streams.get(addr)
+        if stream is None or stream.broken:
+            stream = self._streams[addr] = _PopStream(core.pool.broker_stub(addr, "Broker").PopStream(), addr)
+        return stream
+
+    async def _call(self, addr: str, timeout: float, *, ack: broker_pb2.AckMessagesRequest | None = None,  # noqa: ASYNC109
+                    pop: broker_pb2.PopMessagesRequest | None = None) -> broker_pb2.PopStreamResponse:
+        """An ack and/or a pop on the broker's PopStream, else (relayed, or a broker without
+        it) as unary calls."""
+        stream = self._stream(addr)
+        if stream is not None:
+            try:
+                return await stream.request(timeout, ack=ack, pop=pop)
+            except UnimplementedError:
+                self._no_stream.add(addr)
+        core = self._live_core()
+        reply = broker_pb2.PopStreamResponse()
+        if ack is not None:
+            reply.ack.CopyFrom(await core.caller.call(addr, "AckMessages", ack, timeout))
+        if pop is not None:
+            reply.pop.CopyFrom(await core.caller.call(addr, "PopMessages", pop, timeout))
+        return reply
+
+    async def _pop(self, addr: str, topic: str, n: int, invisible: float, poll: float) -> list[PoppedMessage]:
         request = broker_pb2.PopMessagesRequest(
             consumer_group=self.group, topic=topic, queue_id=-1, max_msg_nums=n,
             subscription=self._subscriptions[topic], invisible_time_ms=int(invisible * 1000),
             poll_time_ms=int(poll * 1000), client_id=self.client_id)
-        reply: broker_pb2.PopMessagesResponse = await core.caller.call(
-            addr, "PopMessages", request, self.request_timeout + poll)
+        reply = (await self._call(addr, self.request_timeout + poll, pop=request)).pop
         out: list[PoppedMessage] = []
         for b in reply.batches:
             if b.records:
@@ -215,14 +326,11 @@ class PopConsumer:
     async def ack(self, messages: Iterable[PoppedMessage]) -> list[PoppedMessage]:
         """Ack messages (one call per broker); returns those that could not be acked any more
         (their invisible time ran out and they were handed out again, or were acked before)."""
-        core = self._live_core()
         messages = list(messages)
         failed: set[tuple[str, str, int, int, int]] = set()
         for addr, batches in _by_checkpoint(messages).items():
-            reply: broker_pb2.AckMessagesResponse = await core.caller.call(
-                addr, "AckMessages", broker_pb2.AckMessagesRequest(consumer_group=self.group,
-                                                                   receipts=_receipts(batches)),
-                self.request_timeout)
+            request = broker_pb2.AckMessagesRequest(consumer_group=self.group, receipts=_receipts(batches))
+            reply = (await self._call(addr, self.request_timeout, ack=request)).ack
             for f in reply.failed:
                 failed.update((addr, f.topic, f.queue_id, f.checkpoint_id, o) for o in f.queue_offsets)
         if not failed:

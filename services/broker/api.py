@@ -384,6 +384,11 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer):  # type: ignore[misc]
     async def AckMessages(self, request: pb.AckMessagesRequest, context: Ctx) -> pb.AckMessagesResponse:
         return pop_batched.ack(self.app.pop, request)
 
+    async def PopStream(self, request_iterator: AsyncIterator[pb.PopStreamRequest],
+                        context: Ctx) -> AsyncIterator[pb.PopStreamResponse]:
+        async for reply in pop_batched.serve_stream(self.app.pop, request_iterator, self.app.stopping):
+            yield reply
+
     @grpc_method
     async def ChangeInvisibleTime(self, request: pb.ChangeInvisibleTimeRequest,
                                   context: Ctx) -> pb.ChangeInvisibleTimeResponse:

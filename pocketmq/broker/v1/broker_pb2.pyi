@@ -723,3 +723,27 @@ class ChangeInvisibleTimeResponse(_message.Message):
     batches: _containers.RepeatedCompositeFieldContainer[PopBatch]
     failed: _containers.RepeatedCompositeFieldContainer[PopReceipt]
     def __init__(self, batches: _Optional[_Iterable[_Union[PopBatch, _Mapping]]] = ..., failed: _Optional[_Iterable[_Union[PopReceipt, _Mapping]]] = ...) -> None: ...
+
+class PopStreamRequest(_message.Message):
+    __slots__ = ("request_id", "ack", "pop")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    ACK_FIELD_NUMBER: _ClassVar[int]
+    POP_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    ack: AckMessagesRequest
+    pop: PopMessagesRequest
+    def __init__(self, request_id: _Optional[int] = ..., ack: _Optional[_Union[AckMessagesRequest, _Mapping]] = ..., pop: _Optional[_Union[PopMessagesRequest, _Mapping]] = ...) -> None: ...
+
+class PopStreamResponse(_message.Message):
+    __slots__ = ("request_id", "ack", "pop", "error_code", "error")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    ACK_FIELD_NUMBER: _ClassVar[int]
+    POP_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    ack: AckMessagesResponse
+    pop: PopMessagesResponse
+    error_code: str
+    error: str
+    def __init__(self, request_id: _Optional[int] = ..., ack: _Optional[_Union[AckMessagesResponse, _Mapping]] = ..., pop: _Optional[_Union[PopMessagesResponse, _Mapping]] = ..., error_code: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...

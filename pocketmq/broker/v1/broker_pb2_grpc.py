@@ -164,6 +164,11 @@ class BrokerStub:
                 request_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.ChangeInvisibleTimeRequest.SerializeToString,
                 response_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.ChangeInvisibleTimeResponse.FromString,
                 _registered_method=True)
+        self.PopStream = channel.stream_stream(
+                '/pocketmq.broker.v1.Broker/PopStream',
+                request_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.PopStreamRequest.SerializeToString,
+                response_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.PopStreamResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -352,6 +357,15 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PopStream(self, request_iterator, context):
+        """PopMessages and AckMessages pipelined on one stream (direct connections; much cheaper per
+        call than unary calls): every request is answered once, with its request_id, not
+        necessarily in request order (a pop may long-poll while later acks are answered).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -484,6 +498,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.ChangeInvisibleTime,
                     request_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.ChangeInvisibleTimeRequest.FromString,
                     response_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.ChangeInvisibleTimeResponse.SerializeToString,
+            ),
+            'PopStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.PopStream,
+                    request_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.PopStreamRequest.FromString,
+                    response_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.PopStreamResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1188,6 +1207,33 @@ class Broker:
             '/pocketmq.broker.v1.Broker/ChangeInvisibleTime',
             pocketmq_dot_broker_dot_v1_dot_broker__pb2.ChangeInvisibleTimeRequest.SerializeToString,
             pocketmq_dot_broker_dot_v1_dot_broker__pb2.ChangeInvisibleTimeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PopStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/pocketmq.broker.v1.Broker/PopStream',
+            pocketmq_dot_broker_dot_v1_dot_broker__pb2.PopStreamRequest.SerializeToString,
+            pocketmq_dot_broker_dot_v1_dot_broker__pb2.PopStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,

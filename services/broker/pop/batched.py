@@ -1,11 +1,13 @@
 """PocketMQ's own batched POP calls (``Broker.PopMessages``, ``AckMessages``,
-``ChangeInvisibleTime``): request validation and replies over :class:`PopService`. A pop hands out
-whole checkpoints with the records as stored; an ack names (checkpoint, offsets), so neither side
-builds an object per message."""
+``ChangeInvisibleTime``, and the first two pipelined on ``PopStream``): request validation and
+replies over :class:`PopService`. A pop hands out whole checkpoints with the records as stored;
+an ack names (checkpoint, offsets), so neither side builds an object per message."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from pocketmq.broker.v1 import broker_pb2 as pb
@@ -13,7 +15,9 @@ from services.broker import validation as v
 from services.broker.pop.service import PopRequest, PopService
 from services.broker.pop.state import AckBatch
 from services.broker.pull import to_message_ext
-from services.common.errors import InvalidArgumentError, PermissionDeniedError
+from services.common.errors import InvalidArgumentError, PermissionDeniedError, ServiceError
+
+log = logging.getLogger(__name__)
 
 #: Bounds of a batched pop: messages per call, invisible time, long polling.
 MAX_POP_BATCH = 4096
@@ -85,3 +89,54 @@ def change_invisible(service: PopService,
                           deadline_ms=ck.deadline_ms, queue_offsets=list(ck.pending))
     _failed(reply.failed, failed)
     return reply
+
+
+async def stream_one(service: PopService, request: pb.PopStreamRequest,
+                     stopping: Callable[[], bool]) -> pb.PopStreamResponse:
+    """One request of a PopStream: its ack, then its pop; a failure is answered, not raised."""
+    reply = pb.PopStreamResponse(request_id=request.request_id)
+    try:
+        if request.HasField("ack"):
+            reply.ack.CopyFrom(ack(service, request.ack))
+        if request.HasField("pop"):
+            reply.pop.CopyFrom(await pop(service, request.pop, stopping))
+    except ServiceError as exc:
+        reply.error_code, reply.error = exc.code.name, str(exc)
+    except Exception as exc:  # answered like a unary call's INTERNAL; the stream goes on
+        log.exception("pop stream request failed")
+        reply.error_code, reply.error = "INTERNAL", f"{type(exc).__name__}: {exc}"
+    return reply
+
+
+async def serve_stream(service: PopService, requests: AsyncIterator[pb.PopStreamRequest],
+                       stopping: Callable[[], bool]) -> AsyncIterator[pb.PopStreamResponse]:
+    """Answer a PopStream's requests as they complete: acks inline, pops (which may long-poll)
+    each in a task of their own."""
+    out: asyncio.Queue[pb.PopStreamResponse | None] = asyncio.Queue()
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def answer(request: pb.PopStreamRequest) -> None:
+        out.put_nowait(await stream_one(service, request, stopping))
+
+    async def read() -> None:
+        try:
+            async for request in requests:
+                if request.HasField("pop"):
+                    task = asyncio.create_task(answer(request))
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
+                else:
+                    await answer(request)
+            if tasks:
+                await asyncio.gather(*tasks)
+        finally:
+            out.put_nowait(None)
+
+    reader = asyncio.create_task(read())
+    try:
+        while (reply := await out.get()) is not None:
+            yield reply
+    finally:
+        reader.cancel()
+        for task in list(tasks):
+            task.cancel()

@@ -14,10 +14,11 @@ from collections.abc import Iterator
 import pytest
 
 from pocketmq import AsyncProducer, Message
+from pocketmq import errors as e
 from pocketmq.client.popconsumer import PopConsumer, PoppedMessage
 from tests.integration.client.cluster import Broker, Cluster, running_cluster
 from tests.integration.procs import attach_logs
-from tests.integration.timer.helpers import status
+from tests.integration.timer.helpers import knows_topic, status
 from tests.support import async_wait_until
 
 pytestmark = pytest.mark.slow
@@ -118,6 +119,23 @@ async def test_two_consumers_of_a_group_never_hold_the_same_message(pc: Cluster)
 
 
 @pytest.mark.asyncio
+async def test_relayed_consumers_use_the_unary_calls_and_errors_are_reported(pc: Cluster) -> None:
+    pc.create_topic("pop-relay", queues=1)
+    await send(pc.namesrv, "pop-relay", ["r0", "r1", "r2"])
+    async with PopConsumer("pop-relay-g", pc.namesrv, relay="relay") as relayed:
+        relayed.subscribe("pop-relay")
+        got = await drain(relayed, 3, 15)
+        assert sorted(m.body.decode() for m in got) == ["r0", "r1", "r2"]
+        assert relayed._streams == {}  # through the NameServer: no stream
+    async with PopConsumer("pop-relay-g", pc.namesrv) as direct:
+        direct.subscribe("pop-relay")
+        # A broker-side refusal on the stream surfaces as the error a unary call would raise.
+        with pytest.raises(e.InvalidRequestError, match="max_msg_nums"):
+            await direct._pop(pc.masters()[0].addr, "pop-relay", 5000, 30, 0)
+        assert await direct.receive(8, wait=0.2) == []  # the stream still works
+
+
+@pytest.mark.asyncio
 async def test_a_slave_restarted_as_master_redelivers_in_flight_and_not_acked_messages(pc: Cluster) -> None:
     pc.create_topic("pop-failover", queues=2)
     texts = [f"f{i}" for i in range(200)]
@@ -130,6 +148,8 @@ async def test_a_slave_restarted_as_master_redelivers_in_flight_and_not_acked_me
         assert len(popped) == 150  # 50 never popped
         acked = popped[:100]
         assert await consumer.ack(acked) == []
+        await async_wait_until(lambda: knows_topic(slave, "pop-failover"), 10,
+                               message="slave knows the topic")
         end = status(master).commit_log_max_offset
         await async_wait_until(lambda: status(slave).commit_log_max_offset == end, 10,
                                message="slave has the pop and ack records")
