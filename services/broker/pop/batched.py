@@ -12,7 +12,8 @@ from typing import Any
 
 from pocketmq.broker.v1 import broker_pb2 as pb
 from services.broker import validation as v
-from services.broker.pop.service import PopRequest, PopService
+from services.broker.pop.model import PopRequest
+from services.broker.pop.service import PopService
 from services.broker.pop.state import AckBatch
 from services.broker.pull import to_message_ext
 from services.common.errors import InvalidArgumentError, PermissionDeniedError, ServiceError

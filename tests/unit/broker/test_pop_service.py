@@ -21,7 +21,8 @@ from services.broker.metadata import (
     TopicConfigManager,
 )
 from services.broker.pop.metrics import PopMetrics
-from services.broker.pop.service import PopRequest, PopService, retry_topic
+from services.broker.pop.model import PopRequest
+from services.broker.pop.service import PopService, retry_topic
 from services.broker.storage import record
 from services.broker.storage.status import PutResult
 from services.broker.storage.store import MessageStore
