@@ -6,7 +6,8 @@ messages, then drains it twice, with two groups:
 * ``sdk pop``  - the official RocketMQ 5 Python SDK's SimpleConsumer (.venv-sdk, its own process):
   ``receive(32)`` + an ack per message, over the v2 API (ReceiveMessage / AckMessage);
 * ``own pop``  - PocketMQ's own consumer in POP mode (``pocketmq.client.popconsumer.PopConsumer``):
-  ``receive(--pop-batch)`` (batched ``PopMessages``) + one batched ``AckMessages`` per receive;
+  ``ack_and_receive(previous batch, --pop-batch)``: the batch's ack rides on the next pop, on the
+  broker's ``PopStream``;
 * ``own pull`` - PocketMQ's own consumer (``pocketmq.client.AsyncConsumer``), offset-based pulls
   of 32 with periodic offset commits.
 
@@ -39,7 +40,7 @@ from benchlib import ROOT, cpu_seconds, free_port, wait_port
 
 from pocketmq.client.consumer import AsyncConsumer
 from pocketmq.client.message import Message
-from pocketmq.client.popconsumer import PopConsumer
+from pocketmq.client.popconsumer import PopConsumer, PoppedMessage
 from pocketmq.client.producer import AsyncProducer
 
 SDK_PYTHON = ROOT / ".venv-sdk" / "bin" / "python"
@@ -75,11 +76,15 @@ async def own_pop(namesrv: str, topic: str, group: str, count: int, batch: int) 
         start = time.perf_counter()
         deadline = start + 120
         got = 0
+        done: list[PoppedMessage] = []
         while got < count and time.perf_counter() < deadline:
-            messages = await consumer.receive(batch, wait=1.0)
-            if messages and await consumer.ack(messages):
+            # The previous batch's ack rides on the next pop request.
+            failed, done = await consumer.ack_and_receive(done, batch, wait=1.0)
+            if failed:
                 raise SystemExit("own POP: acks refused")
-            got += len(messages)
+            got += len(done)
+        if done and await consumer.ack(done):
+            raise SystemExit("own POP: acks refused")
         if got < count:
             raise SystemExit(f"own POP consumer stalled after {got} of {count}")
         return got / (time.perf_counter() - start), got
@@ -134,7 +139,7 @@ def main() -> int:
             broker_pid = procs[1].pid
             print(f"# {args.rounds} rounds, a backlog of {args.count} x {args.size}-byte messages each, "
                   f"drained by each mode (SDK receive 32 + ack each, own POP receive {args.pop_batch} + "
-                  "one batched ack, own pull 32); one broker, loopback", flush=True)
+                  "one batched ack riding on the next pop, own pull 32); one broker, loopback", flush=True)
             for i in range(args.rounds):
                 topic = f"bench-pop-{i}"
                 asyncio.run(fill(namesrv, topic, args.count, args.size))

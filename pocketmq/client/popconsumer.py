@@ -102,6 +102,10 @@ def _by_checkpoint(messages: Iterable[PoppedMessage]) -> dict[str, dict[tuple[st
     return out
 
 
+#: (broker addr, topic, queue id, checkpoint id, queue offset): one popped message's receipt.
+_Key = tuple[str, str, int, int, int]
+
+
 class _PopStream:
     """One ``PopStream`` to a broker: requests written as they come (one write at a time),
     replies matched to them by request id."""
@@ -255,6 +259,14 @@ class PopConsumer:
         """Pop up to ``max_messages``, invisible to the group for ``invisible_time`` seconds
         (default: the consumer's). Waits up to ``wait`` s (default: ``long_poll_timeout``) when
         nothing is there; returns [] then."""
+        return (await self.ack_and_receive((), max_messages, invisible_time, wait))[1]
+
+    async def ack_and_receive(self, done: Iterable[PoppedMessage], max_messages: int = 32,
+                              invisible_time: float | None = None,
+                              wait: float | None = None) -> tuple[list[PoppedMessage], list[PoppedMessage]]:
+        """:meth:`ack` ``done``, then :meth:`receive`, the ack riding on the pop request to the
+        same broker (one round trip instead of two). Returns (messages that could not be acked,
+        messages received); the acks are done (durably) when this returns."""
         if not 1 <= max_messages <= MAX_BATCH:
             raise InvalidArgumentError(f"max_messages must be 1..{MAX_BATCH}")
         invisible = self.invisible_time if invisible_time is None else invisible_time
@@ -262,6 +274,10 @@ class PopConsumer:
         wait_s = self.long_poll_timeout if wait is None else wait
         if not self._subscriptions:
             raise InvalidArgumentError("subscribe to a topic first")
+        done = list(done)
+        acks = {addr: broker_pb2.AckMessagesRequest(consumer_group=self.group, receipts=_receipts(batches))
+                for addr, batches in _by_checkpoint(done).items()}
+        failed: set[_Key] = set()
         targets = await self._targets()
         self._turn += 1
         start = self._turn % len(targets)
@@ -270,10 +286,25 @@ class PopConsumer:
         for i, (topic, addr) in enumerate(order):
             # Only the last broker asked long-polls, so a busy one is never kept waiting for.
             poll = wait_s if i == len(order) - 1 and not out else 0.0
-            out.extend(await self._pop(addr, topic, max_messages - len(out), invisible, poll))
+            out.extend(await self._pop(addr, topic, max_messages - len(out), invisible, poll,
+                                       acks.pop(addr, None), failed))
             if len(out) >= max_messages:
                 break
-        return out
+        for addr, request in acks.items():  # brokers not asked for messages this time
+            self._failed(addr, (await self._call(addr, self.request_timeout, ack=request)).ack, failed)
+        return self._match(done, failed), out
+
+    @staticmethod
+    def _failed(addr: str, reply: broker_pb2.AckMessagesResponse, into: set[_Key]) -> None:
+        for f in reply.failed:
+            into.update((addr, f.topic, f.queue_id, f.checkpoint_id, o) for o in f.queue_offsets)
+
+    @staticmethod
+    def _match(messages: list[PoppedMessage], failed: set[_Key]) -> list[PoppedMessage]:
+        if not failed:
+            return []
+        return [m for m in messages if (m.receipt.broker_addr, m.receipt.topic, m.receipt.queue_id,
+                                        m.receipt.checkpoint_id, m.receipt.queue_offset) in failed]
 
     def _stream(self, addr: str) -> _PopStream | None:
         core = self._live_core()
@@ -302,12 +333,17 @@ class PopConsumer:
             reply.pop.CopyFrom(await core.caller.call(addr, "PopMessages", pop, timeout))
         return reply
 
-    async def _pop(self, addr: str, topic: str, n: int, invisible: float, poll: float) -> list[PoppedMessage]:
+    async def _pop(self, addr: str, topic: str, n: int, invisible: float, poll: float,
+                   ack: broker_pb2.AckMessagesRequest | None = None,
+                   failed: set[_Key] | None = None) -> list[PoppedMessage]:
         request = broker_pb2.PopMessagesRequest(
             consumer_group=self.group, topic=topic, queue_id=-1, max_msg_nums=n,
             subscription=self._subscriptions[topic], invisible_time_ms=int(invisible * 1000),
             poll_time_ms=int(poll * 1000), client_id=self.client_id)
-        reply = (await self._call(addr, self.request_timeout + poll, pop=request)).pop
+        both = await self._call(addr, self.request_timeout + poll, ack=ack, pop=request)
+        if ack is not None and failed is not None:
+            self._failed(addr, both.ack, failed)
+        reply = both.pop
         out: list[PoppedMessage] = []
         for b in reply.batches:
             if b.records:
@@ -327,16 +363,11 @@ class PopConsumer:
         """Ack messages (one call per broker); returns those that could not be acked any more
         (their invisible time ran out and they were handed out again, or were acked before)."""
         messages = list(messages)
-        failed: set[tuple[str, str, int, int, int]] = set()
+        failed: set[_Key] = set()
         for addr, batches in _by_checkpoint(messages).items():
             request = broker_pb2.AckMessagesRequest(consumer_group=self.group, receipts=_receipts(batches))
-            reply = (await self._call(addr, self.request_timeout, ack=request)).ack
-            for f in reply.failed:
-                failed.update((addr, f.topic, f.queue_id, f.checkpoint_id, o) for o in f.queue_offsets)
-        if not failed:
-            return []
-        return [m for m in messages if (m.receipt.broker_addr, m.receipt.topic, m.receipt.queue_id,
-                                        m.receipt.checkpoint_id, m.receipt.queue_offset) in failed]
+            self._failed(addr, (await self._call(addr, self.request_timeout, ack=request)).ack, failed)
+        return self._match(messages, failed)
 
     async def change_invisible_time(self, messages: Iterable[PoppedMessage],
                                     invisible_time: float) -> list[PoppedMessage]:

@@ -98,21 +98,33 @@ async def test_two_consumers_of_a_group_never_hold_the_same_message(pc: Cluster)
         held: dict[str, int] = {}
         got: list[str] = []
 
-        async def run(c: PopConsumer, who: int) -> None:
+        async def run(c: PopConsumer, who: int, combined: bool) -> None:
+            done: list[PoppedMessage] = []
             while len(got) < len(texts):
-                batch = await c.receive(16, wait=0.3)
+                if combined:  # b acks each batch on its next pop
+                    failed, batch = await c.ack_and_receive(done, 16, wait=0.3)
+                    assert failed == []
+                    for m in done:
+                        del held[m.body.decode()]
+                else:
+                    batch = await c.receive(16, wait=0.3)
                 for m in batch:
                     key = m.body.decode()
                     assert key not in held, f"{key} held by {held[key]} and {who}"
                     held[key] = who
-                await asyncio.sleep(0)
                 got.extend(m.body.decode() for m in batch)
-                for m in batch:
-                    del held[m.body.decode()]
-                await c.ack(batch)
+                await asyncio.sleep(0)
+                if combined:
+                    done = batch
+                else:
+                    assert await c.ack(batch) == []
+                    for m in batch:
+                        del held[m.body.decode()]
+            assert await c.ack(done) == []
 
-        await asyncio.wait_for(asyncio.gather(run(a, 1), run(b, 2)), 30)
+        await asyncio.wait_for(asyncio.gather(run(a, 1, False), run(b, 2, True)), 30)
         assert sorted(got) == sorted(texts)
+        assert await a.receive(16, wait=0.3) == [] and await b.receive(16, wait=0.3) == []  # all acked
     finally:
         await a.close()
         await b.close()
