@@ -438,9 +438,11 @@ class PopService:
         failed: list[AckBatch] = []
         for topic, qid, ck_id, offsets in batches:
             ck = self.inflight.live(group, topic, qid, ck_id)
-            ok = [] if ck is None else [o for o in dict.fromkeys(offsets) if o in ck.pending]
-            if len(ok) != len(offsets):
-                failed.append((topic, qid, ck_id, [o for o in offsets if o not in ok]))
+            pending = ck.pending if ck is not None else {}
+            ok = [o for o in dict.fromkeys(offsets) if o in pending]
+            missing = [o for o in offsets if o not in pending]
+            if missing:
+                failed.append((topic, qid, ck_id, missing))
             if ck is not None and ok:
                 out.append(self._change(ck, ok, invisible_ms))
         return out, failed
