@@ -147,6 +147,30 @@ async def test_relayed_consumers_use_the_unary_calls_and_errors_are_reported(pc:
         assert await direct.receive(8, wait=0.2) == []  # the stream still works
 
 
+
+@pytest.mark.asyncio
+async def test_after_sigkill_in_flight_messages_come_back_and_acked_ones_do_not(pc: Cluster) -> None:
+    pc.create_topic("pop-crash", queues=2)
+    texts = [f"c{i}" for i in range(120)]
+    await send(pc.namesrv, "pop-crash", texts)
+    master = next(b for b in pc.brokers if b.broker_id == 0 and b.proc.alive)
+    async with PopConsumer("pop-crash-g", pc.namesrv) as consumer:
+        consumer.subscribe("pop-crash")
+        first = await drain(consumer, 60, 15, invisible=3, ack=False)
+        # The first batch's ack rides on the next pop.
+        failed, second = await consumer.ack_and_receive(first, 60, invisible_time=3, wait=1.0)
+        assert failed == [] and len(second) > 0
+    master.proc.kill()
+    pc.restart(master)
+    async with PopConsumer("pop-crash-g", pc.namesrv) as consumer:
+        consumer.subscribe("pop-crash")
+        got = await drain(consumer, 120 - len(first), 30)
+        await asyncio.sleep(0.5)
+        got.extend(await consumer.receive(256, wait=0.5))
+    bodies = collections.Counter(m.body.decode() for m in got)
+    assert set(bodies) == set(texts) - {m.body.decode() for m in first} and set(bodies.values()) == {1}
+    assert {m.delivery_attempt for m in got if m.body.decode() in {x.body.decode() for x in second}} == {2}
+
 @pytest.mark.asyncio
 async def test_a_slave_restarted_as_master_redelivers_in_flight_and_not_acked_messages(pc: Cluster) -> None:
     pc.create_topic("pop-failover", queues=2)
