@@ -219,10 +219,11 @@ class PopService:
 
     async def _poll(self, req: PopRequest, stopping: Callable[[], bool],
                     take: Callable[[PopRequest, str, int, int, bool], tuple[list[_T], int]]) -> list[_T]:
-        self._check_active()
         deadline = time.monotonic() + req.poll_s
         fifo = self.group_config(req.group).consume_message_orderly
         while True:
+            # Also after a long-poll wait: the broker may have become a slave meanwhile.
+            self._check_active()
             queues = self._queues(req)
             out: list[_T] = []
             n = 0
