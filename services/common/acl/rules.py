@@ -88,6 +88,19 @@ def _batch_topics(r: Any) -> list[Requirement]:
     return [(topic(r.topic), PUB)]
 
 
+def _receipts(group_name: str, receipts: Iterable[Any]) -> list[Requirement]:
+    """Sub on the group and on every topic the POP receipts name (the subscribed or retry topic)."""
+    return [(group(group_name), SUB), *((topic(t), SUB) for t in sorted({r.topic for r in receipts}))]
+
+
+def _pop_stream(r: Any) -> list[Requirement]:
+    """One PopStream request: its ack (when set), then its pop (when set, or when neither is)."""
+    out = _receipts(r.ack.consumer_group, r.ack.receipts) if r.HasField("ack") else []
+    if r.HasField("pop") or not out:
+        out += _topic_and_group(r.pop.topic, r.pop.consumer_group, SUB)
+    return out
+
+
 _B = "/pocketmq.broker.v1.Broker/"
 _M = "/pocketmq.broker.v1.BrokerMetadata/"
 _T = "/pocketmq.broker.v1.Transactions/"
@@ -101,6 +114,10 @@ V1_RULES: dict[str, Rule] = {
     _B + "SendMessageStream": Rule("check", lambda r, cl: _batch_topics(r), per_message=True),
     _B + "PullMessage": check(lambda r, cl: _topic_and_group(r.topic, r.consumer_group, SUB)),
     _B + "PullMessageStream": check(lambda r, cl: _topic_and_group(r.topic, r.consumer_group, SUB)),
+    _B + "PopMessages": check(lambda r, cl: _topic_and_group(r.topic, r.consumer_group, SUB)),
+    _B + "AckMessages": check(lambda r, cl: _receipts(r.consumer_group, r.receipts)),
+    _B + "ChangeInvisibleTime": check(lambda r, cl: _receipts(r.consumer_group, r.receipts)),
+    _B + "PopStream": Rule("check", lambda r, cl: _pop_stream(r), per_message=True),
     _B + "GetMinOffset": check(lambda r, cl: [(topic(r.topic), SUB_OR_GET)]),
     _B + "GetMaxOffset": check(lambda r, cl: [(topic(r.topic), SUB_OR_GET)]),
     _B + "SearchOffset": check(lambda r, cl: [(topic(r.topic), SUB_OR_GET)]),

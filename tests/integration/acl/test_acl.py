@@ -461,3 +461,36 @@ def test_own_consumer_with_a_sub_user_consumes_what_a_pub_user_sent(cluster: Acl
     assert seen == {f"{marker}-{i}" for i in range(3)}
     assert "may not" not in "".join(line for line in cluster.master_proc.log_text().splitlines()
                                     if "sub-only" in line and "g-own" in line)
+
+
+def test_own_pop_consumer_pops_and_acks_with_a_sub_user_only(cluster: AclCluster) -> None:
+    import asyncio
+
+    from pocketmq.client.popconsumer import PopConsumer
+    from pocketmq.errors import PermissionDeniedError
+
+    marker = f"pop-{time.time_ns()}".encode()
+    with Producer(cluster.namesrv, credentials=PUB) as producer:
+        for i in range(3):
+            producer.send(Message(TOPIC, marker + b"-%d" % i))
+
+    async def go() -> None:
+        # PopStream (pops with their acks riding along) is checked per request.
+        async with PopConsumer("g-pop", cluster.namesrv, credentials=SUB) as consumer:
+            consumer.subscribe(TOPIC)
+            seen: set[bytes] = set()
+            done: list[Any] = []
+            deadline = time.monotonic() + 30
+            while len(seen) < 3 and time.monotonic() < deadline:
+                failed, got = await consumer.ack_and_receive(done, wait=1)
+                assert failed == []
+                done = [m for m in got if m.body.startswith(marker)]
+                seen.update(m.body for m in done)
+            assert await consumer.ack(done) == []
+            assert seen == {marker + b"-%d" % i for i in range(3)}
+        async with PopConsumer("g-pop", cluster.namesrv, credentials=PUB) as consumer:
+            consumer.subscribe(TOPIC)
+            with pytest.raises(PermissionDeniedError):
+                await consumer.receive(wait=0)
+
+    asyncio.run(go())
