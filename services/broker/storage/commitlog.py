@@ -33,6 +33,7 @@ from time import time_ns
 from typing import NamedTuple, Protocol
 
 from pocketmq.wire.record import header_format
+from services.broker.storage.dispatch import DispatchBatch, Scanner
 from services.broker.storage.record import (
     BLANK_MAGIC_CODE,
     END_FILE_MIN_BLANK_LENGTH,
@@ -93,6 +94,11 @@ PREFETCH_SIZE = 4 * 1024 * 1024
 BULK_WINDOW_S = 0.05
 #: Records the reput dispatcher indexes per lock acquisition before it lets others run.
 REPUT_BATCH = 256
+#: The dispatcher validates and indexes records a batch at a time (:mod:`.dispatch`) when at
+#: least this many undispatched bytes are there; below, one at a time (cheaper for a few).
+BATCH_DISPATCH_MIN = 16 * 1024
+#: Bytes one dispatch batch reads and validates at most.
+SCAN_BYTES = 2 * 1024 * 1024
 
 # TOTALSIZE and MAGICCODE: the dispatcher's first look at a record.
 _PREFIX = PREFIX.unpack_from
@@ -131,6 +137,11 @@ class Dispatcher(Protocol):
 
     def create(self, topic: str, queue_id: int) -> QueueIndex:
         """The index of (topic, queue id), created if needed."""
+        ...
+
+    def dispatch_batch(self, batch: DispatchBatch) -> None:
+        """Index a run of validated records at once (replicated data, recovery): the same
+        effect as ``put`` on each dispatchable row's queue, in commit log order."""
         ...
 
 
@@ -234,6 +245,11 @@ class CommitLog:
         self._populate_size = populate_size
         #: ... writable (MADV_POPULATE_WRITE: no fault at all, but dirty) or read-only.
         self._populate_write = populate_write
+        #: The writer appends through the mapping (a master): :meth:`warm_ahead` maps pages
+        #: ahead of it.
+        self._prefault_wanted = False
+        #: False once :meth:`Segment.prefault` failed (then the writer maps pages itself).
+        self._prefault_ok = True
         #: :meth:`warm_ahead` keeps this many bytes past the writer in the page cache.
         self._warm_size = warm_size
         #: :meth:`append_data` writes the whole blocks of large appends direct, through this
@@ -264,6 +280,14 @@ class CommitLog:
         self._dispatch_cond = threading.Condition(threading.Lock())
         self._dispatch_waiters = 0
         self._topic_names: dict[bytes, str] = {}
+        self._scanner = Scanner()
+        #: Batch dispatch reads the records it validates into this buffer (see
+        #: :meth:`Segment.read_into`), at most this much per batch.
+        self._scan_buf = memoryview(bytearray(SCAN_BYTES))
+        #: ... and the reput thread, outside the lock, into this one.
+        self._reput_buf = memoryview(bytearray(SCAN_BYTES))
+        #: Bumped whenever written bytes are cut away (a scan made outside the lock is void).
+        self._generation = 0
         self.closed = False
 
     # -- state ---------------------------------------------------------------------------------
@@ -367,8 +391,8 @@ class CommitLog:
             if self._dispatched != seg.start + pos:  # replicated records not yet dispatched
                 self._dispatch_locked(None, True)
             end = pos + size
-            if end > seg.populated_pos and self._populate_size:
-                self._populate(seg, end)
+            if end > seg.refill_pos:
+                self._refill(seg, end)
             physical_offset = seg.start + pos
             ts = time_ns() // 1_000_000
             if ts < self._last_store_ts:  # keep store timestamps monotonic for lookup by time
@@ -449,14 +473,15 @@ class CommitLog:
                         physical_offsets.append(first + total)
                         total += prepared[j].size
                         j += 1
-                    if seg.write_pos + total > seg.populated_pos and self._populate_size:
-                        self._populate(seg, seg.write_pos + total)
+                    if seg.write_pos + total > seg.refill_pos:
+                        self._refill(seg, seg.write_pos + total)
                     seg.append(encode_batch(prepared[i:j], queue_offsets[i:j], first, ts,
                                             self._store_ip, self._store_port))
                     i = j
             except BaseException:
                 if rollback_to is not None:
                     self._queue.truncate(rollback_to)
+                    self._generation += 1
                 raise
             wrote = 0
             for p, target, queue_offset, physical_offset in zip(prepared, indexes, queue_offsets,
@@ -548,6 +573,22 @@ class CommitLog:
             self._stage = mmap.mmap(-1, DIRECT_STAGE)
         return memoryview(self._stage)
 
+    def _refill(self, seg: Segment, end: int) -> None:
+        """The writer is about to write up to ``end``, past ``seg.refill_pos``: wake the warmer
+        to map more pages ahead (:meth:`warm_ahead`), or, if it fell behind (``end`` is past
+        the mapped pages), map the next chunk on this thread. Hold the lock."""
+        if not self._populate_size:
+            seg.refill_pos = seg.size
+            return
+        if end > seg.populated_pos:
+            self._populate(seg, end)
+        elif self._prefault_ok:
+            wakeup = self.warm_wakeup
+            if wakeup is not None:
+                wakeup()
+        self._prefault_wanted = self._prefault_ok
+        seg.refill_pos = seg.populated_pos
+
     def _populate(self, seg: Segment, end: int) -> None:
         if not seg.populate(end, min(self._populate_size, POPULATE_STEP), write=self._populate_write):
             log.info("madvise(MADV_POPULATE_%s) is not supported here; pages fault in one by one",
@@ -563,13 +604,25 @@ class CommitLog:
         return _within_bulk_window(self._last_bulk_append)
 
     def warm_ahead(self) -> None:
-        """Put the pages of the next ``warm_size`` bytes past the writer in the page cache
-        (:meth:`Segment.warm`), so the writer's populate finds them allocated and zeroed. For
-        a background thread: takes no lock and releases the GIL while the kernel works. Not
-        while bulk appends go direct: the direct writes would only drop those pages again."""
-        size = self._warm_size
+        """For a background thread (takes no lock, and releases the GIL while the kernel
+        works): map the pages of the next ``populate_size`` bytes past a master's writer into
+        the process (:meth:`Segment.prefault`: the writer then takes no page fault and makes no
+        ``madvise`` call itself; it only wakes this thread when it gets within half of that of
+        the end), and put the pages of the next ``warm_size`` bytes in the page cache
+        (:meth:`Segment.warm`), so mapping finds them allocated and zeroed. No warming while
+        bulk appends go direct: the direct writes would only drop those pages again."""
         seg = self._queue.active
-        if not size or seg is None or self.closed:
+        if seg is None or self.closed:
+            return
+        populate = self._populate_size
+        if populate and self._prefault_wanted:
+            if seg.prefault(seg.write_pos + populate, write=self._populate_write):
+                seg.refill_pos = seg.populated_pos - populate // 2
+            else:
+                log.info("madvise through ctypes is not available here; the writer maps pages itself")
+                self._prefault_ok = self._prefault_wanted = False
+        size = self._warm_size
+        if not size:
             return
         if _within_bulk_window(self._last_direct_append):
             return
@@ -618,11 +671,15 @@ class CommitLog:
         acquisition: call it in a loop, letting other threads run in between). An invalid
         record stops dispatching for good: it is logged, reported in :attr:`dispatch_error`
         and never indexed. Returns the records dispatched (0: nothing more to do for now)."""
+        before = self._dispatched
+        count = self._reput_batch(max_records)
         with self.lock:
             if self.closed or self._dispatch_error is not None:
-                return 0
-            before = self._dispatched
-            count, reason = self._dispatch_locked(max_records, self.reput_check_crc)
+                return count
+            reason = ""
+            if count < max_records:
+                more, reason = self._dispatch_locked(max_records - count, self.reput_check_crc)
+                count += more
             offset = self._dispatched
             if reason:
                 self._dispatch_error = (offset, reason)
@@ -637,6 +694,39 @@ class CommitLog:
             if listener is not None:
                 listener(offset)
         return count
+
+    def _reput_batch(self, max_records: int) -> int:
+        """The batch path of :meth:`reput` with the expensive part outside the lock: read and
+        validate the records past :attr:`dispatched_offset` (immutable bytes: a slave only
+        appends past them, and a truncation bumps ``_generation``), then, under the lock and
+        only if nothing moved meanwhile, index them. So the appending thread is not held up
+        while the records are checked. Returns the records dispatched (0: the locked path
+        takes over, e.g. for a blank, an incomplete or an invalid record)."""
+        offset = self._dispatched
+        generation = self._generation
+        seg = self._queue.find(offset)
+        if seg is None or self.closed or self._dispatch_error is not None or not seg.hold():
+            return 0
+        try:
+            pos = offset - seg.start
+            available = seg.write_pos - pos
+            if available < BATCH_DISPATCH_MIN:
+                return 0
+            buf = self._reput_buf
+            got = seg.read_into(pos, buf[:available])
+            batch = self._scanner.scan(buf, offset, got, seg.size - pos, max_records, self.reput_check_crc)
+        finally:
+            seg.release()
+        if batch is None:
+            return 0
+        with self.lock:
+            if self.closed or self._dispatched != offset or self._generation != generation:
+                return 0
+            self._dispatcher.dispatch_batch(batch)
+            self._dispatched = batch.end_offset
+            if batch.max_store_timestamp > self._last_store_ts:
+                self._last_store_ts = batch.max_store_timestamp
+        return len(batch)
 
     def wait_dispatched(self, offset: int, timeout: float) -> bool:
         """Block until :attr:`dispatched_offset` reaches ``offset`` (True) or ``timeout``
@@ -673,6 +763,8 @@ class CommitLog:
         reason = ""
         find, create = self._find, self._create
         topics = self._topic_names
+        scan, dispatch_batch = self._scanner.scan, self._dispatcher.dispatch_batch
+        scan_buf = self._scan_buf
         last_ts = self._last_store_ts
         crc32 = zlib.crc32
         while offset < end and count != limit:
@@ -693,8 +785,23 @@ class CommitLog:
             size = seg.size
             mm = seg.mm
             view = seg.view
+            try_batch = True
             while pos < write_pos and count != limit:
                 available = write_pos - pos
+                if try_batch and available >= BATCH_DISPATCH_MIN:
+                    got = seg.read_into(pos, scan_buf[:available])
+                    batch = scan(scan_buf, base + pos, got, size - pos, limit - count if limit > 0 else got,
+                                 check_crc)
+                    if batch is not None:
+                        dispatch_batch(batch)
+                        count += len(batch)
+                        pos = batch.end_offset - base
+                        if batch.max_store_timestamp > last_ts:
+                            last_ts = batch.max_store_timestamp
+                        continue
+                    try_batch = False  # this record goes one at a time (it may be the last)
+                    continue
+                try_batch = True
                 if available < END_FILE_MIN_BLANK_LENGTH:
                     break
                 total, magic = _PREFIX(mm, pos)
@@ -838,6 +945,7 @@ class CommitLog:
         """Cut the log back to ``offset`` (hold :attr:`lock`; the caller fixes the consume
         queues)."""
         self._queue.truncate(offset)
+        self._generation += 1
         self._dispatched = min(self._dispatched, self.max_offset)
         error = self._dispatch_error
         if error is not None and error[0] >= self.max_offset:

@@ -62,17 +62,18 @@ log = logging.getLogger(__name__)
 #: Entries a filtered pull may scan (RocketMQ's maxFilterMessageCount).
 MAX_FILTER_SCAN = 16_000
 #: Records the reput thread dispatches per lock acquisition while replicated data keeps
-#: arriving (~50 us of work for 1 KiB ones: the appending thread waits at most that long for
-#: the GIL and the lock) ...
-REPUT_BATCH_STREAMING = 16
+#: arriving. The commit log validates and indexes them as one batch (``storage/dispatch.py``:
+#: about 1 us a 1 KiB record, most of it the body CRC), so the appending thread waits about a
+#: millisecond at most for the GIL and the lock ...
+REPUT_BATCH_STREAMING = 1024
 #: ... and how long it sleeps between those batches (the appender gets the GIL back at once) ...
 REPUT_PAUSE_S = 0.0002
 #: ... or, while the slave receives in bulk (``CommitLog.receiving_in_bulk``: it is catching
-#: up), this long: the commit log, which the ack counts, comes first, and the consume queues
-#: catch up when the stream slows down ...
-REPUT_PAUSE_BULK_S = 0.002
+#: up), this long: the commit log, which the ack counts, comes first, but the consume queues
+#: keep up with it (a consumer of a slave that just caught up need not wait) ...
+REPUT_PAUSE_BULK_S = 0.0005
 #: ... and per lock acquisition once the stream pauses (catching up at full speed).
-REPUT_BATCH_IDLE = 256
+REPUT_BATCH_IDLE = 8192
 
 AppendListener = Callable[[int], None]
 DispatchListener = Callable[[int], None]
@@ -185,7 +186,7 @@ class MessageStore:
         self._log.reput_wakeup = self._reput.wakeup
         self._log.on_dispatched = self._notify_dispatched
         self._reput.start()
-        if cfg.warm_ahead_size:
+        if cfg.warm_ahead_size or cfg.populate_ahead_size:
             self._warmer = ServiceThread("CommitLogWarmer", 1.0, self._log.warm_ahead)
             self._log.warm_wakeup = self._warmer.wakeup
             self._warmer.start()
