@@ -127,6 +127,12 @@ class Broker:
         self.channel = grpc.insecure_channel(self.addr)
         self.stub = broker_pb2_grpc.BrokerStub(self.channel)
 
+    def cpu_seconds(self) -> float:
+        """User + system CPU the process has used so far (Linux ``/proc``)."""
+        with open(f"/proc/{self.proc.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def max_offset(self, queue_id: int) -> int:
         return int(self.stub.GetMaxOffset(pb.QueueRequest(topic=TOPIC, queue_id=queue_id), timeout=5).offset)
 
@@ -287,13 +293,15 @@ def catch_up(workdir: Path, size: int, runs: int) -> dict[str, float]:
                 if slave_total != total:
                     raise RuntimeError(f"slave holds {slave_total} bytes, master {total}")
                 readable = _dispatched(master, slave, expected, started_ms)
+                cpu = slave.cpu_seconds()
             finally:
                 slave.stop()
             speeds.append(total / elapsed / MB)
             dispatch_ratios.append(elapsed / readable)
             print(f"  (run {run + 1}: slave caught up at {speeds[-1]:.0f} MB/s in {elapsed:.2f}s, "
                   f"all readable through its consume queues at {total / readable / MB:.0f} MB/s in "
-                  f"{readable:.2f}s: dispatch ratio {elapsed / readable:.2f})", flush=True)
+                  f"{readable:.2f}s: dispatch ratio {elapsed / readable:.2f}; slave CPU "
+                  f"{cpu * 1e3 / (total / MB):.2f} ms per MB, start-up included)", flush=True)
             if not all(_same_file(a, slave.store / "commitlog" / a.name) for a in segments):
                 raise RuntimeError(f"run {run + 1}: the slave's commit log differs from the master's")
             if not run:

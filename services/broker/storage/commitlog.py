@@ -27,7 +27,6 @@ import mmap
 import struct
 import threading
 import time
-import zlib
 from collections.abc import Callable, Iterable, Sequence
 from time import time_ns
 from typing import NamedTuple, Protocol
@@ -53,6 +52,7 @@ from services.broker.storage.record import (
     PreparedRecord,
     ReadableBuffer,
     RecordError,
+    body_crc,
     check_record,
     checked_body,
     decode_record,
@@ -99,6 +99,8 @@ REPUT_BATCH = 256
 BATCH_DISPATCH_MIN = 16 * 1024
 #: Bytes one dispatch batch reads and validates at most.
 SCAN_BYTES = 2 * 1024 * 1024
+#: A slave keeps the last this many replicated bytes in memory for its dispatcher.
+DISPATCH_RING = 32 * 1024 * 1024
 
 # TOTALSIZE and MAGICCODE: the dispatcher's first look at a record.
 _PREFIX = PREFIX.unpack_from
@@ -286,6 +288,11 @@ class CommitLog:
         self._scan_buf = memoryview(bytearray(SCAN_BYTES))
         #: ... and the reput thread, outside the lock, into this one.
         self._reput_buf = memoryview(bytearray(SCAN_BYTES))
+        #: Replicated bytes ``[_ring_from, _ring_end)`` kept for the dispatcher (see
+        #: :meth:`_keep_for_dispatch`; made on the first bulk append).
+        self._ring: mmap.mmap | None = None
+        self._ring_from = 0
+        self._ring_end = 0
         #: Bumped whenever written bytes are cut away (a scan made outside the lock is void).
         self._generation = 0
         self.closed = False
@@ -374,7 +381,7 @@ class CommitLog:
         size = HEADER_SIZE + body_len + len(tail)
         if size > max_size or size > self._max_record:
             raise MessageTooLargeError(size, min(max_size, self._max_record))
-        body_crc = zlib.crc32(body)
+        crc = body_crc(body)
         try:
             born = _born_hosts[born_host]
         except (KeyError, TypeError):
@@ -408,7 +415,7 @@ class CommitLog:
             mm = seg.mm
             try:  # straight into the mapping: header, then body, then topic and properties
                 _PACK_HEADER(
-                    mm, pos, size, MAGIC_CODE, body_crc, queue_id, flag, queue_offset, physical_offset,
+                    mm, pos, size, MAGIC_CODE, crc, queue_id, flag, queue_offset, physical_offset,
                     sys_flag, born_ts or ts, born, ts, self._store_host_bytes, reconsume_times,
                     prepared_tx, body_len)
             except struct.error as exc:
@@ -545,13 +552,21 @@ class CommitLog:
             bulk = end - start_offset >= DIRECT_MIN
             if bulk:
                 self._last_bulk_append = time.monotonic()
-            stage = self._staging() if self._direct_write and bulk else None
+            # Bulk bytes go through the dispatch ring (they are written from there, direct
+            # where they can be, and the dispatcher reads them there), else through ``stage``.
+            in_ring = bulk and self._keep_for_dispatch(start_offset, pieces, end)
+            stage = self._staging() if self._direct_write and bulk and not in_ring else None
             direct = 0
-            for run_start, run in runs:
+            for i, (run_start, run) in enumerate(runs):
                 seg = last if last is not None and run_start < last.end else self._new_segment(run_start)
                 if last is None:
                     self._dispatched = run_start
-                direct += seg.write_at(run_start - seg.start, run, stage)
+                if in_ring:
+                    run_end = runs[i + 1][0] if i + 1 < len(runs) else end
+                    direct += seg.write_at(run_start - seg.start, self._ring_views(run_start, run_end),
+                                           aligned=self._direct_write)
+                else:
+                    direct += seg.write_at(run_start - seg.start, run, stage)
                 last = seg
             if direct:
                 self._last_direct_append = self._last_bulk_append
@@ -567,6 +582,60 @@ class CommitLog:
             if warm and (wakeup := self.warm_wakeup) is not None:
                 wakeup()
         return new_max
+
+    def _keep_for_dispatch(self, start: int, pieces: Sequence[ReadableBuffer], end: int) -> bool:
+        """Copy replicated bytes ``[start, end)`` into the dispatch ring (hold the lock; the
+        slave's transient store), so the reput thread validates them from memory instead of
+        reading back what went to the disk direct (see :meth:`_read_undispatched`), and the
+        direct writes take them from there (page-aligned: no staging copy). Only while the
+        dispatcher is less than the ring's size behind: bytes it has not read yet are never
+        overwritten. Returns whether the bytes are in the ring."""
+        if end - self._dispatched > DISPATCH_RING - SCAN_BYTES:
+            self._ring_from = end  # too far behind: the ring starts again later
+            return False
+        if self._ring is None:
+            self._ring = mmap.mmap(-1, DISPATCH_RING)
+            self._ring_from = start
+        if self._ring_end != start:
+            self._ring_from = start
+        ring = self._ring
+        at = start % DISPATCH_RING
+        for piece in pieces:
+            view = memoryview(piece)
+            while len(view):
+                n = min(len(view), DISPATCH_RING - at)
+                ring[at:at + n] = view[:n]
+                view = view[n:]
+                at = (at + n) % DISPATCH_RING
+        self._ring_end = end
+        return True
+
+    def _ring_views(self, start: int, end: int) -> list[memoryview]:
+        """Views of the ring holding log bytes ``[start, end)`` (two where it wraps)."""
+        assert self._ring is not None
+        view = memoryview(self._ring)
+        at = start % DISPATCH_RING
+        first = min(end - start, DISPATCH_RING - at)
+        views = [view[at:at + first]]
+        if first < end - start:
+            views.append(view[:end - start - first])
+        return views
+
+    def _read_undispatched(self, seg: Segment, offset: int, buf: memoryview) -> int:
+        """Bytes from ``offset`` into ``buf`` (at most to the segment's write position): from
+        the dispatch ring if it holds them, else from the file. Returns how many."""
+        n = min(len(buf), seg.write_pos - (offset - seg.start))
+        ring = self._ring
+        if ring is not None and self._ring_from <= offset and offset + n <= self._ring_end:
+            at = offset % DISPATCH_RING
+            first = min(n, DISPATCH_RING - at)
+            buf[:first] = ring[at:at + first]
+            if first < n:
+                buf[first:n] = ring[:n - first]
+            # (the writer only overwrites bytes more than a ring behind the dispatcher)
+            if self._ring_from <= offset:
+                return n
+        return seg.read_into(offset - seg.start, buf[:n])
 
     def _staging(self) -> memoryview:
         if self._stage is None:
@@ -713,7 +782,7 @@ class CommitLog:
             if available < BATCH_DISPATCH_MIN:
                 return 0
             buf = self._reput_buf
-            got = seg.read_into(pos, buf[:available])
+            got = self._read_undispatched(seg, offset, buf[:available])
             batch = self._scanner.scan(buf, offset, got, seg.size - pos, max_records, self.reput_check_crc)
         finally:
             seg.release()
@@ -766,7 +835,7 @@ class CommitLog:
         scan, dispatch_batch = self._scanner.scan, self._dispatcher.dispatch_batch
         scan_buf = self._scan_buf
         last_ts = self._last_store_ts
-        crc32 = zlib.crc32
+        crc32 = body_crc
         while offset < end and count != limit:
             seg = queue.find(offset)
             if seg is None:
@@ -789,7 +858,7 @@ class CommitLog:
             while pos < write_pos and count != limit:
                 available = write_pos - pos
                 if try_batch and available >= BATCH_DISPATCH_MIN:
-                    got = seg.read_into(pos, scan_buf[:available])
+                    got = self._read_undispatched(seg, base + pos, scan_buf[:available])
                     batch = scan(scan_buf, base + pos, got, size - pos, limit - count if limit > 0 else got,
                                  check_crc)
                     if batch is not None:
@@ -946,6 +1015,7 @@ class CommitLog:
         queues)."""
         self._queue.truncate(offset)
         self._generation += 1
+        self._ring_end = self._ring_from = 0
         self._dispatched = min(self._dispatched, self.max_offset)
         error = self._dispatch_error
         if error is not None and error[0] >= self.max_offset:
@@ -1031,4 +1101,8 @@ class CommitLog:
             if self._stage is not None:
                 self._stage.close()
                 self._stage = None
+            if self._ring is not None:
+                with contextlib.suppress(BufferError):  # (a view still referenced somewhere)
+                    self._ring.close()
+                self._ring = None
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from services.broker.storage.config import CQ_ENTRY_SIZE
-from services.broker.storage.segment import PAGE_SIZE, Segment, SyncFn, default_sync, fsync_dir
+from services.broker.storage.segment import Segment, SyncFn, default_sync, fsync_dir
 from services.broker.storage.segment_queue import SegmentQueue
 
 if TYPE_CHECKING:
@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ENTRY = struct.Struct(">qiq")
+#: Bytes of zeros written through the file after an entry that touches a new page (16 pages).
+TOUCH_AHEAD = 64 * 1024
 #: The same entry as a NumPy dtype (for :meth:`ConsumeQueue.put_many`).
 ENTRY_DTYPE = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags", ">i8")])
 assert ENTRY_DTYPE.itemsize == ENTRY.size == CQ_ENTRY_SIZE
@@ -69,6 +71,10 @@ class ConsumeQueue:
         self.max_offset = 0
         #: Commit log offset just past the last record indexed (0 = none).
         self.last_physical_end = 0
+        #: Byte position up to which the active file's pages were written through the file
+        #: (an entry and zeros after it), so writing entries there through the mapping takes
+        #: no expensive first-touch fault (0: none known).
+        self._touched = 0
 
     def __repr__(self) -> str:
         return f"ConsumeQueue({self.topic!r}, {self.queue_id}, [{self.min_offset}, {self.max_offset}))"
@@ -81,6 +87,7 @@ class ConsumeQueue:
         """Map the files and find the write position (first zero-size entry of the last file)."""
         self._queue.load()
         last = self._active = self._queue.last
+        self._touched = 0
         if last is None:
             return
         lo, hi = 0, self._file_size // CQ_ENTRY_SIZE
@@ -132,10 +139,12 @@ class ConsumeQueue:
             else:
                 seg = self._active = self._queue.create(pos)
         rel = pos - seg.start
-        if (rel + CQ_ENTRY_SIZE - 1) % PAGE_SIZE < CQ_ENTRY_SIZE:
+        if pos + CQ_ENTRY_SIZE > self._touched:
             # The entry is the first to touch a page: write it through the file, not the mapping
-            # (see Segment.write_through).
-            seg.write_through(rel, ENTRY.pack(physical_offset, size, tags_code))
+            # (see Segment.write_through), with zeros for the next pages (see _touched).
+            ahead = min(TOUCH_AHEAD, self._file_size - rel - CQ_ENTRY_SIZE)
+            seg.write_through(rel, ENTRY.pack(physical_offset, size, tags_code) + bytes(ahead))
+            self._touched = pos + CQ_ENTRY_SIZE + ahead
         else:
             ENTRY.pack_into(seg.mm, rel, physical_offset, size, tags_code)
         seg.write_pos = rel + CQ_ENTRY_SIZE
@@ -172,8 +181,10 @@ class ConsumeQueue:
                 seg = self._active = self._queue.create(pos)
             rel = pos - seg.start
             chunk = data[done:done + min(len(data) - done, self._file_size - rel)]
-            if (rel - 1) // PAGE_SIZE != (rel + len(chunk) - 1) // PAGE_SIZE:
-                seg.write_through(rel, chunk)  # touches a new page (see put)
+            if pos + len(chunk) > self._touched:  # touches a new page (see put)
+                ahead = min(TOUCH_AHEAD, self._file_size - rel - len(chunk))
+                seg.write_through(rel, bytes(chunk) + bytes(ahead))
+                self._touched = pos + len(chunk) + ahead
             else:
                 seg.mm[rel:rel + len(chunk)] = chunk
             seg.write_pos = rel + len(chunk)
@@ -216,6 +227,7 @@ class ConsumeQueue:
         cut = _search(first.start // CQ_ENTRY_SIZE, self.max_offset, beyond)
         self._queue.truncate(cut * CQ_ENTRY_SIZE)
         self._active = self._queue.last
+        self._touched = 0
         self.max_offset = cut
         self.min_offset = min(self.min_offset, cut)
         self._refresh_last_physical_end()

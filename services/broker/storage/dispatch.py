@@ -12,13 +12,12 @@ Record boundaries form a chain (each TOTALSIZE gives the next position). The cha
 by stride: where ``k`` records of the same size follow each other, which is the common case,
 one gather checks all their TOTALSIZE and MAGICCODE fields at once; where sizes vary, a plain
 loop walks it. Everything after the chain is column arithmetic, except the body CRC (one
-``zlib.crc32`` call per record) and the TAGS of records that carry properties.
+``body_crc`` call per record) and the TAGS of records that carry properties.
 """
 
 from __future__ import annotations
 
 import struct
-import zlib
 from typing import NamedTuple
 
 import numpy as np
@@ -38,6 +37,7 @@ from services.broker.storage.record import (
     MIN_RECORD_SIZE,
     PREFIX,
     TRANSACTION_PREPARED_TYPE,
+    body_crc,
 )
 
 I64Array = npt.NDArray[np.int64]
@@ -119,7 +119,7 @@ class Scanner:
         if check_crc and n:
             starts = (positions[:n] + HEADER_SIZE).tolist()
             bodies = map(data.__getitem__, map(slice, starts, body_end[:n].tolist()))
-            computed = np.fromiter(map(zlib.crc32, bodies), dtype=np.uint32, count=n)
+            computed = np.fromiter(map(body_crc, bodies), dtype=np.uint32, count=n)
             wrong = computed != header["body_crc"][:n]
             if wrong.any():
                 n = int(np.argmax(wrong))

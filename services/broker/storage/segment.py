@@ -193,7 +193,8 @@ class Segment:
         self.write_pos = end
         return pos
 
-    def write_at(self, pos: int, pieces: Sequence[ReadableBuffer], stage: memoryview | None = None) -> int:
+    def write_at(self, pos: int, pieces: Sequence[ReadableBuffer], stage: memoryview | None = None,
+                 *, aligned: bool = False) -> int:
         """Write ``pieces`` back to back at ``pos`` and move the write position to their end,
         which must not pass the end of the segment. For bulk appends of bytes that already
         exist elsewhere (a slave's replicated log). Returns how many bytes went direct.
@@ -201,7 +202,9 @@ class Segment:
         The bytes go through the page cache with ``pwritev`` (the kernel allocates the pages,
         so the writer takes no page fault, and the shared mapping sees the bytes at once) ...
 
-        ... unless ``stage`` (a page-aligned buffer, a multiple of :data:`DIRECT_ALIGN` long)
+        ... unless ``stage`` (a page-aligned buffer, a multiple of :data:`DIRECT_ALIGN` long;
+        or ``aligned``: the pieces themselves are slices of such a buffer, cut at block
+        boundaries of the file, and are written direct without the copy)
         is given and the whole 4 KiB blocks of the write add up to :data:`DIRECT_MIN`: those
         are copied through ``stage`` and written with ``O_DIRECT``, past the page cache, and
         only the partial blocks at either end take the page cache. A block is thus always
@@ -219,10 +222,10 @@ class Segment:
         direct = 0
         lo = -(-pos // DIRECT_ALIGN) * DIRECT_ALIGN
         hi = end // DIRECT_ALIGN * DIRECT_ALIGN
-        if stage is not None and hi - lo >= DIRECT_MIN and self._direct_fd is not None:
+        if (stage is not None or aligned) and hi - lo >= DIRECT_MIN and self._direct_fd is not None:
             head, middle, tail = split_views(views, lo - pos, hi - pos)
             self._pwritev(pos, head)
-            if self._pwrite_direct(lo, middle, stage):
+            if self._pwritev_direct(lo, middle) if stage is None else self._pwrite_direct(lo, middle, stage):
                 direct = hi - lo
             else:
                 self._pwritev(lo, middle)
@@ -292,6 +295,25 @@ class Segment:
                     at += filled
                     filled = 0
         return not filled or self._pwrite_stage(fd, stage[:filled], at)
+
+    def _pwritev_direct(self, at: int, views: list[memoryview]) -> bool:
+        """Write ``views`` (each at a page-aligned address, whole blocks long: a caller's
+        ``aligned=True``) at the block-aligned ``at`` with ``O_DIRECT``, without copying them
+        through a staging buffer. False if the file system refuses direct I/O."""
+        fd = self._open_direct()
+        if fd is None:
+            return False
+        try:
+            self._pwritev_fd(fd, at, views)
+        except OSError as exc:
+            if exc.errno != errno.EINVAL:
+                raise
+            log.info("direct writes refused in %s (%s); writing through the page cache",
+                     self.path, exc.strerror)
+            self._close_direct()
+            self._direct_fd = None
+            return False
+        return True
 
     def _pwrite_stage(self, fd: int, data: memoryview, at: int) -> bool:
         """One staged direct write; False if the file system refuses direct I/O (EINVAL: the

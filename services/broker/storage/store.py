@@ -65,13 +65,13 @@ MAX_FILTER_SCAN = 16_000
 #: arriving. The commit log validates and indexes them as one batch (``storage/dispatch.py``:
 #: about 1 us a 1 KiB record, most of it the body CRC), so the appending thread waits about a
 #: millisecond at most for the GIL and the lock ...
-REPUT_BATCH_STREAMING = 1024
+REPUT_BATCH_STREAMING = 256
 #: ... and how long it sleeps between those batches (the appender gets the GIL back at once) ...
 REPUT_PAUSE_S = 0.0002
 #: ... or, while the slave receives in bulk (``CommitLog.receiving_in_bulk``: it is catching
 #: up), this long: the commit log, which the ack counts, comes first, but the consume queues
 #: keep up with it (a consumer of a slave that just caught up need not wait) ...
-REPUT_PAUSE_BULK_S = 0.0005
+REPUT_PAUSE_BULK_S = 0.0003
 #: ... and per lock acquisition once the stream pauses (catching up at full speed).
 REPUT_BATCH_IDLE = 8192
 
