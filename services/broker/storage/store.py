@@ -62,16 +62,16 @@ log = logging.getLogger(__name__)
 #: Entries a filtered pull may scan (RocketMQ's maxFilterMessageCount).
 MAX_FILTER_SCAN = 16_000
 #: Records the reput thread dispatches per lock acquisition while replicated data keeps
-#: arriving. The commit log validates and indexes them as one batch (``storage/dispatch.py``:
-#: about 1 us a 1 KiB record, most of it the body CRC), so the appending thread waits about a
-#: millisecond at most for the GIL and the lock ...
-REPUT_BATCH_STREAMING = 256
+#: arriving. The commit log validates and indexes them as one batch outside its lock
+#: (``storage/dispatch.py``: about 0.5 us of CPU a 1 KiB record), so the appending threads
+#: wait about half a millisecond at most for the GIL ...
+REPUT_BATCH_STREAMING = 1024
 #: ... and how long it sleeps between those batches (the appender gets the GIL back at once) ...
 REPUT_PAUSE_S = 0.0002
 #: ... or, while the slave receives in bulk (``CommitLog.receiving_in_bulk``: it is catching
 #: up), this long: the commit log, which the ack counts, comes first, but the consume queues
 #: keep up with it (a consumer of a slave that just caught up need not wait) ...
-REPUT_PAUSE_BULK_S = 0.0003
+REPUT_PAUSE_BULK_S = 0.0002
 #: ... and per lock acquisition once the stream pauses (catching up at full speed).
 REPUT_BATCH_IDLE = 8192
 
