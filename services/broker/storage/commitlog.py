@@ -29,10 +29,9 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from time import time_ns
-from typing import NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from pocketmq.wire.record import header_format
-from services.broker.storage.dispatch import DispatchBatch, Scanner
 from services.broker.storage.record import (
     BLANK_MAGIC_CODE,
     END_FILE_MIN_BLANK_LENGTH,
@@ -73,6 +72,9 @@ from services.broker.storage.segment import (
 )
 from services.broker.storage.segment_queue import SegmentQueue
 from services.broker.storage.status import PutMessageStatus, PutResult
+
+if TYPE_CHECKING:  # (the batch path imports NumPy on first use, not at start-up)
+    from services.broker.storage.dispatch import DispatchBatch, Scanner
 
 log = logging.getLogger(__name__)
 
@@ -282,7 +284,7 @@ class CommitLog:
         self._dispatch_cond = threading.Condition(threading.Lock())
         self._dispatch_waiters = 0
         self._topic_names: dict[bytes, str] = {}
-        self._scanner = Scanner()
+        self._scanner_: Scanner | None = None
         #: Batch dispatch reads the records it validates into this buffer (see
         #: :meth:`Segment.read_into`), at most this much per batch.
         self._scan_buf = memoryview(bytearray(SCAN_BYTES))
@@ -764,6 +766,14 @@ class CommitLog:
                 listener(offset)
         return count
 
+    @property
+    def _scanner(self) -> Scanner:
+        if self._scanner_ is None:
+            from services.broker.storage.dispatch import Scanner
+
+            self._scanner_ = Scanner()
+        return self._scanner_
+
     def _reput_batch(self, max_records: int) -> int:
         """The batch path of :meth:`reput` with the expensive part outside the lock: read and
         validate the records past :attr:`dispatched_offset` (immutable bytes: a slave only
@@ -832,7 +842,8 @@ class CommitLog:
         reason = ""
         find, create = self._find, self._create
         topics = self._topic_names
-        scan, dispatch_batch = self._scanner.scan, self._dispatcher.dispatch_batch
+        dispatch_batch = self._dispatcher.dispatch_batch
+        scan = None
         scan_buf = self._scan_buf
         last_ts = self._last_store_ts
         crc32 = body_crc
@@ -858,6 +869,7 @@ class CommitLog:
             while pos < write_pos and count != limit:
                 available = write_pos - pos
                 if try_batch and available >= BATCH_DISPATCH_MIN:
+                    scan = scan or self._scanner.scan
                     got = self._read_undispatched(seg, base + pos, scan_buf[:available])
                     batch = scan(scan_buf, base + pos, got, size - pos, limit - count if limit > 0 else got,
                                  check_crc)

@@ -26,8 +26,6 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from services.broker.storage.config import CQ_ENTRY_SIZE
 from services.broker.storage.segment import Segment, SyncFn, default_sync, fsync_dir
 from services.broker.storage.segment_queue import SegmentQueue
@@ -40,9 +38,6 @@ log = logging.getLogger(__name__)
 ENTRY = struct.Struct(">qiq")
 #: Bytes of zeros written through the file after an entry that touches a new page (16 pages).
 TOUCH_AHEAD = 64 * 1024
-#: The same entry as a NumPy dtype (for :meth:`ConsumeQueue.put_many`).
-ENTRY_DTYPE = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags", ">i8")])
-assert ENTRY_DTYPE.itemsize == ENTRY.size == CQ_ENTRY_SIZE
 #: Size field of a filler entry.
 FILLER_SIZE = 0x7FFFFFFF
 FILLER_ENTRY = ENTRY.pack(0, FILLER_SIZE, 0)
@@ -157,21 +152,18 @@ class ConsumeQueue:
         """Index records in commit log order with one write per file touched (entries built as
         one array). Same effect as :meth:`put` per record, which it falls back to unless the
         queue offsets are consecutive from :attr:`max_offset`. Returns the entries written."""
+        from services.broker.storage import dispatch  # (loaded already: there is a batch)
+
         n = len(queue_offsets)
         if not n:
             return 0
         first = int(queue_offsets[0])
-        consecutive = n == 1 or bool((np.diff(queue_offsets) == 1).all())
-        if first != self.max_offset or not consecutive or self._active is None:
+        if first != self.max_offset or not dispatch.consecutive(queue_offsets) or self._active is None:
             # Re-dispatch after recovery, a gap, or the queue's first file: one by one.
             return sum(self.put(int(q), int(p), int(s), int(t)) for q, p, s, t in zip(
                 queue_offsets.tolist(), physical_offsets.tolist(), sizes.tolist(), tags_codes.tolist(),
                 strict=True))
-        entries = np.empty(n, dtype=ENTRY_DTYPE)
-        entries["offset"] = physical_offsets
-        entries["size"] = sizes
-        entries["tags"] = tags_codes
-        data = memoryview(entries.tobytes())
+        data = memoryview(dispatch.queue_entries(physical_offsets, sizes, tags_codes))
         pos = first * CQ_ENTRY_SIZE
         done = 0
         while done < len(data):
@@ -434,25 +426,10 @@ class ConsumeQueueStore:
     def dispatch_batch(self, batch: DispatchBatch) -> None:
         """Index a batch of records (see :mod:`services.broker.storage.dispatch`): one
         :meth:`ConsumeQueue.put_many` per (topic, queue id), each in commit log order."""
-        rows = np.flatnonzero(batch.dispatchable) if not batch.dispatchable.all() else None
-        topic_ids, queue_ids = batch.topic_ids, batch.queue_ids
-        if rows is not None:
-            topic_ids, queue_ids = topic_ids[rows], queue_ids[rows]
-        if not len(topic_ids):
-            return
-        keys = topic_ids * (1 << 32) + queue_ids
-        order = np.argsort(keys, kind="stable")
-        sorted_keys = keys[order]
-        cuts = np.flatnonzero(np.diff(sorted_keys)) + 1
-        if rows is not None:
-            order = rows[order]
-        topics = batch.topics
-        for group in np.split(order, cuts) if len(cuts) else (order,):
-            i = int(group[0])
-            topic, queue_id = topics[int(batch.topic_ids[i])], int(batch.queue_ids[i])
+        for topic, queue_id, rows in batch.groups():
             cq = self.find((topic, queue_id)) or self.create(topic, queue_id)
-            cq.put_many(batch.queue_offsets[group], batch.physical_offsets[group], batch.sizes[group],
-                        batch.tags_codes[group])
+            cq.put_many(batch.queue_offsets[rows], batch.physical_offsets[rows], batch.sizes[rows],
+                        batch.tags_codes[rows])
 
     def truncate_dirty(self, physical_offset: int) -> None:
         with self._open_lock:

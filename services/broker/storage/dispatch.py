@@ -18,6 +18,7 @@ loop walks it. Everything after the chain is column arithmetic, except the body 
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from typing import NamedTuple
 
 import numpy as np
@@ -30,6 +31,7 @@ from pocketmq.wire.record import (
     property_value,
     tag_hash_code,
 )
+from services.broker.storage.config import CQ_ENTRY_SIZE
 from services.broker.storage.record import (
     END_FILE_MIN_BLANK_LENGTH,
     HEADER_SIZE,
@@ -80,6 +82,43 @@ class DispatchBatch(NamedTuple):
     def end_offset(self) -> int:
         """Commit log offset just past the last record."""
         return int(self.physical_offsets[-1] + self.sizes[-1])
+
+    def groups(self) -> Iterator[tuple[str, int, I64Array]]:
+        """(topic, queue id, rows) of each queue the dispatchable rows go to, rows in commit
+        log order."""
+        rows = None if self.dispatchable.all() else np.flatnonzero(self.dispatchable)
+        topic_ids, queue_ids = self.topic_ids, self.queue_ids
+        if rows is not None:
+            topic_ids, queue_ids = topic_ids[rows], queue_ids[rows]
+        if not len(topic_ids):
+            return
+        keys = topic_ids * (1 << 32) + queue_ids
+        order = np.argsort(keys, kind="stable")
+        cuts = np.flatnonzero(np.diff(keys[order])) + 1
+        if rows is not None:
+            order = rows[order]
+        for group in np.split(order, cuts) if len(cuts) else (order,):
+            first = int(group[0])
+            yield self.topics[int(self.topic_ids[first])], int(self.queue_ids[first]), group
+
+
+#: A consume queue entry (commit log offset 8 · size 4 · tag hash code 8, big-endian).
+ENTRY_DTYPE = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags", ">i8")])
+assert ENTRY_DTYPE.itemsize == CQ_ENTRY_SIZE
+
+
+def queue_entries(physical_offsets: I64Array, sizes: I64Array, tags_codes: I64Array) -> bytes:
+    """The consume queue entries of these records, back to back."""
+    entries = np.empty(len(physical_offsets), dtype=ENTRY_DTYPE)
+    entries["offset"] = physical_offsets
+    entries["size"] = sizes
+    entries["tags"] = tags_codes
+    return entries.tobytes()
+
+
+def consecutive(values: I64Array) -> bool:
+    """Whether each value is the previous one plus one."""
+    return len(values) < 2 or bool((np.diff(values) == 1).all())
 
 
 class Scanner:
