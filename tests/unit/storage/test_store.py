@@ -235,12 +235,14 @@ def test_pages_are_mapped_ahead_of_the_writer(open_store: StoreFactory,
         store.put_message(msg(i))
         assert segment.write_pos <= segment.populated_pos < segment.write_pos + 8192 + 4096
     # The warmer thread maps pages ahead of the writer (no GIL held), woken whenever the writer
-    # gets within half of populate_ahead_size of the end of the mapped pages.
+    # gets within half of populate_ahead_size of the end of the mapped pages (the writer maps
+    # the next chunk itself only when the warmer has not kept up, e.g. on a busy machine).
     deadline = time.monotonic() + 10
-    while segment.populated_pos < segment.write_pos + 4096 and time.monotonic() < deadline:
+    while (not prefaulted_by or segment.populated_pos < segment.write_pos + 4096) \
+            and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert segment.populated_pos >= segment.write_pos + 4096
-    assert prefaulted_by and set(prefaulted_by) == {"CommitLogWarmer"}
+    assert segment.write_pos + 4096 <= segment.populated_pos <= segment.write_pos + 8192
+    assert set(prefaulted_by) == {"CommitLogWarmer"}
     assert [m.body for m in store.get_messages("TopicA", 0, 0, 60, max_bytes=10**9).messages[:3]] == \
         [msg(i).body for i in range(3)]
 
