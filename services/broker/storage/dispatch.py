@@ -1,7 +1,7 @@
 """Batch dispatch: validate a run of commit log records and build their consume queue entries
 in one vectorised pass (NumPy), for a slave's reput thread and recovery.
 
-:func:`scan_batch` finds the records of a slice of a segment, checks each one's framing (sizes,
+:meth:`Scanner.scan` finds the records at the start of a slice of a segment, checks each one's framing (sizes,
 MAGICCODE, PHYSICALOFFSET, TOPICLENGTH, PROPERTIESLENGTH adding up to TOTALSIZE) and its body
 CRC, and returns their dispatch columns as a :class:`DispatchBatch`. It stops *before* the
 first record it cannot accept as an ordinary whole record (a blank, an incomplete record at the
@@ -10,8 +10,8 @@ the exact reason. So the batch path never accepts what the record-at-a-time path
 
 Record boundaries form a chain (each TOTALSIZE gives the next position). The chain is followed
 by stride: where ``k`` records of the same size follow each other, which is the common case,
-one gather checks all their TOTALSIZE and MAGICCODE fields at once; where sizes vary, a plain
-loop walks it. Everything after the chain is column arithmetic, except the body CRC (one
+one strided NumPy view of their headers checks all their TOTALSIZE and MAGICCODE fields at
+once (no copy); where sizes vary, a plain loop walks it. Everything after the chain is column arithmetic, except the body CRC (one
 ``body_crc`` call per record) and the TAGS of records that carry properties.
 """
 
