@@ -11,8 +11,9 @@ the exact reason. So the batch path never accepts what the record-at-a-time path
 Record boundaries form a chain (each TOTALSIZE gives the next position). The chain is followed
 by stride: where ``k`` records of the same size follow each other, which is the common case,
 one strided NumPy view of their headers checks all their TOTALSIZE and MAGICCODE fields at
-once (no copy); where sizes vary, a plain loop walks it. Everything after the chain is column arithmetic, except the body CRC (one
-``body_crc`` call per record) and the TAGS of records that carry properties.
+once (no copy); where sizes vary, a plain loop walks it. Everything after the chain is column
+arithmetic, except the body CRC (one ``body_crc`` call per record) and the TAGS of records that
+carry properties.
 """
 
 from __future__ import annotations
