@@ -73,7 +73,7 @@ from services.broker.storage.segment import (
 from services.broker.storage.segment_queue import SegmentQueue
 from services.broker.storage.status import PutMessageStatus, PutResult
 
-if TYPE_CHECKING:  # (the batch path imports NumPy on first use, not at start-up)
+if TYPE_CHECKING:  # (the batch path imports its module on first use)
     from services.broker.storage.dispatch import DispatchBatch, Scanner
 
 log = logging.getLogger(__name__)
