@@ -70,9 +70,8 @@ REPUT_BATCH_STREAMING = 1024
 #: ... and how long it sleeps between those batches (the appender gets the GIL back at once) ...
 REPUT_PAUSE_S = 0.0002
 #: ... or, while the slave receives in bulk (``CommitLog.receiving_in_bulk``: it is catching
-#: up), at least this long and as long as the batch took: the commit log, which the ack
-#: counts, comes first, but the consume queues keep up with it (a consumer of a slave that
-#: just caught up need not wait) ...
+#: up), this long: the commit log, which the ack counts, comes first, but the consume queues
+#: keep up with it (a consumer of a slave that just caught up need not wait) ...
 REPUT_PAUSE_BULK_S = 0.0002
 #: ... and per lock acquisition once the stream pauses (catching up at full speed).
 REPUT_BATCH_IDLE = 8192
@@ -457,29 +456,23 @@ class MessageStore:
 
     def _reput_pending(self) -> None:
         """ReputMessageService tick: dispatch replicated records in batches until none are
-        left. While replicated data streams in, bounded batches with real sleeps between them,
-        so the appending threads are never held up long; while it comes in bulk (catching up),
-        each sleep lasts at least as long as the batch took, so the appending threads always
-        get at least half of the time (the ack counts the commit log) and the consume queues
-        still keep up."""
+        left. While replicated data streams in, small batches with real sleeps between them,
+        so the appending thread (the event loop) is never held up long: the ack counts the
+        commit log, not the consume queues, so the reput catches up when the stream pauses."""
         commit_log = self._log
         reput = commit_log.reput
         prefetch = commit_log.prefetch_undispatched
         batch = REPUT_BATCH_STREAMING
-        clock = time.monotonic
         while True:
             prefetch()
             before = commit_log.max_offset
-            started = clock()
             if not reput(batch):
                 break
             streaming = commit_log.max_offset != before
             batch = REPUT_BATCH_STREAMING if streaming else REPUT_BATCH_IDLE
             pause = 0.0
             if streaming:
-                pause = REPUT_PAUSE_S
-                if commit_log.receiving_in_bulk():
-                    pause = max(REPUT_PAUSE_BULK_S, clock() - started)
+                pause = REPUT_PAUSE_BULK_S if commit_log.receiving_in_bulk() else REPUT_PAUSE_S
             time.sleep(pause)
 
     def wait_dispatched(self, offset: int, timeout: float) -> bool:
