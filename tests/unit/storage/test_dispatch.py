@@ -114,7 +114,9 @@ BAD = 150
 @pytest.mark.parametrize(("where", "reason"), SPOILED)
 def test_an_invalid_record_inside_a_batch_stops_it_there(open_store: StoreFactory, tmp_path: Path,
                                                          where: int | str, reason: str,
-                                                         batched_rows: list[int]) -> None:
+                                                         batched_rows: list[int],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(commitlog, "BATCH_DISPATCH_MIN", 16 * 1024)
     master = open_store(tmp_path / "master", mapped_file_size_commit_log=SEGMENT)
     slave = open_store(tmp_path / "slave", mapped_file_size_commit_log=SEGMENT)
     results = [master.put_message(msg(i, size=300, tags="t")) for i in range(300)]
