@@ -101,6 +101,8 @@ REPUT_BATCH = 256
 #: a time: a batch has a fixed cost of about 0.15 ms, which the few records of a steady
 #: stream do not pay back.
 BATCH_DISPATCH_MIN = 256 * 1024
+#: ... and when at least this many records may be dispatched in the call.
+BATCH_RECORDS_MIN = 128
 #: Bytes one dispatch batch reads and validates at most.
 SCAN_BYTES = 2 * 1024 * 1024
 #: A slave keeps the last this many replicated bytes in memory for its dispatcher.
@@ -745,7 +747,7 @@ class CommitLog:
         record stops dispatching for good: it is logged, reported in :attr:`dispatch_error`
         and never indexed. Returns the records dispatched (0: nothing more to do for now)."""
         before = self._dispatched
-        count = self._reput_batch(max_records)
+        count = self._reput_batch(max_records) if max_records >= BATCH_RECORDS_MIN else 0
         with self.lock:
             if self.closed or self._dispatch_error is not None:
                 return count
@@ -870,7 +872,8 @@ class CommitLog:
             try_batch = True
             while pos < write_pos and count != limit:
                 available = write_pos - pos
-                if try_batch and available >= BATCH_DISPATCH_MIN:
+                if (try_batch and available >= BATCH_DISPATCH_MIN
+                        and (limit < 0 or limit - count >= BATCH_RECORDS_MIN)):
                     scan = scan or self._scanner.scan
                     got = self._read_undispatched(seg, base + pos, scan_buf[:available])
                     batch = scan(scan_buf, base + pos, got, size - pos, limit - count if limit > 0 else got,

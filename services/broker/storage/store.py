@@ -63,18 +63,18 @@ log = logging.getLogger(__name__)
 #: Entries a filtered pull may scan (RocketMQ's maxFilterMessageCount).
 MAX_FILTER_SCAN = 16_000
 #: Records the reput thread dispatches per lock acquisition while replicated data keeps
-#: arriving. The commit log validates and indexes them as one batch outside its lock
-#: (``storage/dispatch.py``: about 0.5 us of CPU a 1 KiB record), so the appending threads
-#: wait about 0.15 ms at most for the GIL (larger batches let the consume queues keep up
-#: better but, on a busy machine, slow the catch-up itself: 1024 measured about 0.8 of the
-#: catch-up speed but a 30-50 % slower catch-up; 256 about 0.6 and little slower) ...
-REPUT_BATCH_STREAMING = 256
+#: arriving (~50 us of work for 1 KiB ones: the appending thread waits at most that long for
+#: the GIL and the lock; the acks, which SYNC_MASTER producers wait for, come first) ...
+REPUT_BATCH_STREAMING = 16
 #: ... and how long it sleeps between those batches (the appender gets the GIL back at once) ...
 REPUT_PAUSE_S = 0.0002
 #: ... or, while the slave receives in bulk (``CommitLog.receiving_in_bulk``: it is catching
-#: up), this long: the commit log, which the ack counts, comes first, but the consume queues
-#: keep up with it (a consumer of a slave that just caught up need not wait) ...
-REPUT_PAUSE_BULK_S = 0.0002
+#: up), this long: the commit log, which the ack counts, comes first, and the consume queues
+#: catch up when the stream slows down, then in large batches (``storage/dispatch.py``:
+#: about 0.5 us of CPU a 1 KiB record). (Dispatching in large batches while a catch-up streams
+#: in made the consume queues keep up, but slowed the catch-up and SYNC_MASTER acks on a busy
+#: machine.) ...
+REPUT_PAUSE_BULK_S = 0.002
 #: ... and per lock acquisition once the stream pauses (catching up at full speed).
 REPUT_BATCH_IDLE = 8192
 
