@@ -289,6 +289,7 @@ class CommitLog:
         self._dispatch_waiters = 0
         self._topic_names: dict[bytes, str] = {}
         self._scanner_: Scanner | None = None
+        self._batch_ok = True
         #: Batch dispatch reads the records it validates into this buffer (see
         #: :meth:`Segment.read_into`), at most this much per batch.
         self._scan_buf = memoryview(bytearray(SCAN_BYTES))
@@ -771,10 +772,16 @@ class CommitLog:
         return count
 
     @property
-    def _scanner(self) -> Scanner:
-        if self._scanner_ is None:
-            from services.broker.storage.dispatch import Scanner
-
+    def _scanner(self) -> Scanner | None:
+        """The batch validator, or None where NumPy is not installed (then every record goes
+        one at a time)."""
+        if self._scanner_ is None and self._batch_ok:
+            try:
+                from services.broker.storage.dispatch import Scanner
+            except ImportError:
+                log.info("NumPy is not installed: replicated records are dispatched one at a time")
+                self._batch_ok = False
+                return None
             self._scanner_ = Scanner()
         return self._scanner_
 
@@ -795,9 +802,12 @@ class CommitLog:
             available = seg.write_pos - pos
             if available < BATCH_DISPATCH_MIN:
                 return 0
+            scanner = self._scanner
+            if scanner is None:
+                return 0
             buf = self._reput_buf
             got = self._read_undispatched(seg, offset, buf[:available])
-            batch = self._scanner.scan(buf, offset, got, seg.size - pos, max_records, self.reput_check_crc)
+            batch = scanner.scan(buf, offset, got, seg.size - pos, max_records, self.reput_check_crc)
         finally:
             seg.release()
         if batch is None:
@@ -847,7 +857,6 @@ class CommitLog:
         find, create = self._find, self._create
         topics = self._topic_names
         dispatch_batch = self._dispatcher.dispatch_batch
-        scan = None
         scan_buf = self._scan_buf
         last_ts = self._last_store_ts
         crc32 = body_crc
@@ -872,12 +881,12 @@ class CommitLog:
             try_batch = True
             while pos < write_pos and count != limit:
                 available = write_pos - pos
-                if (try_batch and available >= BATCH_DISPATCH_MIN
-                        and (limit < 0 or limit - count >= BATCH_RECORDS_MIN)):
-                    scan = scan or self._scanner.scan
+                scanner = self._scanner if try_batch and available >= BATCH_DISPATCH_MIN and (
+                    limit < 0 or limit - count >= BATCH_RECORDS_MIN) else None
+                if scanner is not None:
                     got = self._read_undispatched(seg, base + pos, scan_buf[:available])
-                    batch = scan(scan_buf, base + pos, got, size - pos, limit - count if limit > 0 else got,
-                                 check_crc)
+                    batch = scanner.scan(scan_buf, base + pos, got, size - pos,
+                                         limit - count if limit > 0 else got, check_crc)
                     if batch is not None:
                         dispatch_batch(batch)
                         count += len(batch)
