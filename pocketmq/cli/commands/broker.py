@@ -58,12 +58,16 @@ def broker_ha_status(*, conn: Conn) -> None:
             if r.value is None or not r.target.is_master:
                 continue
             for s in r.value.slaves:
-                slave_rows.append([r.target.broker_name, r.target.addr, s.slave_addr, s.ack_offset,
+                # brokerId from the slave's HA hello (0 or -1: an older slave that sent none)
+                slave_rows.append([r.target.broker_name, r.target.addr,
+                                   s.broker_id if s.broker_id > 0 else "-", s.broker_addr or s.slave_addr,
+                                   s.epoch or "-", s.ack_offset,
                                    s.lag_bytes, human_bytes(s.lag_bytes), ms_to_iso(s.connected_since_ms),
                                    ms_to_iso(s.last_ack_timestamp_ms)])
         console.print(table("Slaves as their masters see them", [
-            "broker", "master", "slave", "ack offset", "lag bytes", "lag", "connected since", "last ack"],
-            slave_rows, right=["ack offset", "lag bytes", "lag"]))
+            "broker", "master", "slave id", "slave", "epoch", "ack offset", "lag bytes", "lag",
+            "connected since", "last ack"],
+            slave_rows, right=["slave id", "epoch", "ack offset", "lag bytes", "lag"]))
         console.print(table("Brokers", [
             "broker", "id", "address", "role", "max offset", "push2slave max", "slaves", "connected",
             "error"],
