@@ -190,6 +190,8 @@ class SlaveConnection:
         self._announced = False
         #: The slave's hello (None: an original slave, or not received yet).
         self.identity: SlaveHello | None = None
+        #: Monotonic time of the last ack that reached the master's max offset (0: never).
+        self.caught_up_at = 0.0
 
     def info(self) -> SlaveInfo:
         request = self.proto.request_offset
@@ -371,6 +373,8 @@ class SlaveConnection:
                                                   "master_max_offset": max_offset})
                 self.wake.set()
             self.last_ack_ms = int(time.time() * 1000)
+            if offset >= max_offset:
+                self.caught_up_at = loop.time()
             master.on_ack(self.peer, offset, max_offset)
 
     def _send_final_heartbeat(self, offset: int) -> None:
@@ -512,6 +516,8 @@ class HAMaster:
         #: The newest epoch a slave reported beyond this master's own (0: none): this master is
         #: stale (a newer master exists).
         self.newer_epoch_seen = 0
+        #: brokerIds whose acks count for SYNC_MASTER (the SyncStateSet); None: every slave's.
+        self.counted: frozenset[int] | None = None
         self.tracker = SlaveAckTracker()
         self.waiter: ReplicationWaiter
         self.loop: asyncio.AbstractEventLoop
@@ -660,8 +666,34 @@ class HAMaster:
             conn.wake.set()
 
     def on_ack(self, slave: str, offset: int, master_max_offset: int) -> None:
-        if self.tracker.update(slave, offset, master_max_offset):
+        if self.tracker.update(slave, offset, master_max_offset) and self.counted is None:
             self.waiter.on_ack(self.tracker.push2slave_max_offset)
+        elif self.counted is not None:
+            self.waiter.on_ack(self.counted_ack())
+
+    def counted_ack(self) -> int:
+        """The highest offset acknowledged by a slave whose acks count (see :attr:`counted`)."""
+        if self.counted is None:
+            return self.tracker.push2slave_max_offset
+        best = 0
+        for conn in self.connections.values():
+            ident = conn.identity
+            ack = conn.proto.ack_offset
+            if ident is not None and ack is not None and ident.broker_id in self.counted:
+                best = max(best, ack)
+        return best
+
+    def set_counted(self, broker_ids: frozenset[int] | None) -> None:
+        """Only acks of these brokerIds count for SYNC_MASTER from now on (None: every slave)."""
+        self.counted = broker_ids
+        if hasattr(self, "waiter"):
+            self.waiter.on_ack(self.counted_ack())
+
+    def in_sync(self, within_s: float) -> list[SlaveInfo]:
+        """Identified slaves whose ack reached the master's max offset within ``within_s``."""
+        now = self.loop.time()
+        return [conn.info() for conn in self.connections.values()
+                if conn.identity is not None and conn.caught_up_at and now - conn.caught_up_at <= within_s]
 
     def note_progress(self, max_offset: int) -> None:
         self.history.note(max_offset, time.time())
@@ -674,10 +706,12 @@ class HAMaster:
     async def wait_replicated(self, end_offset: int, timeout_s: float) -> PutMessageStatus:
         """PUT_OK once a slave acknowledged ``end_offset``; SLAVE_NOT_AVAILABLE if no connected
         slave is within ``haSlaveFallbehindMax`` of it; FLUSH_SLAVE_TIMEOUT after ``timeout_s``."""
-        if end_offset <= self.tracker.push2slave_max_offset:
+        if end_offset <= self.counted_ack():
             return PutMessageStatus.PUT_OK
         if not self.slave_available(end_offset):
             return PutMessageStatus.SLAVE_NOT_AVAILABLE
+        if self.counted is not None and not self.counted:
+            return PutMessageStatus.SLAVE_NOT_AVAILABLE  # no in-sync slave: nobody's ack counts
         try:
             ok = await self.waiter.wait(end_offset, timeout_s)
         except WaiterClosedError:
