@@ -72,6 +72,15 @@ REGISTER_DEBOUNCE_S = 0.2
 CONSUMER_SCAN_INTERVAL_S = 5.0
 
 
+class ControllerView(Protocol):
+    """What the app shows of a failover controller (services.broker.controller)."""
+
+    problem: str
+    failovers: int
+
+    def sync_state_members(self) -> list[int]: ...
+
+
 class ReplicationService(Protocol):
     """What the app needs from replication (master: serve slaves; slave: follow the master)."""
 
@@ -132,6 +141,8 @@ class BrokerApp:
         #: Fencing under a failover controller: while it returns True this master must not
         #: acknowledge a write (its leader lease may be about to expire).
         self.write_fence: Callable[[], bool] | None = None
+        #: The failover controller running this broker (None: static roles).
+        self.controller: ControllerView | None = None
         self.start_timestamp = 0
         self._stopping = False
         self._master_addr = ""

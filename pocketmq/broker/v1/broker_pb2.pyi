@@ -489,7 +489,7 @@ class HASlaveStatus(_message.Message):
     def __init__(self, slave_addr: _Optional[str] = ..., request_offset: _Optional[int] = ..., ack_offset: _Optional[int] = ..., lag_bytes: _Optional[int] = ..., connected_since_ms: _Optional[int] = ..., transferred_bytes: _Optional[int] = ..., last_ack_timestamp_ms: _Optional[int] = ..., broker_id: _Optional[int] = ..., broker_addr: _Optional[str] = ..., epoch: _Optional[int] = ...) -> None: ...
 
 class HAStatus(_message.Message):
-    __slots__ = ("broker_role", "commit_log_max_offset", "push2slave_max_offset", "slaves", "master_ha_addr", "client_max_offset", "last_data_timestamp_ms", "reconnects", "connected", "epoch", "problem")
+    __slots__ = ("broker_role", "commit_log_max_offset", "push2slave_max_offset", "slaves", "master_ha_addr", "client_max_offset", "last_data_timestamp_ms", "reconnects", "connected", "epoch", "problem", "sync_state_set", "failovers")
     BROKER_ROLE_FIELD_NUMBER: _ClassVar[int]
     COMMIT_LOG_MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
     PUSH2SLAVE_MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
@@ -501,6 +501,8 @@ class HAStatus(_message.Message):
     CONNECTED_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     PROBLEM_FIELD_NUMBER: _ClassVar[int]
+    SYNC_STATE_SET_FIELD_NUMBER: _ClassVar[int]
+    FAILOVERS_FIELD_NUMBER: _ClassVar[int]
     broker_role: str
     commit_log_max_offset: int
     push2slave_max_offset: int
@@ -512,7 +514,9 @@ class HAStatus(_message.Message):
     connected: bool
     epoch: int
     problem: str
-    def __init__(self, broker_role: _Optional[str] = ..., commit_log_max_offset: _Optional[int] = ..., push2slave_max_offset: _Optional[int] = ..., slaves: _Optional[_Iterable[_Union[HASlaveStatus, _Mapping]]] = ..., master_ha_addr: _Optional[str] = ..., client_max_offset: _Optional[int] = ..., last_data_timestamp_ms: _Optional[int] = ..., reconnects: _Optional[int] = ..., connected: _Optional[bool] = ..., epoch: _Optional[int] = ..., problem: _Optional[str] = ...) -> None: ...
+    sync_state_set: _containers.RepeatedScalarFieldContainer[int]
+    failovers: int
+    def __init__(self, broker_role: _Optional[str] = ..., commit_log_max_offset: _Optional[int] = ..., push2slave_max_offset: _Optional[int] = ..., slaves: _Optional[_Iterable[_Union[HASlaveStatus, _Mapping]]] = ..., master_ha_addr: _Optional[str] = ..., client_max_offset: _Optional[int] = ..., last_data_timestamp_ms: _Optional[int] = ..., reconnects: _Optional[int] = ..., connected: _Optional[bool] = ..., epoch: _Optional[int] = ..., problem: _Optional[str] = ..., sync_state_set: _Optional[_Iterable[int]] = ..., failovers: _Optional[int] = ...) -> None: ...
 
 class GetAllTopicConfigRequest(_message.Message):
     __slots__ = ()

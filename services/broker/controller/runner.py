@@ -17,6 +17,7 @@ from typing import Final
 from services.broker.app import BrokerApp, HAFactory
 from services.broker.config import BrokerConfig, BrokerRole
 from services.broker.controller.dcs import EtcdDcs, Leader, SyncStateSet
+from services.broker.controller.metrics import ControllerCollector
 from services.broker.replication.epochfile import EpochFile
 from services.broker.storage.config import StoreConfig
 
@@ -68,6 +69,8 @@ class Controller:
 
     async def _start_app(self, master: bool) -> None:
         app = BrokerApp(self._config(master), self.store_cfg, ha_factory=self.ha_factory)
+        app.controller = self
+        app.metrics.registry.register(ControllerCollector(self))
         if master:
             app.write_fence = self.fenced
         self.app = app
@@ -89,6 +92,9 @@ class Controller:
         log.warning("role switched in place", extra={
             "role": "master" if master else "slave", "member": self.member_id, "epoch": epoch or self.epoch,
             "max_offset": max_offset, "switch_s": round(time.monotonic() - started, 3)})
+
+    def sync_state_members(self) -> list[int]:
+        return sorted(self.sync_state.members) if self.sync_state is not None else []
 
     def fenced(self) -> bool:
         """True once this master's lease may be gone (local monotonic deadline)."""
@@ -179,6 +185,7 @@ class Controller:
                 log.info("group master", extra={"master": leader.broker_id, "addr": leader.addr,
                                                 "epoch": leader.epoch})
             self._leader = leader
+            self.epoch = leader.epoch
             self._follow(leader)
             self._say("")
             return

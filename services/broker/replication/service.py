@@ -29,6 +29,7 @@ class BrokerReplication:
         cfg = app.broker_config
         self.role = cfg.broker_role.name
         self.is_master = cfg.is_master
+        self.app = app
         self.store = app.store
         self.master: HAMaster | None = None
         self.slave: HASlave | None = None
@@ -99,6 +100,11 @@ class BrokerReplication:
             reply.reconnects = self.slave.reconnects
             reply.connected = self.slave.connected
             reply.problem = self.slave.problem
+        controller = self.app.controller
+        if controller is not None:
+            reply.problem = reply.problem or controller.problem
+            reply.sync_state_set.extend(controller.sync_state_members())
+            reply.failovers = controller.failovers
         return reply
 
     def _sample(self) -> MasterSample | SlaveSample:

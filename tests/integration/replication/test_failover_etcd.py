@@ -261,3 +261,76 @@ def test_sigkill_the_sync_master_five_times_loses_no_acknowledged_message(
     print(f"failover_s={[round(x, 2) for x in failover_s]} acked={len(producers.acked)} "
           f"victims={victims} diverged_files={len(set(diverged))}")
     assert len(producers.acked) > 1000
+
+
+def sync_state(member: Member) -> list[int]:
+    s = member.status()
+    return list(s.sync_state_set) if s is not None else []
+
+
+def test_a_stopped_master_stops_acknowledging_before_its_lease_ends_then_demotes(
+        procs: ProcessGroup, namesrv: str, etcd: str, tmp_path: Path) -> None:
+    members = start_group(procs, namesrv, etcd, tmp_path, "partition")
+    master = master_of(members)
+    wait_until(lambda: len(sync_state(master)) == 3, 20, message="both slaves in sync")
+    producers = Producers(members)
+    try:
+        wait_until(lambda: producers.count() > 300, 30, message="PUT_OK before the partition")
+        master.proc.send_signal(signal.SIGSTOP)  # frozen: no renewals, no replies
+        stopped_at = time.monotonic()
+        others = [m for m in members if m is not master]
+        new_master = master_of(others, timeout=15)
+        promoted_after = time.monotonic() - stopped_at
+        wait_until(lambda: producers.ok_since(stopped_at, master.id), 15, message="PUT_OK on the new master")
+        master.proc.send_signal(signal.SIGCONT)
+        wait_until(lambda: (s := master.status()) is not None and s.broker_role == "SLAVE" and s.connected,
+                   20, message="the old master demoted itself and follows the new one")
+        resumed = time.monotonic()
+        wait_until(lambda: producers.ok_since(resumed, master.id), 10, message="writes go on")
+    finally:
+        producers.finish()
+    # no PUT_OK from the old master after its lease could have ended (it was renewed last before
+    # the stop, so the lease ends by stopped_at + TTL at the latest)
+    late = [when - stopped_at for when, member in producers.oks
+            if member == master.id and when > stopped_at + TTL_MS / 1000]
+    assert not late, f"PUT_OK from the deposed master {late} s after it was stopped"
+    assert promoted_after < TTL_MS / 1000 + 3
+    assert "lease not renewed in time" in master.proc.log_text()
+    top = wait_until(lambda: (s := new_master.status()) is not None and s.commit_log_max_offset, 5)
+    wait_until(lambda: (s := master.status()) is not None and s.commit_log_max_offset == top, 20,
+               message="the old master caught up")
+    check_all_acked_on(producers, new_master, top)
+    assert master.log_bytes(top) == new_master.log_bytes(top)
+
+
+def test_a_lagging_slave_is_never_promoted_and_the_group_waits(
+        procs: ProcessGroup, namesrv: str, etcd: str, tmp_path: Path) -> None:
+    members = start_group(procs, namesrv, etcd, tmp_path, "lagging")
+    master = master_of(members)
+    wait_until(lambda: len(sync_state(master)) == 3, 20, message="both slaves in sync")
+    lagging, in_sync = [m for m in members if m is not master]
+    producers = Producers(members)
+    try:
+        wait_until(lambda: producers.count() > 200, 30)
+        lagging.proc.send_signal(signal.SIGSTOP)  # longer than haMaxTimeSlaveNotCatchup (3 s)
+        wait_until(lambda: lagging.id not in sync_state(master), 15, message="the lagging slave left the set")
+        before = producers.count()
+        wait_until(lambda: producers.count() > before + 100, 15, message="writes go on without it")
+        in_sync.proc.kill()  # the only in-sync slave is gone ...
+        master.proc.kill()   # ... and so is the master
+        lagging.proc.send_signal(signal.SIGCONT)
+        # the lagging slave must not take over: it would lose acknowledged messages
+        wait_until(lambda: "is not in the SyncStateSet" in (((s := lagging.status()) and s.problem) or ""),
+                   15, message="the lagging slave says why it waits")
+        time.sleep(TTL_MS / 1000)  # (a non-event: nothing to wait for but time)
+        assert not lagging.is_master()
+        assert "not promoted: member" in lagging.proc.log_text()
+        in_sync.restart()  # an in-sync member returns: it is promoted, and the group writes again
+        new_master = master_of([in_sync, lagging], timeout=20)
+        assert new_master is in_sync
+        resumed = time.monotonic()
+        wait_until(lambda: producers.ok_since(resumed, -1), 20, message="PUT_OK again")
+    finally:
+        producers.finish()
+    top = wait_until(lambda: (s := in_sync.status()) is not None and s.commit_log_max_offset, 5)
+    check_all_acked_on(producers, in_sync, top)
