@@ -69,14 +69,16 @@ def broker_ha_status(*, conn: Conn) -> None:
             "connected since", "last ack"],
             slave_rows, right=["slave id", "epoch", "ack offset", "lag bytes", "lag"]))
         console.print(table("Brokers", [
-            "broker", "id", "address", "role", "max offset", "push2slave max", "slaves", "connected",
-            "error"],
+            "broker", "id", "address", "role", "epoch", "max offset", "push2slave max", "slaves", "connected",
+            "sync state set", "problem / error"],
             ([r.target.broker_name, r.target.broker_id, r.target.addr,
-              r.value.broker_role if r.value else "", r.value.commit_log_max_offset if r.value else "",
+              r.value.broker_role if r.value else "", (r.value.epoch or "-") if r.value else "",
+              r.value.commit_log_max_offset if r.value else "",
               r.value.push2slave_max_offset if r.value and r.target.is_master else "",
               len(r.value.slaves) if r.value and r.target.is_master else "",
               ("yes" if r.value.connected else "no") if r.value and not r.target.is_master else "",
-              str(r.error or "")] for r in results),
-            right=["id", "max offset", "push2slave max", "slaves"]))
+              ",".join(map(str, r.value.sync_state_set)) if r.value else "",
+              str(r.error or "") or (r.value.problem if r.value else "")] for r in results),
+            right=["id", "epoch", "max offset", "push2slave max", "slaves"]))
     if not ok:
         raise FailedError
