@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import time
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
 from pocketmq.cli.common import ACCESS, BROKER, CLUSTER, Conn, FailedError, connected, results_rows
 from pocketmq.cli.output import human_bytes, ms_to_iso, print_json, stdout_console, table
+from pocketmq.wire.dcs import LEADER, SWITCHOVER, group_key
 
 app = typer.Typer(help="Broker status and replication.", no_args_is_help=True)
 
@@ -82,3 +85,55 @@ def broker_ha_status(*, conn: Conn) -> None:
             right=["id", "epoch", "max offset", "push2slave max", "slaves"]))
     if not ok:
         raise FailedError
+
+
+@app.command("switchover")
+def broker_switchover(
+    group: Annotated[str, typer.Argument(help="The broker group (brokerName).")],
+    cluster: Annotated[str, typer.Option("--cluster", "-c", help="The group's brokerClusterName.")],
+    etcd: Annotated[str, typer.Option("--etcd", help="etcd endpoint host:port (controllerEtcdEndpoints).")]
+    = "127.0.0.1:2379",
+    to: Annotated[int, typer.Option("--to", help="The member (brokerId) to hand over to; 0 = the most "
+                                    "up-to-date in-sync slave.")] = 0,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for the new master.")] = 30.0,
+    output: Annotated[str, typer.Option("--output", "-o", help="table or json")] = "table",
+) -> None:
+    """Planned switchover of a group under controllerMode=etcd: the master stops acknowledging,
+    lets the target catch up, hands it the leader lease and becomes a slave."""
+    result = asyncio.run(_switchover(etcd, cluster, group, to, timeout))
+    if output == "json":
+        print_json(result)
+    else:
+        stdout_console().print(
+            f"{group}: master {result['from']} (epoch {result['from_epoch']}) -> {result['to']} "
+            f"(epoch {result['epoch']}) in {result['seconds']:.2f} s")
+
+
+async def _switchover(endpoint: str, cluster: str, group: str, to: int, limit_s: float) -> dict[str, Any]:
+    import aetcd  # (only this command needs it)
+
+    host, _, port = endpoint.rpartition(":")
+    client = aetcd.Client(host=host or "127.0.0.1", port=int(port), timeout=5)
+    started = time.monotonic()
+    try:
+        before = await client.get(group_key(cluster, group, LEADER))
+        if before is None:
+            raise typer.BadParameter(f"group {group} of cluster {cluster} has no master in etcd {endpoint}")
+        old = json.loads(before.value)
+        lease = await client.lease(max(5, int(limit_s)))
+        await client.put(group_key(cluster, group, SWITCHOVER), json.dumps({"to": to}).encode(), lease)
+        while time.monotonic() - started < limit_s:
+            now = await client.get(group_key(cluster, group, LEADER))
+            if now is not None and now.create_revision != before.create_revision:
+                new = json.loads(now.value)
+                if new.get("ready", True):
+                    return {"group": group, "from": old["brokerId"], "from_epoch": before.create_revision,
+                            "to": new["brokerId"], "epoch": now.create_revision,
+                            "seconds": round(time.monotonic() - started, 3)}
+            await asyncio.sleep(0.05)
+        await client.delete(group_key(cluster, group, SWITCHOVER))
+        stdout_console().print(f"[red]no new master within {limit_s:g} s (see the master's log: the "
+                               "target must be an in-sync slave)[/red]")
+        raise FailedError
+    finally:
+        await client.close()

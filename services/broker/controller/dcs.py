@@ -17,6 +17,7 @@ from typing import Any
 
 import aetcd
 
+from pocketmq.wire.dcs import LEADER, MEMBERS, SWITCHOVER, SYNC_STATE_SET, group_key
 from services.common.config import parse_address
 
 __all__ = ["EtcdDcs", "Leader", "SyncStateSet"]
@@ -46,7 +47,7 @@ class EtcdDcs:
 
     def __init__(self, endpoints: str, cluster: str, group: str, ttl_s: int, timeout_s: float) -> None:
         self._endpoints = [e.strip() for e in endpoints.split(";") if e.strip()]
-        self._prefix = f"/pocketmq/{cluster}/{group}".encode()
+        self._cluster, self._group = cluster, group
         self.ttl_s = ttl_s
         self._timeout_s = timeout_s
         self._client: aetcd.Client | None = None
@@ -54,7 +55,7 @@ class EtcdDcs:
         self._member_lease: Any = None
 
     def _key(self, name: str) -> bytes:
-        return self._prefix + b"/" + name.encode()
+        return group_key(self._cluster, self._group, name)
 
     async def _c(self) -> aetcd.Client:
         if self._client is None:
@@ -80,7 +81,7 @@ class EtcdDcs:
 
     async def leader(self) -> Leader | None:
         c = await self._c()
-        got = await c.get(self._key("leader"))
+        got = await c.get(self._key(LEADER))
         if got is None:
             return None
         obj = json.loads(got.value)
@@ -93,8 +94,8 @@ class EtcdDcs:
         lease = await c.lease(self.ttl_s)
         t = c.transactions
         value = json.dumps({"brokerId": broker_id, "addr": addr, "haAddr": ha_addr, "ready": False}).encode()
-        ok, responses = await c.transaction(compare=[t.create(self._key("leader")) == 0],
-                                            success=[t.put(self._key("leader"), value, lease)], failure=[])
+        ok, responses = await c.transaction(compare=[t.create(self._key(LEADER)) == 0],
+                                            success=[t.put(self._key(LEADER), value, lease)], failure=[])
         if not ok:
             await lease.revoke()
             return None
@@ -108,8 +109,8 @@ class EtcdDcs:
         c = await self._c()
         t = c.transactions
         value = json.dumps({"brokerId": broker_id, "addr": addr, "haAddr": ha_addr, "ready": True}).encode()
-        ok, _ = await c.transaction(compare=[t.create(self._key("leader")) == epoch],
-                                    success=[t.put(self._key("leader"), value, self._lease)], failure=[])
+        ok, _ = await c.transaction(compare=[t.create(self._key(LEADER)) == epoch],
+                                    success=[t.put(self._key(LEADER), value, self._lease)], failure=[])
         return bool(ok)
 
     async def renew(self) -> bool:
@@ -136,13 +137,13 @@ class EtcdDcs:
         t = c.transactions
         value = json.dumps({"epoch": state.epoch, "master": state.master,
                             "members": sorted(state.members)}).encode()
-        ok, _ = await c.transaction(compare=[t.create(self._key("leader")) == state.epoch],
-                                    success=[t.put(self._key("syncstateset"), value)], failure=[])
+        ok, _ = await c.transaction(compare=[t.create(self._key(LEADER)) == state.epoch],
+                                    success=[t.put(self._key(SYNC_STATE_SET), value)], failure=[])
         return bool(ok)
 
     async def sync_state(self) -> SyncStateSet | None:
         c = await self._c()
-        got = await c.get(self._key("syncstateset"))
+        got = await c.get(self._key(SYNC_STATE_SET))
         if got is None:
             return None
         obj = json.loads(got.value)
@@ -159,13 +160,31 @@ class EtcdDcs:
             if int(reply.TTL) <= 0:
                 self._member_lease = await c.lease(self.ttl_s)
         value = json.dumps({"brokerId": broker_id, "maxOffset": max_offset, "addr": addr}).encode()
-        await c.put(self._key(f"members/{broker_id}"), value, self._member_lease)
+        await c.put(self._key(f"{MEMBERS}{broker_id}"), value, self._member_lease)
+
+    async def switchover(self) -> int | None:
+        """A pending planned switchover: the requested target (0 = any in-sync slave), or None."""
+        c = await self._c()
+        got = await c.get(self._key(SWITCHOVER))
+        if got is None:
+            return None
+        return int(json.loads(got.value).get("to", 0))
+
+    async def hand_over(self, target: int) -> None:
+        """Name the member that takes over (the others then do not campaign), for a few TTLs."""
+        c = await self._c()
+        lease = await c.lease(self.ttl_s * 3)
+        await c.put(self._key(SWITCHOVER), json.dumps({"to": target, "handover": True}).encode(), lease)
+
+    async def clear_switchover(self) -> None:
+        c = await self._c()
+        await c.delete(self._key(SWITCHOVER))
 
     async def members(self) -> dict[int, int]:
         """Live members' max offsets by brokerId."""
         c = await self._c()
         result: dict[int, int] = {}
-        for kv in await c.get_prefix(self._key("members/")):
+        for kv in await c.get_prefix(self._key(MEMBERS)):
             obj = json.loads(kv.value)
             result[int(obj["brokerId"])] = int(obj["maxOffset"])
         return result

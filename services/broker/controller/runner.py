@@ -151,6 +151,9 @@ class Controller:
                 return
             self._renewed_at = started
             self.fence_at = started + self.ttl_s - self.margin_s
+            target = await self.dcs.switchover()
+            if target is not None and await self._hand_over(target):
+                return
         app = self.app
         assert app is not None
         ha = getattr(app.ha, "master", None)
@@ -171,6 +174,35 @@ class Controller:
         ha.set_counted(frozenset(in_sync & self.sync_state.members) if self.sync_state else frozenset())
         self._say("" if len(members) > 1 else
                   "no in-sync slave: a failover now would lose data, so none would be promoted")
+
+    async def _hand_over(self, requested: int) -> bool:
+        """A planned switchover: stop acknowledging, let the target catch up, name it, give the
+        lease up and become a slave.  False (and the request dropped) when no member fits."""
+        app = self.app
+        ha = getattr(app.ha, "master", None) if app is not None else None
+        members = self.sync_state.members if self.sync_state is not None else frozenset()
+        if ha is None or app is None:
+            return False
+        candidates = [s for s in ha.slaves() if s.broker_id in members and s.broker_id != self.member_id
+                      and (requested == 0 or s.broker_id == requested)]
+        if not candidates:
+            log.error("switchover refused: the target is not an in-sync slave", extra={
+                "requested": requested or "any", "sync_state_set": sorted(members)})
+            await self.dcs.clear_switchover()
+            return False
+        target = max(candidates, key=lambda s: s.ack_offset).broker_id
+        log.warning("planned switchover: handing the group over", extra={"to": target, "epoch": self.epoch})
+        self.fence_at = 0.0  # from now on nothing is acknowledged here
+        deadline = time.monotonic() + self.ttl_s
+        while time.monotonic() < deadline:
+            acks = {s.broker_id: s.ack_offset for s in ha.slaves()}
+            if acks.get(target, -1) >= app.store.max_offset:
+                break
+            await asyncio.sleep(0.01)
+        await self.dcs.hand_over(target)
+        await self.dcs.resign()
+        await self._switch(master=False)
+        return True
 
     async def _slave_tick(self) -> None:
         app = self.app
@@ -196,11 +228,16 @@ class Controller:
             self._say(f"not promoted: member {self.member_id} is not in the SyncStateSet "
                       f"{sorted(state.members)} (it may lack acknowledged messages); waiting")
             return
+        handover = await self.dcs.switchover()
+        if handover is not None and handover not in (0, self.member_id):
+            self._say(f"waiting: a planned switchover hands the group to member {handover}")
+            return
         members = await self.dcs.members()
         rivals = {m: o for m, o in members.items() if m != self.member_id
                   and (state is None or m in state.members)}
         best = max(rivals.items(), key=lambda mo: (mo[1], -mo[0]), default=None)
-        if best is not None and (best[1], -best[0]) > (max_offset, -self.member_id):
+        if handover != self.member_id and best is not None and (best[1], -best[0]) > (max_offset,
+                                                                                      -self.member_id):
             self._say(f"waiting: in-sync member {best[0]} has a higher offset ({best[1]} > {max_offset})")
             return
         await asyncio.sleep(_TICK_S)  # let the appends in flight land
@@ -223,6 +260,8 @@ class Controller:
         self._renewed_at = started
         self.fence_at = started + self.ttl_s - self.margin_s
         await self.dcs.mark_ready(epoch, self.member_id, self.cfg.broker_addr, self.cfg.ha_server_addr)
+        if handover is not None:
+            await self.dcs.clear_switchover()
         await self._master_tick()
 
 

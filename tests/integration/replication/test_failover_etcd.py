@@ -5,11 +5,13 @@ One etcd serves the module; each test uses its own cluster name (its own keys)."
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 import socket
 import struct
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -334,3 +336,33 @@ def test_a_lagging_slave_is_never_promoted_and_the_group_waits(
         producers.finish()
     top = wait_until(lambda: (s := in_sync.status()) is not None and s.commit_log_max_offset, 5)
     check_all_acked_on(producers, in_sync, top)
+
+
+def test_planned_switchover_to_a_named_slave(
+        procs: ProcessGroup, namesrv: str, etcd: str, tmp_path: Path) -> None:
+    members = start_group(procs, namesrv, etcd, tmp_path, "switch")
+    master = master_of(members)
+    wait_until(lambda: len(sync_state(master)) == 3, 20, message="both slaves in sync")
+    target = max(m.id for m in members if m is not master)
+    producers = Producers(members)
+    try:
+        wait_until(lambda: producers.count() > 200, 30)
+        out = subprocess.run(
+            [sys.executable, "-m", "pocketmq.cli", "broker", "switchover", "broker-a", "--cluster", "switch",
+             "--etcd", etcd, "--to", str(target), "--output", "json"],
+            capture_output=True, text=True, timeout=60, check=False)
+        assert out.returncode == 0, out.stdout + out.stderr
+        result = json.loads(out.stdout)
+        assert (result["from"], result["to"]) == (master.id, target)
+        assert result["epoch"] > result["from_epoch"]
+        assert result["seconds"] < 5
+        switched = time.monotonic()
+        wait_until(lambda: producers.ok_since(switched, master.id), 15, message="PUT_OK on the new master")
+        wait_until(lambda: (s := master.status()) is not None and s.broker_role == "SLAVE" and s.connected,
+                   20, message="the old master follows")
+    finally:
+        producers.finish()
+    new_master = next(m for m in members if m.id == target)
+    assert new_master.is_master()
+    top = wait_until(lambda: (s := new_master.status()) is not None and s.commit_log_max_offset, 5)
+    check_all_acked_on(producers, new_master, top)
