@@ -44,7 +44,7 @@ apt:
 	@bash scripts/ensure-apt.sh $(APT_PACKAGES)
 
 run: setup
-	$(PY) -m services.local_cluster
+	$(PY) -m services.local_cluster $(RUN_ARGS)
 
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
