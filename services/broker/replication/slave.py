@@ -50,9 +50,9 @@ from services.broker.replication.hello import (
     encode_slave_hello,
 )
 from services.broker.replication.protocol import SlaveConnectionProtocol
+from services.broker.replication.repair import DivergenceRepair, is_record_boundary
 from services.broker.storage.commitlog import CommitLogError
 from services.broker.storage.config import StoreConfig
-from services.broker.storage.record import CheckKind, check_record
 from services.broker.storage.store import MessageStore
 from services.common.config import ConfigError, parse_address
 
@@ -170,6 +170,10 @@ class HASlave:
         self._original_masters: set[str] = set()
         #: The master's hello on the current connection (None before, or from an original master).
         self.master_hello: MasterHello | None = None
+        self.repairer = DivergenceRepair(store, max_truncate=settings.max_truncate,
+                                         diverged_dir=settings.diverged_dir,
+                                         segment_size=settings.segment_size,
+                                         epochs=epochs)
         #: Why this slave refuses to replicate from its master ("" when it does not refuse).
         self.problem = ""
         self.master_addr = settings.master_address_override
@@ -548,71 +552,12 @@ class HASlave:
             due = min(state.last_ack + heartbeat_s, state.last_read + housekeeping_s)
             await asyncio.sleep(max(0.01, due - now))
 
-    # -- divergence repair ----------------------------------------------------------------------
-
     async def _repair(self, exc: _MasterAheadError) -> bool:
-        """Cut the log back to the master's max offset if that is safe (see the module doc)."""
-        store = self.store
-        target = exc.master_offset
-        current = store.max_offset
-        drop = current - target
-        extra = {"master_max_offset": target, "slave_max_offset": current, "drop_bytes": drop}
-        if target <= 0:
-            log.error("the master's commit log is empty but this slave's is not; NOT truncating "
-                      "automatically (a wiped master?): fix the master or empty this slave", extra=extra)
-            return False
-        if drop > self.settings.max_truncate:
-            log.error("this slave's commit log is ahead of the master's by more than "
-                      "haSlaveFallbehindMax; NOT truncating automatically", extra=extra)
-            return False
-        if target < store.min_offset:
-            log.error("the master's max offset is below this slave's retained range; NOT truncating",
-                      extra=extra)
-            return False
-        ok = await asyncio.to_thread(self._truncate, target)
+        """Cut the log back to the master's point if that is safe (see :mod:`.repair`)."""
+        ok = await self.repairer.repair(exc.master_offset)
         if ok:
             self.repairs += 1
-            log.error("DIVERGED: this slave's commit log was ahead of the master's; truncated it to the "
-                      "master's max offset and resuming (dropped bytes saved)", extra={
-                          **extra, "saved_to": self._saved_path(target, current) or "-"})
         return ok
-
-    def _saved_path(self, start: int, end: int) -> str:
-        if not self.settings.diverged_dir:
-            return ""
-        return os.path.join(self.settings.diverged_dir, f"{start:020d}-{end:020d}.bin")
-
-    def _truncate(self, target: int) -> bool:
-        store = self.store
-        current = store.max_offset
-        if not is_record_boundary(store, target, self.settings.segment_size):
-            log.error("the master's max offset is not a record boundary in this slave's commit log: the "
-                      "logs differ before it; NOT truncating automatically", extra={
-                          "master_max_offset": target, "slave_max_offset": current})
-            return False
-        path = self._saved_path(target, current)
-        if path:
-            try:
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                with open(path, "wb") as out:
-                    offset = target
-                    while offset < current:
-                        data = store.get_data(offset, current - offset)
-                        if data is None:
-                            break
-                        with data:
-                            out.write(data.data)
-                            offset += data.size
-                    out.flush()
-                    os.fsync(out.fileno())
-            except OSError as err:
-                log.error("cannot save the diverged bytes; NOT truncating", extra={"path": path,
-                                                                                  "error": str(err)})
-                return False
-        store.truncate_dirty(target)
-        if self.epochs is not None:
-            self.epochs.truncate(target)
-        return True
 
 
 async def _recv_exactly(loop: asyncio.AbstractEventLoop, sock: socket.socket, size: int) -> bytes | None:
@@ -676,30 +621,3 @@ class _SessionState:
     #: The handshake was answered (a close before any byte then means a rejected answer).
     authenticated: bool = False
     anything_read: bool = False
-
-
-def is_record_boundary(store: MessageStore, offset: int, segment_size: int) -> bool:
-    """Whether a record starts (or the log ends) at ``offset`` in ``store``'s commit log: walks
-    the records of the segment holding it from the segment start (no CRC checks)."""
-    if offset == store.max_offset:
-        return True
-    if not store.min_offset <= offset < store.max_offset:
-        return False
-    segment_start = offset - offset % segment_size
-    if offset == segment_start:
-        return True
-    data = store.get_data(segment_start, offset - segment_start)
-    if data is None:
-        return False
-    with data:
-        view = data.data
-        end = len(view)
-        if end != offset - segment_start:
-            return False
-        pos = 0
-        while pos < end:
-            check = check_record(view, pos, end - pos, expected_offset=segment_start + pos, check_crc=False)
-            if check.kind is not CheckKind.RECORD:
-                return False
-            pos += check.size
-        return pos == end
