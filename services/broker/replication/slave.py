@@ -322,16 +322,20 @@ class HASlave:
         loop = asyncio.get_running_loop()
         store = self.store
         answer = await self._authenticate(sock, loop) if self.settings.auth_secret else b""
+        authenticated = bool(answer)
+        greeted = False
         self.master_hello = None
         if self.settings.broker_id >= 0 and self.epochs is not None and addr not in self._original_masters:
             await self._hello(sock, loop, answer)
-            answer = b""
+            answer = b""  # (sent with the hello)
+            greeted = True
         start_offset = store.max_offset
         proto = SlaveConnectionProtocol(start_offset, max_body_size=self.settings.max_body_size)
-        state = _SessionState(loop.time(), authenticated=bool(answer))
+        # (after a hello the master has accepted the answer already: a close is no rejection)
+        state = _SessionState(loop.time(), authenticated=authenticated, anything_read=greeted)
         self.connected = True
         log.info("connected to master", extra={"master_ha_addr": addr, "request_offset": start_offset,
-                                               "authenticated": bool(answer)})
+                                               "authenticated": authenticated})
         await self._send_ack(sock, start_offset, state, loop, prefix=answer)
         receiver = asyncio.create_task(self._receive(sock, proto, state, loop))
         keeper = asyncio.create_task(self._keep_alive(sock, state, loop))
