@@ -16,7 +16,6 @@ from collections.abc import Sequence
 
 from services.broker.app import run_broker
 from services.broker.config import BrokerConfig, mask_secrets
-from services.broker.controller.runner import run_controlled_broker
 from services.broker.replication.service import create_replication_service
 from services.broker.storage.config import StoreConfig
 from services.common.config import ConfigError, add_arguments, from_arguments, to_properties
@@ -52,6 +51,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write(mask_secrets(to_properties([broker_config, store_config])))
         return 0
     if broker_config.controller_mode == "etcd":
+        from services.broker.controller.runner import run_controlled_broker  # (needs aetcd)
+
         return run_service(lambda stop: run_controlled_broker(broker_config, store_config, stop,
                                                               ha_factory=create_replication_service))
     return run_service(lambda stop: run_broker(broker_config, store_config, stop,
