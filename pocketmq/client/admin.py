@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import inspect
+import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Any, Generic, NamedTuple, TypeVar
@@ -19,6 +20,7 @@ from pocketmq.broker.v1 import broker_pb2
 from pocketmq.client import loop as _loop
 from pocketmq.client.allocate import allocation_table
 from pocketmq.client.core import ClientCore
+from pocketmq.client.lookup import MessageLookup
 from pocketmq.client.message import MessageQueue
 from pocketmq.client.producer import namesrv_from_env
 from pocketmq.client.routes import MASTER_ID, PERM_READ, PERM_WRITE, TopicRoute
@@ -26,6 +28,8 @@ from pocketmq.client.transport import BrokerCaller, NamesrvClient, RelayMode, pa
 from pocketmq.common.v1 import common_pb2
 from pocketmq.errors import InvalidArgumentError, NoRouteError, NotFoundError, PocketMQError
 from pocketmq.namesrv.v1 import namesrv_pb2
+from pocketmq.wire.tls import ClientTls
+from pocketmq.wire.tls import resolve as resolve_tls
 
 __all__ = ["Admin", "AsyncAdmin", "BrokerResult", "BrokerTarget", "QueueProgress"]
 
@@ -76,8 +80,11 @@ class QueueProgress:
                 "consumer_offset": self.consumer_offset, "lag": self.lag, "client": self.client}
 
 
-class AsyncAdmin:
-    """Admin calls (asyncio). ``relay``: "auto" (default: through the NameServer, direct when it
+class AsyncAdmin(MessageLookup):
+    """Admin calls (asyncio); message lookup (``get_message``, ``find_messages``, ``browse``)
+    comes from :class:`~pocketmq.client.lookup.MessageLookup`.
+
+    ``relay``: "auto" (default: through the NameServer, direct when it
     has no relay), "relay" (NameServer only) or "direct" (connect to broker addresses).
     ``broker="host:port"`` addresses one broker directly for broker calls."""
 
@@ -88,10 +95,19 @@ class AsyncAdmin:
         broker: str | None = None,
         relay: RelayMode = "auto",
         timeout: float = 5.0,
+        membership_ttl: float = 2.0,
+        tls: ClientTls | bool | None = None,
     ) -> None:
+        """``tls``: see :class:`~pocketmq.client.producer.AsyncProducer`."""
         self.namesrv_addrs = namesrv_from_env(namesrv)
+        self.tls = resolve_tls(tls)
         self.broker = parse_addresses(broker, "broker")[0] if broker else None
         self.timeout = timeout
+        #: How long the master list of a cluster is reused by calls on every master (topic and
+        #: group admin) before the NameServer is asked again (0: every call). A call that
+        #: fails on a remembered master is retried at once on the current masters.
+        self.membership_ttl = membership_ttl
+        self._masters_cache: dict[str | None, tuple[float, list[BrokerTarget]]] = {}
         self._relay_mode: RelayMode = "direct" if self.broker else relay
         self._core: ClientCore | None = None
         self._namesrv: NamesrvClient
@@ -99,7 +115,8 @@ class AsyncAdmin:
 
     async def start(self) -> None:
         if self._core is None:
-            self._core = ClientCore(self.namesrv_addrs, timeout=self.timeout, relay=self._relay_mode)
+            self._core = ClientCore(self.namesrv_addrs, timeout=self.timeout, relay=self._relay_mode,
+                                    tls=self.tls or False)
             self._namesrv = self._core.namesrv
             self._caller = self._core.caller
 
@@ -175,12 +192,41 @@ class AsyncAdmin:
 
         return list(await asyncio.gather(*(one(t) for t in targets)))
 
-    async def _masters(self, cluster: str | None) -> list[BrokerTarget]:
+    async def _masters(self, cluster: str | None, *, fresh: bool = True) -> list[BrokerTarget]:
+        """The masters (of ``cluster``); ``fresh=False`` accepts the list remembered for
+        ``membership_ttl`` seconds."""
+        now = time.monotonic()
+        hit = self._masters_cache.get(cluster)
+        if not fresh and hit is not None and now - hit[0] < self.membership_ttl:
+            return hit[1]
         targets = await self.brokers(cluster, masters_only=True)
         if not targets:
             raise NotFoundError("no master broker is registered"
                                 + (f" in cluster {cluster!r}" if cluster else ""))
+        if self.membership_ttl > 0 and self.broker is None:
+            self._masters_cache[cluster] = (now, targets)
         return targets
+
+    async def _on_masters(self, cluster: str | None,
+                          func: Callable[[BrokerTarget], Awaitable[T]]) -> list[BrokerResult[T]]:
+        """``func`` on every master, with the membership remembered for ``membership_ttl`` (a
+        loop of admin calls asks the NameServer once, not per call). When a remembered master
+        fails, the current masters are fetched, and ``func`` runs on those it has not succeeded
+        on (a master that moved or joined), so a failover never leaves a stale target's error."""
+        hit = self._masters_cache.get(cluster)
+        cached = (hit is not None and self.broker is None
+                  and time.monotonic() - hit[0] < self.membership_ttl)
+        targets = await self._masters(cluster, fresh=False)
+        results = await self._each(targets, func)
+        if not cached or all(r.error is None for r in results):
+            return results
+        current = await self._masters(cluster)
+        if current == targets:
+            return results
+        done = {r.target for r in results if r.error is None}
+        kept = [r for r in results if r.target in done and r.target in current]
+        again = await self._each([t for t in current if t not in done], func)
+        return sorted([*kept, *again], key=lambda r: r.target)
 
     # -- brokers --------------------------------------------------------------------------------
 
@@ -207,7 +253,7 @@ class AsyncAdmin:
             created: common_pb2.TopicConfig = reply.topic_config
             return created
 
-        return await self._each(await self._masters(cluster), create)
+        return await self._on_masters(cluster, create)
 
     async def create_topics(
         self, topics: Sequence[str], *, read_queues: int = 4, write_queues: int = 4,
@@ -230,7 +276,7 @@ class AsyncAdmin:
                 created.extend(reply.topic_configs)
             return created
 
-        return await self._each(await self._masters(cluster), create)
+        return await self._on_masters(cluster, create)
 
     async def update_topic(
         self, topic: str, *, read_queues: int | None = None, write_queues: int | None = None,
@@ -256,7 +302,7 @@ class AsyncAdmin:
             created: common_pb2.TopicConfig = reply.topic_config
             return created
 
-        return await self._each(await self._masters(cluster), update)
+        return await self._on_masters(cluster, update)
 
     async def delete_topic(self, topic: str, cluster: str | None = None) -> list[BrokerResult[bool]]:
         """Delete the topic on every master (value False where it did not exist)."""
@@ -268,7 +314,7 @@ class AsyncAdmin:
                 return False
             return True
 
-        return await self._each(await self._masters(cluster), delete)
+        return await self._on_masters(cluster, delete)
 
     async def topic_configs(
         self, cluster: str | None = None
@@ -277,7 +323,7 @@ class AsyncAdmin:
             reply = await self.call(t.addr, "ListTopics", broker_pb2.ListTopicsRequest())
             return list(reply.topic_configs)
 
-        return await self._each(await self._masters(cluster), configs)
+        return await self._on_masters(cluster, configs)
 
     # -- subscription groups ----------------------------------------------------------------------
 
@@ -295,7 +341,7 @@ class AsyncAdmin:
             created: broker_pb2.SubscriptionGroupConfig = reply.config
             return created
 
-        return await self._each(await self._masters(cluster), create)
+        return await self._on_masters(cluster, create)
 
     async def groups(self, cluster: str | None = None
                      ) -> list[BrokerResult[list[broker_pb2.SubscriptionGroupConfig]]]:
@@ -304,7 +350,7 @@ class AsyncAdmin:
                                     broker_pb2.ListSubscriptionGroupsRequest())
             return list(reply.configs)
 
-        return await self._each(await self._masters(cluster), configs)
+        return await self._on_masters(cluster, configs)
 
     # -- consumer progress ----------------------------------------------------------------------
 
@@ -324,7 +370,7 @@ class AsyncAdmin:
     async def consumer_topics(self, group: str, cluster: str | None = None) -> list[str]:
         """Topics ``group`` has committed offsets for on the masters (sorted; retry and
         dead-letter topics included)."""
-        results = await self._each(await self._masters(cluster), lambda t: self.call(
+        results = await self._on_masters(cluster, lambda t: self.call(
             t.addr, "BrokerMetadata/GetAllConsumerOffsets", broker_pb2.GetAllConsumerOffsetsRequest()))
         topics: set[str] = set()
         for r in results:
@@ -377,8 +423,9 @@ class Admin:
     """Blocking face of :class:`AsyncAdmin` (same arguments and methods)."""
 
     def __init__(self, namesrv: str | Sequence[str] | None = None, *, broker: str | None = None,
-                 relay: RelayMode = "auto", timeout: float = 5.0) -> None:
-        self._async = AsyncAdmin(namesrv, broker=broker, relay=relay, timeout=timeout)
+                 relay: RelayMode = "auto", timeout: float = 5.0,
+                 tls: ClientTls | bool | None = None) -> None:
+        self._async = AsyncAdmin(namesrv, broker=broker, relay=relay, timeout=timeout, tls=tls)
 
     def __enter__(self) -> Admin:
         return self

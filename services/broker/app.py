@@ -44,6 +44,7 @@ from services.broker.metrics import BrokerMetrics
 from services.broker.pop.metrics import PopMetrics
 from services.broker.pop.service import PopService, retry_topic, revive_topic
 from services.broker.pull import PullService
+from services.broker.query import MessageQueryServicer
 from services.broker.registration import BrokerIdentity, BrokerRegistrar, clamp_register_period
 from services.broker.send import SendService
 from services.broker.storage.config import StoreConfig
@@ -57,7 +58,6 @@ from services.broker.v2.status import SERVICE_NAME as V2_SERVICE
 from services.common.errors import NotFoundError
 from services.common.grpcserver import GrpcServer, start_grpc_server
 from services.common.metrics import MetricsServer
-from services.common.tls import load_pair
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +66,7 @@ BROKER_SERVICES = (
     broker_pb2.DESCRIPTOR.services_by_name["BrokerMetadata"].full_name,
     V2_SERVICE,
     broker_pb2.DESCRIPTOR.services_by_name["Transactions"].full_name,
+    broker_pb2.DESCRIPTOR.services_by_name["MessageQuery"].full_name,
 )
 #: Topic changes are published to the NameServers after this quiet period (coalescing bursts).
 REGISTER_DEBOUNCE_S = 0.2
@@ -128,6 +129,11 @@ class BrokerApp:
             metrics_addr=f"{ip}:{metrics_port}" if metrics_port > 0 else "",
             broker_role=cfg.broker_role.name,
         )
+        #: The certificate of the gRPC and metrics ports (files checked now: a bad path or a key
+        #: that does not match fails at start naming the key); None without tlsEnable.
+        self.server_tls = cfg.server_tls()
+        #: TLS of this broker's own channels (NameServers, the master's metadata API).
+        self.client_tls = cfg.client_tls()
         self.config_dir = os.path.join(store_config.store_path_root_dir, "config")
         self.topics = TopicConfigManager(self.config_dir, default_queue_nums=cfg.default_topic_queue_nums)
         self.offsets = ConsumerOffsetManager(self.config_dir)
@@ -246,11 +252,14 @@ class BrokerApp:
         else:
             self._sync = SlaveMetadataSync(
                 self.topics, self.offsets, self.delay_offsets, self.groups,
-                interval_s=cfg.slave_sync_interval / 1000, on_round=self._on_sync_round)
+                interval_s=cfg.slave_sync_interval / 1000, on_round=self._on_sync_round, tls=self.client_tls)
             self._sync.start()
 
+        # Permissive TLS: routes answered on the extra TLS listener point at the brokers' TLS
+        # listeners. Enforcing: every registered address already is a TLS port.
         tls_offset = cfg.effective_tls_port - cfg.listen_port
-        self.v2 = MessagingServicer(self, tls_address_map=lambda addr: tls_address(addr, tls_offset))
+        self.v2 = MessagingServicer(self, tls_address_map=None if cfg.tls_main_port
+                                    else lambda addr: tls_address(addr, tls_offset))
         self.v2.start()
         if cfg.is_master:
             self.pop.start()
@@ -260,17 +269,18 @@ class BrokerApp:
             broker_pb2_grpc.add_BrokerMetadataServicer_to_server(BrokerMetadataServicer(self), server)
             v2_grpc.add_MessagingServiceServicer_to_server(self.v2, server)
             broker_pb2_grpc.add_TransactionsServicer_to_server(TransactionsServicer(self), server)
+            broker_pb2_grpc.add_MessageQueryServicer_to_server(MessageQueryServicer(self), server)
 
         address = f"{cfg.listen_host}:{cfg.listen_port}"
-        tls = None
-        if cfg.tls_enable:
-            key, chain = load_pair(cfg.tls_server_cert_path, cfg.tls_server_key_path,
-                                   "tlsServerCertPath", "tlsServerKeyPath")
-            tls = (f"{cfg.listen_host}:{cfg.effective_tls_port}", key, chain)
-        self._grpc = await start_grpc_server(address, register, BROKER_SERVICES, tls)
+        tls = self.server_tls
+        tls_listener = (f"{cfg.listen_host}:{cfg.effective_tls_port}"
+                        if tls is not None and not cfg.tls_main_port else None)
+        health_listener = f"{cfg.listen_host}:{cfg.health_listen_port}" if cfg.health_listen_port else None
+        self._grpc = await start_grpc_server(address, register, BROKER_SERVICES, tls, tls_listener,
+                                             health_listener)
         if cfg.effective_metrics_port > 0:
             self._metrics_server = MetricsServer(
-                self.metrics.registry, cfg.listen_host, cfg.effective_metrics_port)
+                self.metrics.registry, cfg.listen_host, cfg.effective_metrics_port, tls)
 
         self._tasks.append(asyncio.create_task(self._persist_loop(), name="metadata-persist"))
         self._tasks.append(asyncio.create_task(self._consumer_scan_loop(), name="consumer-expiry"))
@@ -278,7 +288,8 @@ class BrokerApp:
             self._registrar = BrokerRegistrar(
                 cfg.namesrv_addrs, self.identity, self._topic_snapshot,
                 period_s=clamp_register_period(cfg.register_name_server_period),
-                timeout_s=cfg.register_broker_timeout_mills / 1000, on_master=self._on_master)
+                timeout_s=cfg.register_broker_timeout_mills / 1000, on_master=self._on_master,
+                tls=self.client_tls)
             await self._registrar.start()
         self.topics.add_listener(self._topics_changed)
         # In Kubernetes, show the role on the pod (`kubectl get pods -L pocketmq.io/role`); outside
@@ -498,6 +509,10 @@ class BrokerApp:
         if hasattr(self, "transactions"):
             gauges[prefix + "transaction_half_pending_messages"] = (
                 "Half (transaction) messages neither committed nor rolled back.", self.transactions.pending)
+        if store.index is not None:
+            gauges[prefix + "index_lag_bytes"] = (
+                "Commit log bytes not yet in the message key index.",
+                max(0, store.dispatched_offset - store.index.indexed_offset))
         if self._delay is not None:
             gauges["pocketmq_broker_delay_backlog_messages"] = (
                 "Delayed messages not yet delivered.", self._delay.backlog(store.max_queue_offset))

@@ -51,6 +51,7 @@ from services.broker.replication.hello import (
 )
 from services.broker.replication.protocol import SlaveConnectionProtocol
 from services.broker.replication.repair import DivergenceRepair, is_record_boundary
+from services.broker.replication.tls import HaTls, connect_tls, ha_tls
 from services.broker.storage.commitlog import CommitLogError
 from services.broker.storage.config import StoreConfig
 from services.broker.storage.store import MessageStore
@@ -112,6 +113,8 @@ class SlaveSettings:
     broker_name: str = _BROKER.broker_name
     broker_id: int = -1
     broker_addr: str = ""
+    #: haTlsEnable: TLS, the master's certificate checked against the CA (None = plaintext).
+    tls: HaTls | None = None
 
     @classmethod
     def from_config(cls, cfg: BrokerConfig, store: StoreConfig) -> SlaveSettings:
@@ -123,7 +126,8 @@ class SlaveSettings:
                    diverged_dir=os.path.join(store.store_path_root_dir, "ha-diverged"),
                    auth_secret=cfg.ha_auth_secret.encode(),
                    auth_timeout_s=handshake_timeout_s(housekeeping_s), cluster=cfg.broker_cluster_name,
-                   broker_name=cfg.broker_name, broker_id=cfg.broker_id, broker_addr=cfg.broker_addr)
+                   broker_name=cfg.broker_name, broker_id=cfg.broker_id, broker_addr=cfg.broker_addr,
+                   tls=ha_tls(cfg))
 
 
 class _SessionEndError(Exception):
@@ -306,6 +310,7 @@ class HASlave:
         family, _, _, _, sockaddr = infos[0]
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setblocking(False)
+        tls_owns_socket = False
         try:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -314,9 +319,21 @@ class HASlave:
                     await loop.sock_connect(sock, sockaddr)
             except TimeoutError:
                 raise _SessionEndError(f"connect to {addr} timed out after {CONNECT_TIMEOUT_S:g}s") from None
-            return await self._follow(sock, addr)
+            if self.settings.tls is None:
+                return await self._follow(sock, addr)
+            try:
+                stream = await connect_tls(sock, self.settings.tls, CONNECT_TIMEOUT_S)
+            except (OSError, TimeoutError) as exc:
+                why = str(exc) or type(exc).__name__
+                raise _SessionEndError(f"TLS handshake with {addr} failed: {why}") from None
+            tls_owns_socket = True  # the TLS relay closes the TCP socket after the stream
+            try:
+                return await self._follow(stream, addr)
+            finally:
+                stream.close()
         finally:
-            sock.close()
+            if not tls_owns_socket:
+                sock.close()
 
     async def _follow(self, sock: socket.socket, addr: str) -> bool:
         loop = asyncio.get_running_loop()
