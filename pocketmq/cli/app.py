@@ -1,5 +1,5 @@
-"""The ``pocketmq`` command: cluster, topic, group, send, consume, consumer progress, broker
-status / HA status, message lookup (``message get/find/browse``) and benchmarks.
+"""The ``pocketmq`` command: cluster, topic, group, send, consume, consumer progress, dead letters,
+broker status / HA status, message lookup (``message get/find/browse``) and benchmarks.
 
 Every command takes ``--namesrv host:port[;host:port]`` (env ``POCKETMQ_NAMESRV``, default
 127.0.0.1:9876) and ``--output table|json`` (env ``POCKETMQ_OUTPUT``). Broker calls of the admin
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import typer
 
-from pocketmq.cli.commands import bench, broker, cluster, consumer, group, lookup, messages, topic
+from pocketmq.cli.commands import bench, broker, cluster, consumer, dlq, group, lookup, messages, topic
 
 app = typer.Typer(
     name="pocketmq",
@@ -32,6 +32,7 @@ app.add_typer(topic.app, name="topic")
 app.add_typer(group.app, name="group")
 app.add_typer(consumer.app, name="consumer")
 app.add_typer(broker.app, name="broker")
+app.add_typer(dlq.app, name="dlq")
 app.add_typer(bench.app, name="bench")
 app.add_typer(lookup.app, name="message")
 app.command("send")(messages.send)

@@ -43,7 +43,7 @@ from services.broker.metadata.sync import SlaveMetadataSync, SyncResult
 from services.broker.metrics import BrokerMetrics
 from services.broker.pop.metrics import PopMetrics
 from services.broker.pop.service import PopService, retry_topic, revive_topic
-from services.broker.pull import PullService
+from services.broker.pull import MAX_PULL_BYTES, PullQuery, PullService
 from services.broker.query import MessageQueryServicer
 from services.broker.registration import BrokerIdentity, BrokerRegistrar, clamp_register_period
 from services.broker.send import SendService
@@ -234,10 +234,8 @@ class BrokerApp:
             broker_name=cfg.broker_name, metrics=PopMetrics(self.metrics.registry, [
                 ("cluster", cfg.broker_cluster_name), ("broker", cfg.broker_name),
                 ("broker_id", str(cfg.broker_id))]),
-            auto_renew_ms=cfg.default_invisible_time_mills, renew_ahead_ms=cfg.renew_ahead_time_millis,
-            renew_max_ms=cfg.renew_max_time_millis)
-        if cfg.is_master:
-            await asyncio.to_thread(self.pop.load)
+            read_raw=self._read_raw, auto_renew_ms=cfg.default_invisible_time_mills,
+            renew_ahead_ms=cfg.renew_ahead_time_millis, renew_max_ms=cfg.renew_max_time_millis)
         await self._load_timers_and_transactions()
 
         if self.ha_factory is not None:
@@ -261,8 +259,9 @@ class BrokerApp:
         self.v2 = MessagingServicer(self, tls_address_map=None if cfg.tls_main_port
                                     else lambda addr: tls_address(addr, tls_offset))
         self.v2.start()
-        if cfg.is_master:
-            self.pop.start()
+        # POP state is role-driven: a master (also a slave restarted as master on its store)
+        # rebuilds the in-flight table from the replicated revive topic and revives.
+        await self.pop.set_role(cfg.is_master)
 
         def register(server: object) -> None:
             broker_pb2_grpc.add_BrokerServicer_to_server(BrokerServicer(self), server)
@@ -300,6 +299,12 @@ class BrokerApp:
             "role": cfg.broker_role.name, "flush": self.store_config.flush_disk_type.name,
             "addr": self.identity.broker_addr, "store": self.store_config.store_path_root_dir,
             "max_offset": self.store.max_offset, "topics": len(self.topics)})
+
+    def _read_raw(self, topic: str, queue_id: int, offset: int, max_count: int) -> tuple[bytes, int, int]:
+        """Records of a queue as stored, for the POP service's batched pops."""
+        result = self.pull.get_raw(PullQuery("", topic, queue_id, offset, max_count, MAX_PULL_BYTES,
+                                             v.MATCH_ALL, True), offset)
+        return result.records, result.found, result.next_begin_offset
 
     async def _load_timers_and_transactions(self) -> None:
         """Build the timer and transaction indexes (snapshot + the system queues since)."""
