@@ -50,6 +50,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         # A set haAuthSecret is printed as a comment: the output may end up in logs or tickets.
         sys.stdout.write(mask_secrets(to_properties([broker_config, store_config])))
         return 0
+    if broker_config.controller_mode == "etcd":
+        from services.broker.controller.runner import run_controlled_broker  # (needs aetcd)
+
+        return run_service(lambda stop: run_controlled_broker(broker_config, store_config, stop,
+                                                              ha_factory=create_replication_service))
     return run_service(lambda stop: run_broker(broker_config, store_config, stop,
                                                ha_factory=create_replication_service))
 

@@ -465,7 +465,7 @@ class GetHAStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class HASlaveStatus(_message.Message):
-    __slots__ = ("slave_addr", "request_offset", "ack_offset", "lag_bytes", "connected_since_ms", "transferred_bytes", "last_ack_timestamp_ms")
+    __slots__ = ("slave_addr", "request_offset", "ack_offset", "lag_bytes", "connected_since_ms", "transferred_bytes", "last_ack_timestamp_ms", "broker_id", "broker_addr", "epoch")
     SLAVE_ADDR_FIELD_NUMBER: _ClassVar[int]
     REQUEST_OFFSET_FIELD_NUMBER: _ClassVar[int]
     ACK_OFFSET_FIELD_NUMBER: _ClassVar[int]
@@ -473,6 +473,9 @@ class HASlaveStatus(_message.Message):
     CONNECTED_SINCE_MS_FIELD_NUMBER: _ClassVar[int]
     TRANSFERRED_BYTES_FIELD_NUMBER: _ClassVar[int]
     LAST_ACK_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ADDR_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
     slave_addr: str
     request_offset: int
     ack_offset: int
@@ -480,10 +483,13 @@ class HASlaveStatus(_message.Message):
     connected_since_ms: int
     transferred_bytes: int
     last_ack_timestamp_ms: int
-    def __init__(self, slave_addr: _Optional[str] = ..., request_offset: _Optional[int] = ..., ack_offset: _Optional[int] = ..., lag_bytes: _Optional[int] = ..., connected_since_ms: _Optional[int] = ..., transferred_bytes: _Optional[int] = ..., last_ack_timestamp_ms: _Optional[int] = ...) -> None: ...
+    broker_id: int
+    broker_addr: str
+    epoch: int
+    def __init__(self, slave_addr: _Optional[str] = ..., request_offset: _Optional[int] = ..., ack_offset: _Optional[int] = ..., lag_bytes: _Optional[int] = ..., connected_since_ms: _Optional[int] = ..., transferred_bytes: _Optional[int] = ..., last_ack_timestamp_ms: _Optional[int] = ..., broker_id: _Optional[int] = ..., broker_addr: _Optional[str] = ..., epoch: _Optional[int] = ...) -> None: ...
 
 class HAStatus(_message.Message):
-    __slots__ = ("broker_role", "commit_log_max_offset", "push2slave_max_offset", "slaves", "master_ha_addr", "client_max_offset", "last_data_timestamp_ms", "reconnects", "connected")
+    __slots__ = ("broker_role", "commit_log_max_offset", "push2slave_max_offset", "slaves", "master_ha_addr", "client_max_offset", "last_data_timestamp_ms", "reconnects", "connected", "epoch", "problem", "sync_state_set", "failovers")
     BROKER_ROLE_FIELD_NUMBER: _ClassVar[int]
     COMMIT_LOG_MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
     PUSH2SLAVE_MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
@@ -493,6 +499,10 @@ class HAStatus(_message.Message):
     LAST_DATA_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
     RECONNECTS_FIELD_NUMBER: _ClassVar[int]
     CONNECTED_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    PROBLEM_FIELD_NUMBER: _ClassVar[int]
+    SYNC_STATE_SET_FIELD_NUMBER: _ClassVar[int]
+    FAILOVERS_FIELD_NUMBER: _ClassVar[int]
     broker_role: str
     commit_log_max_offset: int
     push2slave_max_offset: int
@@ -502,7 +512,11 @@ class HAStatus(_message.Message):
     last_data_timestamp_ms: int
     reconnects: int
     connected: bool
-    def __init__(self, broker_role: _Optional[str] = ..., commit_log_max_offset: _Optional[int] = ..., push2slave_max_offset: _Optional[int] = ..., slaves: _Optional[_Iterable[_Union[HASlaveStatus, _Mapping]]] = ..., master_ha_addr: _Optional[str] = ..., client_max_offset: _Optional[int] = ..., last_data_timestamp_ms: _Optional[int] = ..., reconnects: _Optional[int] = ..., connected: _Optional[bool] = ...) -> None: ...
+    epoch: int
+    problem: str
+    sync_state_set: _containers.RepeatedScalarFieldContainer[int]
+    failovers: int
+    def __init__(self, broker_role: _Optional[str] = ..., commit_log_max_offset: _Optional[int] = ..., push2slave_max_offset: _Optional[int] = ..., slaves: _Optional[_Iterable[_Union[HASlaveStatus, _Mapping]]] = ..., master_ha_addr: _Optional[str] = ..., client_max_offset: _Optional[int] = ..., last_data_timestamp_ms: _Optional[int] = ..., reconnects: _Optional[int] = ..., connected: _Optional[bool] = ..., epoch: _Optional[int] = ..., problem: _Optional[str] = ..., sync_state_set: _Optional[_Iterable[int]] = ..., failovers: _Optional[int] = ...) -> None: ...
 
 class GetAllTopicConfigRequest(_message.Message):
     __slots__ = ()

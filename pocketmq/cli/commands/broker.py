@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import time
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
 from pocketmq.cli.common import ACCESS, BROKER, CLUSTER, Conn, FailedError, connected, results_rows
 from pocketmq.cli.output import human_bytes, ms_to_iso, print_json, stdout_console, table
+from pocketmq.wire.dcs import LEADER, SWITCHOVER, group_key
 
 app = typer.Typer(help="Broker status and replication.", no_args_is_help=True)
 
@@ -58,21 +61,79 @@ def broker_ha_status(*, conn: Conn) -> None:
             if r.value is None or not r.target.is_master:
                 continue
             for s in r.value.slaves:
-                slave_rows.append([r.target.broker_name, r.target.addr, s.slave_addr, s.ack_offset,
+                # brokerId from the slave's HA hello (0 or -1: an older slave that sent none)
+                slave_rows.append([r.target.broker_name, r.target.addr,
+                                   s.broker_id if s.broker_id > 0 else "-", s.broker_addr or s.slave_addr,
+                                   s.epoch or "-", s.ack_offset,
                                    s.lag_bytes, human_bytes(s.lag_bytes), ms_to_iso(s.connected_since_ms),
                                    ms_to_iso(s.last_ack_timestamp_ms)])
         console.print(table("Slaves as their masters see them", [
-            "broker", "master", "slave", "ack offset", "lag bytes", "lag", "connected since", "last ack"],
-            slave_rows, right=["ack offset", "lag bytes", "lag"]))
+            "broker", "master", "slave id", "slave", "epoch", "ack offset", "lag bytes", "lag",
+            "connected since", "last ack"],
+            slave_rows, right=["slave id", "epoch", "ack offset", "lag bytes", "lag"]))
         console.print(table("Brokers", [
-            "broker", "id", "address", "role", "max offset", "push2slave max", "slaves", "connected",
-            "error"],
+            "broker", "id", "address", "role", "epoch", "max offset", "push2slave max", "slaves", "connected",
+            "sync state set", "problem / error"],
             ([r.target.broker_name, r.target.broker_id, r.target.addr,
-              r.value.broker_role if r.value else "", r.value.commit_log_max_offset if r.value else "",
+              r.value.broker_role if r.value else "", (r.value.epoch or "-") if r.value else "",
+              r.value.commit_log_max_offset if r.value else "",
               r.value.push2slave_max_offset if r.value and r.target.is_master else "",
               len(r.value.slaves) if r.value and r.target.is_master else "",
               ("yes" if r.value.connected else "no") if r.value and not r.target.is_master else "",
-              str(r.error or "")] for r in results),
-            right=["id", "max offset", "push2slave max", "slaves"]))
+              ",".join(map(str, r.value.sync_state_set)) if r.value else "",
+              str(r.error or "") or (r.value.problem if r.value else "")] for r in results),
+            right=["id", "epoch", "max offset", "push2slave max", "slaves"]))
     if not ok:
         raise FailedError
+
+
+@app.command("switchover")
+def broker_switchover(
+    group: Annotated[str, typer.Argument(help="The broker group (brokerName).")],
+    cluster: Annotated[str, typer.Option("--cluster", "-c", help="The group's brokerClusterName.")],
+    etcd: Annotated[str, typer.Option("--etcd", help="etcd endpoint host:port (controllerEtcdEndpoints).")]
+    = "127.0.0.1:2379",
+    to: Annotated[int, typer.Option("--to", help="The member (brokerId) to hand over to; 0 = the most "
+                                    "up-to-date in-sync slave.")] = 0,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for the new master.")] = 30.0,
+    output: Annotated[str, typer.Option("--output", "-o", help="table or json")] = "table",
+) -> None:
+    """Planned switchover of a group under controllerMode=etcd: the master stops acknowledging,
+    lets the target catch up, hands it the leader lease and becomes a slave."""
+    result = asyncio.run(_switchover(etcd, cluster, group, to, timeout))
+    if output == "json":
+        print_json(result)
+    else:
+        stdout_console().print(
+            f"{group}: master {result['from']} (epoch {result['from_epoch']}) -> {result['to']} "
+            f"(epoch {result['epoch']}) in {result['seconds']:.2f} s")
+
+
+async def _switchover(endpoint: str, cluster: str, group: str, to: int, limit_s: float) -> dict[str, Any]:
+    import aetcd  # (only this command needs it)
+
+    host, _, port = endpoint.rpartition(":")
+    client = aetcd.Client(host=host or "127.0.0.1", port=int(port), timeout=5)
+    started = time.monotonic()
+    try:
+        before = await client.get(group_key(cluster, group, LEADER))
+        if before is None:
+            raise typer.BadParameter(f"group {group} of cluster {cluster} has no master in etcd {endpoint}")
+        old = json.loads(before.value)
+        lease = await client.lease(max(5, int(limit_s)))
+        await client.put(group_key(cluster, group, SWITCHOVER), json.dumps({"to": to}).encode(), lease)
+        while time.monotonic() - started < limit_s:
+            now = await client.get(group_key(cluster, group, LEADER))
+            if now is not None and now.create_revision != before.create_revision:
+                new = json.loads(now.value)
+                if new.get("ready", True):
+                    return {"group": group, "from": old["brokerId"], "from_epoch": before.create_revision,
+                            "to": new["brokerId"], "epoch": now.create_revision,
+                            "seconds": round(time.monotonic() - started, 3)}
+            await asyncio.sleep(0.05)
+        await client.delete(group_key(cluster, group, SWITCHOVER))
+        stdout_console().print(f"[red]no new master within {limit_s:g} s (see the master's log: the "
+                               "target must be an in-sync slave)[/red]")
+        raise FailedError
+    finally:
+        await client.close()
