@@ -17,6 +17,7 @@ from typing import Any, Generic, NamedTuple, TypeVar
 
 from pocketmq.broker.v1 import broker_pb2
 from pocketmq.client import loop as _loop
+from pocketmq.client.admin_ops import OpsMixin
 from pocketmq.client.allocate import allocation_table
 from pocketmq.client.core import ClientCore
 from pocketmq.client.message import MessageQueue
@@ -76,7 +77,7 @@ class QueueProgress:
                 "consumer_offset": self.consumer_offset, "lag": self.lag, "client": self.client}
 
 
-class AsyncAdmin:
+class AsyncAdmin(OpsMixin):
     """Admin calls (asyncio). ``relay``: "auto" (default: through the NameServer, direct when it
     has no relay), "relay" (NameServer only) or "direct" (connect to broker addresses).
     ``broker="host:port"`` addresses one broker directly for broker calls."""

@@ -206,7 +206,7 @@ class BrokerApp:
             replication_wait=self.wait_replicated,
         )
         self.pull = PullService(cfg, self.store_config, self.store, self.topics, self.groups, self.offsets,
-                                self.notifier, self.metrics, self.ensure_group)
+                                self.notifier, self.metrics, self.ensure_group, resets=self.consumers)
         self.metrics.add_gauges(self._gauges)
         self.pop = PopService(
             store=self.store, topics=self.topics, offsets=self.offsets, notifier=self.notifier,

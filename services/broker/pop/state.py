@@ -134,6 +134,15 @@ class InFlight:
                 del self._by_queue[qk]
         return entry
 
+    def drop_queue(self, qk: QueueKey, cursor: int) -> int:
+        """An offset reset: forget the queue's in-flight messages (their receipt handles become
+        invalid) and pop from ``cursor`` next; returns how many were dropped."""
+        offsets = self._by_queue.pop(qk, set())
+        for offset in offsets:
+            self.entries.pop((*qk, offset), None)  # type: ignore[arg-type]
+        self.cursors[qk] = cursor
+        return len(offsets)
+
     def busy(self, qk: QueueKey) -> bool:
         return bool(self._by_queue.get(qk))
 
