@@ -67,9 +67,11 @@ def cluster_specs(data_dir: Path, host: str, namesrv_port: int, broker_port: int
     specs = [
         ChildSpec(
             "namesrv", "services.namesrv",
-            ("--listen", namesrv, "--metrics-port", str(namesrv_port + 1)),
-            (("gRPC", namesrv), ("metrics", f"http://{host}:{namesrv_port + 1}/metrics")),
-            ports=(("gRPC", namesrv_port), ("metrics", namesrv_port + 1)),
+            ("--listen", namesrv, "--metrics-port", str(namesrv_port + 1),
+             "--console-port", str(namesrv_port + 2)),
+            (("gRPC", namesrv), ("metrics", f"http://{host}:{namesrv_port + 1}/metrics"),
+             ("console", f"http://{host}:{namesrv_port + 2}/")),
+            ports=(("gRPC", namesrv_port), ("metrics", namesrv_port + 1), ("console", namesrv_port + 2)),
         )
     ]
     for broker_id, port in ((0, broker_port), (1, broker_port + 10)):

@@ -6,12 +6,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from typing import TYPE_CHECKING
 
 import grpc
 from grpc_health.v1 import health_pb2
 
 from apache.rocketmq.v2 import service_pb2_grpc as v2_grpc
 from pocketmq.namesrv.v1 import namesrv_pb2_grpc
+from pocketmq.wire.address import join_host_port
 from services.broker.v2.status import SERVICE_NAME as V2_SERVICE
 from services.common.config import to_properties
 from services.common.grpcserver import GrpcServer, start_grpc_server
@@ -21,6 +23,9 @@ from services.namesrv.api import SERVICE_NAME, NameServerServicer
 from services.namesrv.config import NamesrvConfig
 from services.namesrv.metrics import NamesrvMetrics
 from services.namesrv.v2api import NamesrvMessagingServicer
+
+if TYPE_CHECKING:
+    from services.namesrv.console.server import ConsoleServer
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +44,8 @@ class NamesrvApp:
         self._metrics_server: MetricsServer | None = None
         self._scan_task: asyncio.Task[None] | None = None
         self._warm_up_task: asyncio.Task[None] | None = None
+        #: The web console (``consolePort``), when on.
+        self.console: ConsoleServer | None = None
 
     @property
     def ready(self) -> bool:
@@ -68,6 +75,8 @@ class NamesrvApp:
         except RuntimeError:
             await self._grpc.stop(0)
             raise
+        if self.config.console_port:
+            await self._start_console()
         self._scan_task = asyncio.create_task(self._scan_loop(), name="namesrv-scan")
         warm_up = self.config.readiness_warm_up_mills / 1000
         if warm_up > 0:
@@ -75,6 +84,16 @@ class NamesrvApp:
             self._warm_up_task = asyncio.create_task(self._warm_up(warm_up), name="namesrv-warm-up")
             log.info("namesrv warming up: serving, but reporting NOT_SERVING so brokers register first",
                      extra={"service": SERVICE_NAME, "warm_up_ms": self.config.readiness_warm_up_mills})
+
+    async def _start_console(self) -> None:
+        from services.namesrv.console.server import ConsoleServer
+
+        host = self.config.listen_host
+        local = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
+        table = self.servicer.table
+        self.console = ConsoleServer(host, self.config.console_port, join_host_port(local, self.port),
+                                     lambda: set(table.drained))
+        await self.console.start()
 
     async def _warm_up(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
@@ -104,6 +123,9 @@ class NamesrvApp:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._scan_task
             self._scan_task = None
+        if self.console is not None:
+            await self.console.stop()
+            self.console = None
         if self._grpc is not None:
             await self._grpc.stop(self.config.shutdown_grace_period / 1000)
             self._grpc = None
@@ -121,6 +143,7 @@ async def serve(config: NamesrvConfig, stop: asyncio.Event) -> None:
         "namesrv started",
         extra={
             "listen": config.listen, "port": app.port, "metrics_port": app.metrics_port,
+            "console_port": app.console.port if app.console is not None else 0,
             "config": to_properties([config]).strip().replace("\n", " "),
         },
     )
