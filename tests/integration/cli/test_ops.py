@@ -192,9 +192,8 @@ def test_config_set_is_live_survives_a_restart_and_refuses_unsafe_keys(cluster: 
     after = cli.json("broker", "config", "get", "broker-b", "maxMessageSize")
     entry = after["brokers"][0]["config"]["entries"][0]
     assert (entry["value"], entry["overridden"]) == ("2048", True)
-    with Producer(cluster.namesrv) as producer:
-        with pytest.raises(PocketMQError, match="2048"):
-            producer.send(Message(topic, b"y" * 3000))
+    with Producer(cluster.namesrv) as producer, pytest.raises(PocketMQError, match="2048"):
+        producer.send(Message(topic, b"y" * 3000))
 
     refused = cli.run("broker", "config", "set", "broker-b", "listenPort=1234", "--output", "json")
     assert refused.returncode == 1

@@ -153,7 +153,8 @@ def test_console_pages_show_the_running_cluster(cluster: tuple[Cluster, str], br
     shot(browser, "broker")
 
 
-def test_drain_from_the_console_asks_for_confirmation(cluster: tuple[Cluster, str], browser: WebDriver) -> None:
+def test_drain_from_the_console_asks_for_confirmation(cluster: tuple[Cluster, str],
+                                                      browser: WebDriver) -> None:
     c, url = cluster
     c.create_topic("console-drain", queues=1)
     browser.get(url + "/")
