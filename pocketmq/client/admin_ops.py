@@ -17,7 +17,19 @@ from pocketmq.namesrv.v1 import namesrv_pb2
 if TYPE_CHECKING:
     from pocketmq.client.admin import BrokerResult, BrokerTarget
 
-__all__ = ["DrainResult", "OpsMixin"]
+__all__ = ["DrainOutcome", "DrainResult", "OpsMixin"]
+
+
+@dataclasses.dataclass(frozen=True)
+class DrainOutcome:
+    """A drain / undrain: each member's brokerPermission change and each NameServer's answer."""
+
+    brokers: list[BrokerResult[broker_pb2.UpdateBrokerConfigResponse]]
+    namesrvs: list[DrainResult]
+
+    @property
+    def ok(self) -> bool:
+        return all(r.error is None for r in self.brokers) and all(n.error is None for n in self.namesrvs)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,26 +118,34 @@ class OpsMixin:
 
         return list(await asyncio.gather(*(one(a) for a in self.namesrv_addrs)))
 
-    async def _check_broker_name(self, broker_name: str) -> None:
-        names = {t.broker_name for t in await self.brokers()}
-        if broker_name not in names:
+    async def drain_broker(self, broker_name: str) -> DrainOutcome:
+        """Take broker group ``broker_name`` out of writes (mqadmin wipeWritePerm, and RocketMQ's
+        brokerPermission=4): every member keeps ``brokerPermission=4`` (live, and over restarts)
+        and re-registers its topics read-only with every NameServer, and the NameServer(s) this
+        admin reaches wipe the write bit at once. Producers move to the other groups at their
+        next route refresh (a send on a stale route is refused and retried elsewhere);
+        consumers keep reading the group."""
+        return await self._set_writable(broker_name, False)
+
+    async def undrain_broker(self, broker_name: str) -> DrainOutcome:
+        """Give the write permission back (mqadmin addWritePerm, brokerPermission=6)."""
+        return await self._set_writable(broker_name, True)
+
+    async def _set_writable(self, broker_name: str, writable: bool) -> DrainOutcome:
+        targets = [t for t in await self.brokers() if t.broker_name == broker_name]
+        if not targets:
+            names = {t.broker_name for t in await self.brokers()}
             raise NotFoundError(f"broker group {broker_name!r} is not registered "
                                 f"(known: {', '.join(sorted(names)) or 'none'})")
-
-    async def drain_broker(self, broker_name: str) -> list[DrainResult]:
-        """Take the write permission of broker group ``broker_name`` away on every NameServer
-        (mqadmin wipeWritePerm): producers stop choosing its queues at their next route refresh;
-        consumers keep reading it. It stays drained (also for topics created later) until
-        :meth:`undrain_broker` or the NameServer restarts."""
-        await self._check_broker_name(broker_name)
-        return await self._each_namesrv(
-            "WipeWritePermOfBroker", namesrv_pb2.WipeWritePermOfBrokerRequest(broker_name=broker_name))
-
-    async def undrain_broker(self, broker_name: str) -> list[DrainResult]:
-        """Give the write permission back (mqadmin addWritePerm)."""
-        await self._check_broker_name(broker_name)
-        return await self._each_namesrv(
-            "AddWritePermOfBroker", namesrv_pb2.AddWritePermOfBrokerRequest(broker_name=broker_name))
+        request = broker_pb2.UpdateBrokerConfigRequest(changes={"brokerPermission": "6" if writable else "4"})
+        brokers = await self._each(targets, lambda t: self.call(t.addr, "UpdateBrokerConfig", request))
+        if writable:
+            namesrvs = await self._each_namesrv(
+                "AddWritePermOfBroker", namesrv_pb2.AddWritePermOfBrokerRequest(broker_name=broker_name))
+        else:
+            namesrvs = await self._each_namesrv(
+                "WipeWritePermOfBroker", namesrv_pb2.WipeWritePermOfBrokerRequest(broker_name=broker_name))
+        return DrainOutcome(brokers, namesrvs)
 
     # -- live broker configuration ----------------------------------------------------------------
 

@@ -45,6 +45,8 @@ LIVE_KEYS: dict[str, str] = {
     "slaveTimeout": "SYNC_MASTER: how long the next sends wait for a slave",
     "longPollingEnable": "pulls park at the end of a queue (or answer at once) from the next pull",
     "consumerChannelExpiredTime": "consumers silent this long leave their group, from the next scan",
+    "brokerPermission": "4 drains the broker of writes (topics re-registered read-only, sends refused), "
+                        "6 restores them",
 }
 
 _IDENTITY = {"brokerClusterName", "brokerName", "brokerId", "brokerRole"}
@@ -173,5 +175,7 @@ def apply(app: BrokerApp, changes: Mapping[str, str]) -> None:
     app.consumers.expiry_s = expiry_s
     if app.v2 is not None:
         app.v2.clients.expiry_s = expiry_s
+    if new_broker.broker_permission != old_broker.broker_permission:
+        app.republish_topics()
     log.info("config changed live",
              extra={"changes": ",".join(f"{k}={v}" for k, v in sorted(changes.items()))})

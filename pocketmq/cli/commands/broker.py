@@ -79,20 +79,27 @@ def broker_ha_status(*, conn: Conn) -> None:
 
 
 def _drain(broker_name: str, conn: Conn, undo: bool) -> None:
-    results = conn.call(lambda admin: (admin.undrain_broker if undo else admin.drain_broker)(broker_name))
-    ok = all(r.error is None for r in results)
+    outcome = conn.call(lambda admin: (admin.undrain_broker if undo else admin.drain_broker)(broker_name))
+    rows, _ = results_rows(outcome.brokers)
     if conn.json:
-        print_json({"broker": broker_name, "writable": undo, "namesrvs": [
+        print_json({"broker": broker_name, "writable": undo, "brokers": rows, "namesrvs": [
             {"namesrv": r.namesrv, "topics_changed": r.topics_changed,
-             **({"error": r.error.to_dict()} if r.error else {})} for r in results]})
+             **({"error": r.error.to_dict()} if r.error else {})} for r in outcome.namesrvs]})
     else:
-        for r in results:
+        out, err = stdout_console(), stderr_console()
+        for b in outcome.brokers:
+            if b.error is not None:
+                err.print(f"[red]{b.target.broker_name} {b.target.addr}:[/red] {b.error}")
+            else:
+                out.print(f"{b.target.broker_name} id {b.target.broker_id} {b.target.addr}: brokerPermission="
+                          f"{'6 (read and write)' if undo else '4 (read-only)'}")
+        for r in outcome.namesrvs:
             if r.error is not None:
-                stderr_console().print(f"[red]{r.namesrv}:[/red] {r.error}")
+                err.print(f"[red]{r.namesrv}:[/red] {r.error}")
             else:
                 verb = "write permission restored on" if undo else "write permission wiped from"
-                stdout_console().print(f"{r.namesrv}: {verb} {r.topics_changed} topic(s) of {broker_name}")
-    if not ok:
+                out.print(f"NameServer {r.namesrv}: {verb} {r.topics_changed} topic(s) of {broker_name}")
+    if not outcome.ok:
         raise FailedError
 
 
@@ -103,8 +110,9 @@ def broker_drain(
     *,
     conn: Conn,
 ) -> None:
-    """Take a broker group out of writes on every NameServer (mqadmin wipeWritePerm): producers
-    move to the other groups at their next route refresh; consumers keep reading it."""
+    """Take a broker group out of writes (mqadmin wipeWritePerm; brokerPermission=4 on its
+    members, kept over restarts and re-registered with every NameServer): producers move to the
+    other groups at their next route refresh; consumers keep reading it."""
     _drain(broker_name, conn, undo=False)
 
 

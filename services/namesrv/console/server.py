@@ -310,9 +310,13 @@ class ConsoleServer:
     async def _run(self, q: dict[str, str]) -> str:
         admin, action = self._admin, q["action"]
         if action in ("drain", "undrain"):
-            drains = await (admin.drain_broker if action == "drain" else admin.undrain_broker)(q["broker"])
-            return table(["NameServer", "topics changed", "error"],
-                         ([d.namesrv, d.topics_changed, d.error or ""] for d in drains))
+            outcome = await (admin.drain_broker if action == "drain" else admin.undrain_broker)(q["broker"])
+            return table(["broker", "address", "brokerPermission", "error"], (
+                [b.target.broker_name, b.target.addr, "" if b.value is None else
+                 next((e.value for e in b.value.entries if e.key == "brokerPermission"), ""), b.error or ""]
+                for b in outcome.brokers)) + table(
+                ["NameServer", "topics changed", "error"],
+                ([d.namesrv, d.topics_changed, d.error or ""] for d in outcome.namesrvs))
         if action == "reset":
             to, value = q.get("to", ""), q.get("value", "").strip()
             kwargs: dict[str, Any] = {}
