@@ -36,7 +36,8 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=30)
     args = parser.parse_args()
     configuration = ClientConfiguration(args.endpoint, Credentials(), request_timeout=10)
-    consumer = SimpleConsumer(configuration, args.group, {args.topic: FilterExpression("*")}, await_duration=1)
+    subscriptions = {args.topic: FilterExpression("*")}
+    consumer = SimpleConsumer(configuration, args.group, subscriptions, await_duration=1)
     consumer.startup()
     try:
         for event in ("first", "second"):
