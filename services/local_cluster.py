@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import ctypes
 import dataclasses
 import errno
 import importlib.util
@@ -33,10 +32,9 @@ import secrets
 import signal
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
-from services.common.lifecycle import run_service
+from services.common.lifecycle import die_with_parent, run_service
 from services.common.logs import setup_logging
 from services.common.ports import bind_error, join_host_port, port_holder, reason_of
 from services.common.tls import generate_self_signed
@@ -44,7 +42,6 @@ from services.common.tls import generate_self_signed
 STOP_TIMEOUT_S = 30.0
 #: How long a SIGKILLed child may take to disappear before we stop waiting for it.
 KILL_WAIT_S = 5.0
-PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,23 +116,6 @@ def busy_port(specs: list[ChildSpec], host: str) -> str | None:
     return None
 
 
-def die_with_parent() -> Callable[[], None] | None:
-    """A ``preexec_fn`` asking the kernel to SIGKILL the child when this process dies (Linux
-    ``prctl(PR_SET_PDEATHSIG)``); ``None`` where that is not available."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    parent = os.getpid()
-
-    def preexec() -> None:
-        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent:  # the parent died before prctl took effect
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    return preexec
 
 
 def gone(pid: int) -> bool:

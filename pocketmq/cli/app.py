@@ -1,5 +1,5 @@
-"""The ``pocketmq`` command: cluster, topic, group, send, consume, consumer progress, broker
-status / HA status and benchmarks.
+"""The ``pocketmq`` command: cluster, topic, group, send, consume, consumer progress / reset /
+connections, broker status / HA status / drain / live config, the web console and benchmarks.
 
 Every command takes ``--namesrv host:port[;host:port]`` (env ``POCKETMQ_NAMESRV``, default
 127.0.0.1:9876) and ``--output table|json`` (env ``POCKETMQ_OUTPUT``). Broker calls of the admin
@@ -19,6 +19,7 @@ from __future__ import annotations
 import typer
 
 from pocketmq.cli.commands import bench, broker, cluster, consumer, group, messages, topic
+from pocketmq.cli.commands.console import console
 
 app = typer.Typer(
     name="pocketmq",
@@ -35,6 +36,7 @@ app.add_typer(broker.app, name="broker")
 app.add_typer(bench.app, name="bench")
 app.command("send")(messages.send)
 app.command("consume")(messages.consume)
+app.command("console")(console)
 
 
 def main(argv: list[str] | None = None) -> int:

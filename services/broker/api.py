@@ -378,6 +378,7 @@ class BrokerServicer(OpsMethods, broker_pb2_grpc.BrokerServicer):  # type: ignor
             commit_log_max_offset=app.store.max_offset, topic_count=len(app.topics),
             put_total=app.metrics.put_total, get_total=app.metrics.get_total,
             start_timestamp=app.start_timestamp, master_addr=app.master_addr, version=VERSION,
+            broker_permission=app.broker_config.broker_permission,
         )
         status.timer_pending = app.timers.pending
         status.transaction_half_pending = app.transactions.pending

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING
 
 import grpc
 from grpc_health.v1 import health_pb2
@@ -21,11 +20,9 @@ from services.common.metrics import MetricsServer
 from services.namesrv import kvconfig
 from services.namesrv.api import SERVICE_NAME, NameServerServicer
 from services.namesrv.config import NamesrvConfig
+from services.namesrv.console import ConsoleProcess
 from services.namesrv.metrics import NamesrvMetrics
 from services.namesrv.v2api import NamesrvMessagingServicer
-
-if TYPE_CHECKING:
-    from services.namesrv.console.server import ConsoleServer
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +42,7 @@ class NamesrvApp:
         self._scan_task: asyncio.Task[None] | None = None
         self._warm_up_task: asyncio.Task[None] | None = None
         #: The web console (``consolePort``), when on.
-        self.console: ConsoleServer | None = None
+        self.console: ConsoleProcess | None = None
 
     @property
     def ready(self) -> bool:
@@ -86,14 +83,11 @@ class NamesrvApp:
                      extra={"service": SERVICE_NAME, "warm_up_ms": self.config.readiness_warm_up_mills})
 
     async def _start_console(self) -> None:
-        from services.namesrv.console.server import ConsoleServer
-
         host = self.config.listen_host
         local = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
-        table = self.servicer.table
-        self.console = ConsoleServer(host, self.config.console_port, join_host_port(local, self.port),
-                                     lambda: set(table.drained))
-        await self.console.start()
+        self.console = ConsoleProcess(join_host_port(local, self.port),
+                                      join_host_port(host, self.config.console_port))
+        self.console.start()
 
     async def _warm_up(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
@@ -143,7 +137,7 @@ async def serve(config: NamesrvConfig, stop: asyncio.Event) -> None:
         "namesrv started",
         extra={
             "listen": config.listen, "port": app.port, "metrics_port": app.metrics_port,
-            "console_port": app.console.port if app.console is not None else 0,
+            "console_port": config.console_port,
             "config": to_properties([config]).strip().replace("\n", " "),
         },
     )

@@ -442,7 +442,7 @@ class GetBrokerStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class BrokerStatus(_message.Message):
-    __slots__ = ("cluster_name", "broker_name", "broker_id", "broker_role", "flush_disk_type", "broker_addr", "ha_server_addr", "commit_log_min_offset", "commit_log_max_offset", "topic_count", "put_total", "get_total", "start_timestamp", "master_addr", "version", "timer_pending", "transaction_half_pending")
+    __slots__ = ("cluster_name", "broker_name", "broker_id", "broker_role", "flush_disk_type", "broker_addr", "ha_server_addr", "commit_log_min_offset", "commit_log_max_offset", "topic_count", "put_total", "get_total", "start_timestamp", "master_addr", "version", "timer_pending", "transaction_half_pending", "broker_permission")
     CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
     BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -460,6 +460,7 @@ class BrokerStatus(_message.Message):
     VERSION_FIELD_NUMBER: _ClassVar[int]
     TIMER_PENDING_FIELD_NUMBER: _ClassVar[int]
     TRANSACTION_HALF_PENDING_FIELD_NUMBER: _ClassVar[int]
+    BROKER_PERMISSION_FIELD_NUMBER: _ClassVar[int]
     cluster_name: str
     broker_name: str
     broker_id: int
@@ -477,7 +478,8 @@ class BrokerStatus(_message.Message):
     version: str
     timer_pending: int
     transaction_half_pending: int
-    def __init__(self, cluster_name: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., broker_role: _Optional[str] = ..., flush_disk_type: _Optional[str] = ..., broker_addr: _Optional[str] = ..., ha_server_addr: _Optional[str] = ..., commit_log_min_offset: _Optional[int] = ..., commit_log_max_offset: _Optional[int] = ..., topic_count: _Optional[int] = ..., put_total: _Optional[int] = ..., get_total: _Optional[int] = ..., start_timestamp: _Optional[int] = ..., master_addr: _Optional[str] = ..., version: _Optional[str] = ..., timer_pending: _Optional[int] = ..., transaction_half_pending: _Optional[int] = ...) -> None: ...
+    broker_permission: int
+    def __init__(self, cluster_name: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., broker_role: _Optional[str] = ..., flush_disk_type: _Optional[str] = ..., broker_addr: _Optional[str] = ..., ha_server_addr: _Optional[str] = ..., commit_log_min_offset: _Optional[int] = ..., commit_log_max_offset: _Optional[int] = ..., topic_count: _Optional[int] = ..., put_total: _Optional[int] = ..., get_total: _Optional[int] = ..., start_timestamp: _Optional[int] = ..., master_addr: _Optional[str] = ..., version: _Optional[str] = ..., timer_pending: _Optional[int] = ..., transaction_half_pending: _Optional[int] = ..., broker_permission: _Optional[int] = ...) -> None: ...
 
 class GetHAStatusRequest(_message.Message):
     __slots__ = ()

@@ -9,10 +9,10 @@ import datetime
 from collections.abc import Mapping
 from typing import Any
 
+from pocketmq.console.html import esc, form, table
 from pocketmq.errors import PocketMQError
 from pocketmq.wire.errors import RecordError
 from pocketmq.wire.msgid import parse_offset_msg_id
-from services.namesrv.console.html import esc, form, table
 
 
 def _time(ms: int) -> str:

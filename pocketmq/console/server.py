@@ -1,4 +1,4 @@
-"""The console's HTTP server (aiohttp) and pages.
+"""The web console's HTTP server (aiohttp) and pages.
 
 Data comes from the same admin client the CLI uses (:class:`pocketmq.client.admin.AsyncAdmin`),
 pointed at this NameServer with broker calls relayed: whatever the console shows, the CLI shows
@@ -20,10 +20,10 @@ from aiohttp import web
 
 from pocketmq.broker.v1 import broker_pb2
 from pocketmq.client.admin import AsyncAdmin
-from pocketmq.client.routes import MASTER_ID, perm_text
+from pocketmq.client.routes import MASTER_ID, PERM_WRITE, perm_text
+from pocketmq.console import lookup
+from pocketmq.console.html import esc, form, link, page, table
 from pocketmq.errors import PocketMQError
-from services.namesrv.console import lookup
-from services.namesrv.console.html import esc, form, link, page, table
 
 log = logging.getLogger(__name__)
 
@@ -47,15 +47,13 @@ def _error_box(exc: Exception) -> str:
 
 class ConsoleServer:
     """Serves the console on ``host:port`` (port 0 = any free port, see :attr:`port`) for the
-    NameServer reachable at ``namesrv_addr``. ``drained()`` returns the broker groups whose
-    write permission is wiped on this NameServer."""
+    cluster of the NameServer(s) at ``namesrv_addr``."""
 
-    def __init__(self, host: str, port: int, namesrv_addr: str, drained: Callable[[], set[str]]) -> None:
+    def __init__(self, host: str, port: int, namesrv_addr: str) -> None:
         self.host = host
         self.requested_port = port
         self.port = 0
         self.namesrv_addr = namesrv_addr
-        self.drained = drained
         self.token = secrets.token_urlsafe(24)
         self._runner: web.AppRunner | None = None
         self.admin: AsyncAdmin | None = None
@@ -128,7 +126,6 @@ class ConsoleServer:
                                                    admin.ha_status())
         status = {r.target.addr: r for r in statuses}
         ha = {r.target.addr: r for r in has}
-        drained = self.drained()
         rows = []
         for cluster in sorted(info.cluster_addr_table):
             for name in sorted(info.cluster_addr_table[cluster].broker_names):
@@ -136,6 +133,8 @@ class ConsoleServer:
                 master = status.get(group.broker_addrs.get(MASTER_ID, ""))
                 master_max = master.value.commit_log_max_offset \
                     if master is not None and master.value is not None else None
+                drained = master is not None and master.value is not None and \
+                    not master.value.broker_permission & PERM_WRITE
                 for broker_id in sorted(group.broker_addrs):
                     addr = group.broker_addrs[broker_id]
                     s, h = status.get(addr), ha.get(addr)
@@ -145,9 +144,9 @@ class ConsoleServer:
                     max_offset = value.commit_log_max_offset if value is not None else ""
                     rows.append([cluster, link("/broker", name, name=name), broker_id, addr, role, max_offset,
                                  self._ha_cell(broker_id, h, master_max),
-                                 '<span class="bad">drained (read-only)</span>' if name in drained
+                                 '<span class="bad">drained (read-only)</span>' if drained
                                  else '<span class="ok">writable</span>',
-                                 self._drain_button(name, name in drained) if broker_id == MASTER_ID else ""])
+                                 self._drain_button(name, drained) if broker_id == MASTER_ID else ""])
         body = table(["cluster", "broker", "id", "address", "role", "commit log max offset", "HA", "writes",
                       ""], rows, raw=["broker", "role", "HA", "writes", ""],
                      numeric=["id", "commit log max offset"], table_id="brokers")
