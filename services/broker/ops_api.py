@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, TypeAlias
 
 import grpc
 
+from apache.rocketmq.v2 import definition_pb2
 from pocketmq.broker.v1 import broker_pb2 as pb
 from services.broker import liveconfig
 from services.broker import validation as v
@@ -74,8 +75,6 @@ def connections(app: BrokerApp, group: str) -> list[pb.ConsumerConnection]:
         subscriptions=[pb.Subscription(topic=t, expression=e) for t, e in sorted(m.subscriptions.items())])
         for m in app.consumers.member_details(group)]
     if app.v2 is not None:
-        from apache.rocketmq.v2 import definition_pb2
-
         for c in app.v2.clients.consumers_of(group):
             subs = [pb.Subscription(topic=e.topic.name, expression=e.expression.expression or "*")
                     for e in c.settings.subscription.subscriptions]
