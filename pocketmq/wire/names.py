@@ -8,7 +8,8 @@ import re
 from pocketmq.wire.errors import InvalidNameError
 
 __all__ = [
-    "GROUP_MAX_LENGTH", "NAME_CHARS", "NAME_CHARSET", "SYSTEM_TOPICS", "TOPIC_MAX_LENGTH", "InvalidNameError",
+    "BROKER_NAME_CHARS", "BROKER_NAME_CHARSET", "BROKER_NAME_MAX_LENGTH", "GROUP_MAX_LENGTH", "NAME_CHARS",
+    "NAME_CHARSET", "SYSTEM_TOPICS", "TOPIC_MAX_LENGTH", "InvalidNameError",
     "validate_group", "validate_send_topic", "validate_topic",
 ]
 
@@ -18,6 +19,10 @@ NAME_CHARSET = "[%|a-zA-Z0-9_-]"
 NAME_CHARS = re.compile(NAME_CHARSET + "+")
 TOPIC_MAX_LENGTH = 127
 GROUP_MAX_LENGTH = 255
+#: Cluster and broker names: the topic charset plus ``.`` (host-like names), 1..127 characters.
+BROKER_NAME_CHARSET = "[A-Za-z0-9_.%|-]"
+BROKER_NAME_CHARS = re.compile(BROKER_NAME_CHARSET + "+")
+BROKER_NAME_MAX_LENGTH = 127
 
 #: Where delayed messages wait (queue id = delay level - 1), as in RocketMQ.
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"

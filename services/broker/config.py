@@ -14,6 +14,7 @@ import re
 import socket
 
 from pocketmq.wire.address import DEFAULT_NAMESRV, split_addresses
+from pocketmq.wire.names import BROKER_NAME_CHARS, BROKER_NAME_CHARSET, BROKER_NAME_MAX_LENGTH
 from services.common.config import parse_address, require
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
@@ -161,9 +162,10 @@ class BrokerConfig:
     renew_max_time_millis: int = 3 * 3600 * 1000
 
     def __post_init__(self) -> None:
-        require(bool(self.broker_cluster_name.strip()), "brokerClusterName", "must not be empty")
-        require(bool(re.fullmatch(r"[A-Za-z0-9_.%|-]{1,127}", self.broker_name)), "brokerName",
-                f"invalid broker name {self.broker_name!r}")
+        for key, name in (("brokerClusterName", self.broker_cluster_name), ("brokerName", self.broker_name)):
+            legal = 0 < len(name) <= BROKER_NAME_MAX_LENGTH and bool(BROKER_NAME_CHARS.fullmatch(name))
+            require(legal, key, f"invalid name {name!r} "
+                    f"(1..{BROKER_NAME_MAX_LENGTH} characters of {BROKER_NAME_CHARSET})")
         require(self.broker_id >= 0, "brokerId", "must be >= 0")
         if self.broker_role is BrokerRole.SLAVE:
             require(self.broker_id > 0, "brokerId", "a SLAVE needs brokerId > 0")

@@ -10,12 +10,18 @@ import re
 from typing import Any
 
 from pocketmq.wire.address import AddressError, InvalidPortError, parse_host_port
-from pocketmq.wire.names import NAME_CHARS, NAME_CHARSET
+from pocketmq.wire.names import (
+    BROKER_NAME_CHARS,
+    BROKER_NAME_CHARSET,
+    BROKER_NAME_MAX_LENGTH,
+    NAME_CHARS,
+    NAME_CHARSET,
+)
 from services.common.errors import InvalidArgumentError
 
-MAX_NAME_LENGTH = 127
-#: Cluster and broker names (as the broker's config accepts them).
-NAME_RE = re.compile(r"[A-Za-z0-9_.%|-]+")
+MAX_NAME_LENGTH = BROKER_NAME_MAX_LENGTH
+#: Cluster and broker names (the rule the broker's config applies too).
+NAME_RE = BROKER_NAME_CHARS
 #: Topic names (RocketMQ's rule: no '.').
 TOPIC_RE = NAME_CHARS
 MAX_QUEUE_NUMS = 65_535
@@ -35,7 +41,7 @@ def check_name(field: str, value: str, pattern: re.Pattern[str] = NAME_RE) -> No
     if len(value) > MAX_NAME_LENGTH:
         raise _fail(field, f"longer than {MAX_NAME_LENGTH} characters ({len(value)})")
     if not pattern.fullmatch(value):
-        allowed = "[A-Za-z0-9_%|-]" if pattern is TOPIC_RE else "[A-Za-z0-9_.%|-]"
+        allowed = NAME_CHARSET if pattern is TOPIC_RE else BROKER_NAME_CHARSET
         raise _fail(field, f"{value!r} has characters outside {allowed}")
 
 

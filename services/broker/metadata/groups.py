@@ -11,6 +11,10 @@ from services.broker.metadata.base import DataVersion, MetadataTable
 from services.common.errors import InvalidArgumentError, NotFoundError
 
 
+def _has_presence(msg: broker_pb2.SubscriptionGroupConfig, name: str) -> bool:
+    return bool(msg.DESCRIPTOR.fields_by_name[name].has_presence)
+
+
 @dataclasses.dataclass(frozen=True)
 class SubscriptionGroupConfig:
     group_name: str
@@ -38,7 +42,9 @@ class SubscriptionGroupConfig:
 
     @classmethod
     def from_proto(cls, msg: broker_pb2.SubscriptionGroupConfig) -> SubscriptionGroupConfig:
-        return cls(**{f.name: getattr(msg, f.name) for f in dataclasses.fields(cls)})
+        # An unset optional field keeps the dataclass (RocketMQ) default, not proto3's zero.
+        return cls(**{f.name: getattr(msg, f.name) for f in dataclasses.fields(cls)
+                      if not _has_presence(msg, f.name) or msg.HasField(f.name)})
 
     def to_json(self) -> dict[str, Any]:
         return {key: getattr(self, name) for name, key in self._JSON_KEYS}

@@ -144,3 +144,16 @@ def test_overlapping_async_persists_keep_newest(tmp_path: Path) -> None:
     r = DelayOffsetManager(str(tmp_path))
     r.load()
     assert r.get(1) == 19
+
+
+def test_subscription_group_from_proto_defaults_unset_fields_like_rocketmq() -> None:
+    from pocketmq.broker.v1 import broker_pb2
+
+    bare = SubscriptionGroupConfig.from_proto(broker_pb2.SubscriptionGroupConfig(group_name="g"))
+    assert bare == SubscriptionGroupConfig("g")
+    assert bare.retry_max_times == 16 and bare.consume_enable and bare.retry_queue_nums == 1
+    explicit = broker_pb2.SubscriptionGroupConfig(group_name="g", retry_max_times=0, consume_enable=False)
+    got = SubscriptionGroupConfig.from_proto(explicit)
+    assert got.retry_max_times == 0 and not got.consume_enable
+    custom = SubscriptionGroupConfig("g", retry_max_times=3, consume_broadcast_enable=False)
+    assert SubscriptionGroupConfig.from_proto(custom.to_proto()) == custom

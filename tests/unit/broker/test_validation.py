@@ -100,3 +100,19 @@ def test_effective_delay_level() -> None:
     assert v.effective_delay_level(99, 18) == 18
     with pytest.raises(InvalidArgumentError, match="delay level"):
         v.effective_delay_level(-1, 18)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("brokerClusterName", "my cluster"), ("brokerClusterName", ""), ("brokerName", "b" * 128),
+     ("brokerName", "a/b")],
+)
+def test_broker_config_refuses_names_the_namesrv_would_refuse(key: str, value: str) -> None:
+    from services.broker.config import BrokerConfig
+    from services.namesrv.validation import check_name
+
+    field = "cluster_name" if key == "brokerClusterName" else "broker_name"
+    with pytest.raises(InvalidArgumentError):
+        check_name(field, value)
+    with pytest.raises(ConfigError, match=key):
+        BrokerConfig(**{"broker_cluster_name" if field == "cluster_name" else "broker_name": value})
