@@ -17,6 +17,7 @@ from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.ui import Select
 
 from pocketmq import Consumer, Message, Producer
 from tests.integration.client.cluster import Cluster
@@ -127,6 +128,20 @@ def test_console_pages_show_the_running_cluster(cluster: tuple[Cluster, str], br
         assert [r[0] for r in connections] == [consumer.async_consumer.client_id]
         assert connections[0][2] == "pocketmq-python" and topic in connections[0][6]
         shot(browser, "group")
+
+        # Reset the running group to the earliest offsets through the form and its confirmation.
+        got.clear()
+        to = Select(browser.find_element(By.CSS_SELECTOR, "form#reset select[name=to]"))
+        to.select_by_value("earliest")
+        browser.find_element(By.CSS_SELECTOR, "form#reset button").click()
+        asked = f"reset the offsets of consumer group {group} on topic {topic} to earliest"
+        assert asked in browser.page_source
+        browser.find_element(By.CSS_SELECTOR, "form#confirm button").click()
+        reset_rows = [[td.text for td in r.find_elements(By.TAG_NAME, "td")]
+                      for r in browser.find_elements(By.CSS_SELECTOR, "main table tbody tr")]
+        assert len(reset_rows) == 4 and all(r[3] == "0" for r in reset_rows), reset_rows
+        shot(browser, "group-reset")
+        wait_until(lambda: len(got) >= 10, 20, message="the running consumer read everything again")
 
         # Message lookup by id, then by key.
         browser.get(url + "/message")
