@@ -396,10 +396,11 @@ class AsyncConsumer:
         """An operator reset the group's offsets of ``topic``: re-read its owned queues."""
         if self._closed:
             return
-        task = asyncio.get_running_loop().create_task(self._coordinator.restart_topic(topic),
-                                                      name=f"pocketmq-reset-{topic}")
-        self._tasks.append(task)
-        task.add_done_callback(lambda t: self._tasks.remove(t) if t in self._tasks else None)
+        # Kept with the consumer's tasks (close() cancels them); resets are rare, finished ones
+        # are dropped here.
+        self._tasks = [t for t in self._tasks if not t.done()]
+        self._tasks.append(asyncio.get_running_loop().create_task(
+            self._coordinator.restart_topic(topic), name=f"pocketmq-reset-{topic}"))
 
     async def _drop(self, pq: ProcessQueue, timeout: float, commit: bool = True) -> None:  # noqa: ASYNC109
         """Stop a queue: no more pulls, the handler finishes its current message, offsets are
