@@ -17,7 +17,8 @@ from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
-from selenium.webdriver.support.ui import Select
+from selenium.webdriver.support import expected_conditions
+from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from pocketmq import Consumer, Message, Producer
 from pocketmq.client.admin import AsyncAdmin
@@ -80,6 +81,14 @@ def shot(driver: WebDriver, name: str) -> None:
     assert path.stat().st_size > 1000
 
 
+def submit(driver: WebDriver, selector: str) -> None:
+    """Click the button matched by ``selector`` and wait until the next page has loaded."""
+    page = driver.find_element(By.TAG_NAME, "html")
+    driver.find_element(By.CSS_SELECTOR, selector).click()
+    WebDriverWait(driver, 20).until(expected_conditions.staleness_of(page))
+    WebDriverWait(driver, 20).until(lambda d: d.execute_script("return document.readyState") == "complete")
+
+
 def cells(driver: WebDriver, table_id: str) -> list[list[str]]:
     rows = driver.find_elements(By.CSS_SELECTOR, f"table#{table_id} tbody tr")
     return [[td.text for td in row.find_elements(By.TAG_NAME, "td")] for row in rows]
@@ -113,7 +122,7 @@ def test_console_pages_show_the_running_cluster(cluster: tuple[Cluster, str], br
         # Topics and one topic's queue offsets.
         browser.get(url + "/topics")
         assert topic in [r[0] for r in cells(browser, "topics")]
-        browser.find_element(By.LINK_TEXT, topic).click()
+        browser.get(url + "/topic?name=" + topic)
         queues = cells(browser, "queues")
         assert len(queues) == 4  # 2 queues on each of 2 groups
         assert sum(int(r[4]) for r in queues) == 10  # max offsets add up to what was sent
@@ -122,7 +131,7 @@ def test_console_pages_show_the_running_cluster(cluster: tuple[Cluster, str], br
         # The group: lag per queue and the running member.
         browser.get(url + "/groups")
         assert group in [r[0] for r in cells(browser, "groups")]
-        browser.find_element(By.LINK_TEXT, group).click()
+        browser.get(url + "/group?name=" + group)
         wait_until(lambda: (browser.refresh(), all(r[5] == "0" for r in cells(browser, "lag")))[1], 15,
                    message="lag 0 shown")
         lag = cells(browser, "lag")
@@ -136,10 +145,10 @@ def test_console_pages_show_the_running_cluster(cluster: tuple[Cluster, str], br
         got.clear()
         to = Select(browser.find_element(By.CSS_SELECTOR, "form#reset select[name=to]"))
         to.select_by_value("earliest")
-        browser.find_element(By.CSS_SELECTOR, "form#reset button").click()
+        submit(browser, "form#reset button")
         asked = f"reset the offsets of consumer group {group} on topic {topic} to earliest"
         assert asked in browser.page_source
-        browser.find_element(By.CSS_SELECTOR, "form#confirm button").click()
+        submit(browser, "form#confirm button")
         reset_rows = [[td.text for td in r.find_elements(By.TAG_NAME, "td")]
                       for r in browser.find_elements(By.CSS_SELECTOR, "main table tbody tr")]
         assert len(reset_rows) == 4 and all(r[3] == "0" for r in reset_rows), reset_rows
@@ -150,7 +159,7 @@ def test_console_pages_show_the_running_cluster(cluster: tuple[Cluster, str], br
         browser.get(url + "/message")
         browser.find_element(By.CSS_SELECTOR, "form#by-id input[name=id]").send_keys(sent[3].msg_id)
         browser.find_element(By.CSS_SELECTOR, "form#by-id input[name=topic]").send_keys(topic)
-        browser.find_element(By.CSS_SELECTOR, "form#by-id button").click()
+        submit(browser, "form#by-id button")
         assert browser.find_element(By.ID, "body").text == "order 3"
         detail = dict((r[0], r[1]) for r in cells(browser, "message"))
         assert detail["topic"] == topic and detail["keys"] == "order-3" and detail["msg id"] == sent[3].msg_id
@@ -163,7 +172,7 @@ def test_console_pages_show_the_running_cluster(cluster: tuple[Cluster, str], br
         if has_index(AsyncAdmin("127.0.0.1:1")):
             browser.find_element(By.CSS_SELECTOR, "form#by-key input[name=topic]").send_keys(topic)
             browser.find_element(By.CSS_SELECTOR, "form#by-key input[name=key]").send_keys("order-7")
-            browser.find_element(By.CSS_SELECTOR, "form#by-key button").click()
+            submit(browser, "form#by-key button")
             found = cells(browser, "messages")
             assert [(r[0], r[8]) for r in found] == [(sent[7].msg_id, "order 7")]
             shot(browser, "message-by-key")
@@ -184,12 +193,12 @@ def test_drain_from_the_console_asks_for_confirmation(cluster: tuple[Cluster, st
     c, url = cluster
     c.create_topic("console-drain", queues=1)
     browser.get(url + "/")
-    browser.find_element(By.CSS_SELECTOR, "form#drain-broker-b button").click()
+    submit(browser, "form#drain-broker-b button")
     assert "wipe the write permission of broker group broker-b" in browser.page_source
     perms = {q.broker_name: q.perm for q in (c.route("console-drain") or pytest.fail("no route")).queue_datas}
     assert perms["broker-b"] == 6  # nothing happened before the confirmation
     shot(browser, "drain-confirm")
-    browser.find_element(By.CSS_SELECTOR, "form#confirm button").click()
+    submit(browser, "form#confirm button")
     assert "Requested: wipe the write permission" in browser.find_element(By.ID, "result").text
     route = c.route("console-drain")
     assert route is not None and {q.broker_name: q.perm for q in route.queue_datas}["broker-b"] == 4
@@ -197,8 +206,8 @@ def test_drain_from_the_console_asks_for_confirmation(cluster: tuple[Cluster, st
     rows = {(r[1], r[2]): r for r in cells(browser, "brokers")}
     assert rows[("broker-b", "0")][7].startswith("drained")
     shot(browser, "drained")
-    browser.find_element(By.CSS_SELECTOR, "form#undrain-broker-b button").click()
-    browser.find_element(By.CSS_SELECTOR, "form#confirm button").click()
+    submit(browser, "form#undrain-broker-b button")
+    submit(browser, "form#confirm button")
     route = c.route("console-drain")
     assert route is not None and {q.broker_name: q.perm for q in route.queue_datas}["broker-b"] == 6
 
