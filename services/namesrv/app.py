@@ -17,6 +17,7 @@ from services.broker.v2.status import SERVICE_NAME as V2_SERVICE
 from services.common.config import to_properties
 from services.common.grpcserver import GrpcServer, start_grpc_server
 from services.common.metrics import MetricsServer
+from services.common.ports import ListenError, bind_error, reason_of
 from services.namesrv import kvconfig
 from services.namesrv.api import SERVICE_NAME, NameServerServicer
 from services.namesrv.config import NamesrvConfig
@@ -73,7 +74,13 @@ class NamesrvApp:
             await self._grpc.stop(0)
             raise
         if self.config.console_port:
-            await self._start_console()
+            try:
+                await self._start_console()
+            except ListenError:
+                if self._metrics_server is not None:
+                    self._metrics_server.stop()
+                await self._grpc.stop(0)
+                raise
         self._scan_task = asyncio.create_task(self._scan_loop(), name="namesrv-scan")
         warm_up = self.config.readiness_warm_up_mills / 1000
         if warm_up > 0:
@@ -84,6 +91,11 @@ class NamesrvApp:
 
     async def _start_console(self) -> None:
         host = self.config.listen_host
+        # A taken port fails the start with one line, as the gRPC and metrics ports do (the
+        # console process binds it a moment later).
+        failed = bind_error(host, self.config.console_port)
+        if failed is not None:
+            raise ListenError(join_host_port(host, self.config.console_port), reason_of(failed), "console")
         local = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
         self.console = ConsoleProcess(join_host_port(local, self.port),
                                       join_host_port(host, self.config.console_port))
