@@ -20,6 +20,7 @@ from pocketmq.client import loop as _loop
 from pocketmq.client.admin_ops import OpsMixin
 from pocketmq.client.allocate import allocation_table
 from pocketmq.client.core import ClientCore
+from pocketmq.client.lookup import MessageLookup
 from pocketmq.client.message import MessageQueue
 from pocketmq.client.producer import namesrv_from_env
 from pocketmq.client.routes import MASTER_ID, PERM_READ, PERM_WRITE, TopicRoute
@@ -77,8 +78,12 @@ class QueueProgress:
                 "consumer_offset": self.consumer_offset, "lag": self.lag, "client": self.client}
 
 
-class AsyncAdmin(OpsMixin):
-    """Admin calls (asyncio). ``relay``: "auto" (default: through the NameServer, direct when it
+class AsyncAdmin(MessageLookup, OpsMixin):
+    """Admin calls (asyncio); message lookup (``get_message``, ``find_messages``, ``browse``)
+    comes from :class:`~pocketmq.client.lookup.MessageLookup`, operator actions (offset resets,
+    connections, drain, live config) from :class:`~pocketmq.client.admin_ops.OpsMixin`.
+
+    ``relay``: "auto" (default: through the NameServer, direct when it
     has no relay), "relay" (NameServer only) or "direct" (connect to broker addresses).
     ``broker="host:port"`` addresses one broker directly for broker calls."""
 

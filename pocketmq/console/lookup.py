@@ -1,8 +1,7 @@
 """The console's message lookup page: by message id (the offset message id names the broker and
 commit log offset; a unique client id needs the topic) or by business key within a topic,
 through the admin client's lookup (``get_message`` / ``find_messages``, the brokers' message
-index). Without it (a build before the message index) an offset message id is found by
-:mod:`pocketmq.console.by_offset` and the page says what it cannot do."""
+index, docs/message-index.md)."""
 
 from __future__ import annotations
 
@@ -10,7 +9,7 @@ import datetime
 from collections.abc import Mapping
 from typing import Any
 
-from pocketmq.console.by_offset import find_by_offset_msg_id
+from pocketmq.client.admin import AsyncAdmin
 from pocketmq.console.html import esc, form, table
 from pocketmq.errors import PocketMQError
 from pocketmq.wire.errors import RecordError
@@ -51,16 +50,12 @@ def _detail(m: Any) -> str:
             + esc(_body_text(m.body)) + "</pre>")
 
 
-def _forms(query: Mapping[str, str], indexed: bool) -> str:
+def _forms(query: Mapping[str, str]) -> str:
     by_id = form("/message", {}, "Find by id", visible=[
         ("id", "message id", f'<input name="id" size="36" value="{esc(query.get("id", ""))}">'),
-        ("topic", "topic (for a unique client id)" if indexed else "topic (required)",
+        ("topic", "topic (for a unique client id)",
          f'<input name="topic" size="20" value="{esc(query.get("topic", "") if query.get("id") else "")}">')],
         form_id="by-id")
-    if not indexed:
-        return (f"<p>{by_id}</p><p class=\"note\" id=\"no-index\">This build has no message index: an "
-                "offset message id is found by a binary search of the topic's queues on the broker that "
-                "stored it; lookups by key or unique client id need the message index.</p>")
     by_key = form("/message", {}, "Find by key", visible=[
         ("topic", "topic", f'<input name="topic" size="20" value="{esc(query.get("topic", ""))}">'),
         ("key", "key", f'<input name="key" size="28" value="{esc(query.get("key", ""))}">')],
@@ -68,17 +63,11 @@ def _forms(query: Mapping[str, str], indexed: bool) -> str:
     return f"<p>{by_id}</p><p>{by_key}</p>"
 
 
-def has_index(admin: Any) -> bool:
-    """Whether the admin client looks messages up through the brokers' message index."""
-    return hasattr(admin, "get_message") and hasattr(admin, "find_messages")
-
-
-async def render(admin: Any, query: Mapping[str, str]) -> str:
+async def render(admin: AsyncAdmin, query: Mapping[str, str]) -> str:
     """The page body for ``query`` (``id`` [+ ``topic``], or ``topic`` + ``key``)."""
     msg_id, topic = query.get("id", "").strip(), query.get("topic", "").strip()
     key = query.get("key", "").strip()
-    indexed = has_index(admin)
-    out = [_forms(query, indexed)]
+    out = [_forms(query)]
     try:
         if msg_id:
             try:
@@ -87,12 +76,8 @@ async def render(admin: Any, query: Mapping[str, str]) -> str:
             except RecordError:
                 where = "not an offset message id: looked up as a unique client id in the topic's index"
             out.append(f'<p class="muted">{esc(where)}</p>')
-            if indexed:
-                message = await admin.get_message(msg_id, topic=topic or None)
-            else:
-                message = await find_by_offset_msg_id(admin, msg_id, topic)
-            out.append(_detail(message))
-        elif topic and key and indexed:
+            out.append(_detail(await admin.get_message(msg_id, topic=topic or None)))
+        elif topic and key:
             found = await admin.find_messages(topic, key)
             out.append(f"<h2>{len(found.messages)} message(s) with key {esc(key)} in {esc(topic)}</h2>")
             out.append(_messages_table(found.messages))

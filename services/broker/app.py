@@ -44,6 +44,7 @@ from services.broker.metrics import BrokerMetrics
 from services.broker.pop.metrics import PopMetrics
 from services.broker.pop.service import PopService, retry_topic, revive_topic
 from services.broker.pull import PullService
+from services.broker.query import MessageQueryServicer
 from services.broker.registration import BrokerIdentity, BrokerRegistrar, clamp_register_period
 from services.broker.send import SendService
 from services.broker.storage.config import StoreConfig
@@ -66,6 +67,7 @@ BROKER_SERVICES = (
     broker_pb2.DESCRIPTOR.services_by_name["BrokerMetadata"].full_name,
     V2_SERVICE,
     broker_pb2.DESCRIPTOR.services_by_name["Transactions"].full_name,
+    broker_pb2.DESCRIPTOR.services_by_name["MessageQuery"].full_name,
 )
 #: Topic changes are published to the NameServers after this quiet period (coalescing bursts).
 REGISTER_DEBOUNCE_S = 0.2
@@ -246,6 +248,7 @@ class BrokerApp:
             broker_pb2_grpc.add_BrokerMetadataServicer_to_server(BrokerMetadataServicer(self), server)
             v2_grpc.add_MessagingServiceServicer_to_server(self.v2, server)
             broker_pb2_grpc.add_TransactionsServicer_to_server(TransactionsServicer(self), server)
+            broker_pb2_grpc.add_MessageQueryServicer_to_server(MessageQueryServicer(self), server)
 
         address = f"{cfg.listen_host}:{cfg.listen_port}"
         tls = None
@@ -489,6 +492,10 @@ class BrokerApp:
         if hasattr(self, "transactions"):
             gauges[prefix + "transaction_half_pending_messages"] = (
                 "Half (transaction) messages neither committed nor rolled back.", self.transactions.pending)
+        if store.index is not None:
+            gauges[prefix + "index_lag_bytes"] = (
+                "Commit log bytes not yet in the message key index.",
+                max(0, store.dispatched_offset - store.index.indexed_offset))
         if self._delay is not None:
             gauges["pocketmq_broker_delay_backlog_messages"] = (
                 "Delayed messages not yet delivered.", self._delay.backlog(store.max_queue_offset))

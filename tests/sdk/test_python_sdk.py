@@ -201,3 +201,20 @@ def test_sdk_consumers_start_with_the_broker_settings(sdk_run: dict[str, Any]) -
     assert "error" not in doc, doc["error"]
     # Without Settings the PushConsumer's start fails after 10 s.
     assert doc["simple_start_s"] < 5 and doc["push_start_s"] < 5
+
+
+def test_sdk_message_ids_and_keys_are_found_by_lookup(cluster: Cluster, sdk_run: dict[str, Any]) -> None:
+    """The SDK's message id (stored as UNIQ_KEY) and its keys, through the admin lookup API."""
+    from pocketmq.client.admin import Admin
+
+    sent = receipts(sdk_run, "sync")
+    with Admin(cluster.namesrv) as admin:
+        for r in sent[:3]:
+            got = admin.get_message(r["message_id"], topic=NORMAL)
+            assert got.body == f"sync-{r['i']}".encode() and got.properties["UNIQ_KEY"] == r["message_id"]
+        found = wait_until(lambda: len(admin.find_messages(NORMAL, "key-1", limit=100).messages) == 10,
+                           10, "all 10 keyed messages indexed")
+        assert found
+        by_key = admin.find_messages(NORMAL, "key-1", limit=100)
+        assert sorted(m.body for m in by_key.messages) == sorted(f"sync-{r['i']}".encode() for r in sent)
+        assert not by_key.errors

@@ -755,3 +755,69 @@ class TransactionCheck(_message.Message):
     check_times: int
     producer_group: str
     def __init__(self, transaction_id: _Optional[str] = ..., msg_id: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., body: _Optional[bytes] = ..., properties: _Optional[_Mapping[str, str]] = ..., born_timestamp: _Optional[int] = ..., store_timestamp: _Optional[int] = ..., check_times: _Optional[int] = ..., producer_group: _Optional[str] = ...) -> None: ...
+
+class ViewMessageRequest(_message.Message):
+    __slots__ = ("commit_log_offset",)
+    COMMIT_LOG_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    commit_log_offset: int
+    def __init__(self, commit_log_offset: _Optional[int] = ...) -> None: ...
+
+class ViewMessageResponse(_message.Message):
+    __slots__ = ("message",)
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    message: MessageExt
+    def __init__(self, message: _Optional[_Union[MessageExt, _Mapping]] = ...) -> None: ...
+
+class QueryMessageRequest(_message.Message):
+    __slots__ = ("topic", "key", "begin_timestamp_ms", "end_timestamp_ms", "max_num", "unique_key")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    BEGIN_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    END_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_NUM_FIELD_NUMBER: _ClassVar[int]
+    UNIQUE_KEY_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    key: str
+    begin_timestamp_ms: int
+    end_timestamp_ms: int
+    max_num: int
+    unique_key: bool
+    def __init__(self, topic: _Optional[str] = ..., key: _Optional[str] = ..., begin_timestamp_ms: _Optional[int] = ..., end_timestamp_ms: _Optional[int] = ..., max_num: _Optional[int] = ..., unique_key: _Optional[bool] = ...) -> None: ...
+
+class QueryMessageResponse(_message.Message):
+    __slots__ = ("messages", "indexed_offset", "max_offset", "index_enabled")
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    INDEXED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    INDEX_ENABLED_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[MessageExt]
+    indexed_offset: int
+    max_offset: int
+    index_enabled: bool
+    def __init__(self, messages: _Optional[_Iterable[_Union[MessageExt, _Mapping]]] = ..., indexed_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., index_enabled: _Optional[bool] = ...) -> None: ...
+
+class BrowseMessagesRequest(_message.Message):
+    __slots__ = ("topic", "queue_id", "queue_offset", "from_timestamp_ms", "max_num")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    FROM_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_NUM_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    queue_offset: int
+    from_timestamp_ms: int
+    max_num: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., from_timestamp_ms: _Optional[int] = ..., max_num: _Optional[int] = ...) -> None: ...
+
+class BrowseMessagesResponse(_message.Message):
+    __slots__ = ("messages", "next_queue_offset", "min_offset", "max_offset")
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_QUEUE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[MessageExt]
+    next_queue_offset: int
+    min_offset: int
+    max_offset: int
+    def __init__(self, messages: _Optional[_Iterable[_Union[MessageExt, _Mapping]]] = ..., next_queue_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ...) -> None: ...

@@ -1574,3 +1574,171 @@ class Transactions:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class MessageQueryStub:
+    """Message lookup for operators (mqadmin queryMsgById / queryMsgByKey / queryMsgByUniqueKey
+    and a queue browser); all unary, so the NameServer relays them.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.ViewMessage = channel.unary_unary(
+                '/pocketmq.broker.v1.MessageQuery/ViewMessage',
+                request_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.ViewMessageRequest.SerializeToString,
+                response_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.ViewMessageResponse.FromString,
+                _registered_method=True)
+        self.QueryMessage = channel.unary_unary(
+                '/pocketmq.broker.v1.MessageQuery/QueryMessage',
+                request_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.QueryMessageRequest.SerializeToString,
+                response_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.QueryMessageResponse.FromString,
+                _registered_method=True)
+        self.BrowseMessages = channel.unary_unary(
+                '/pocketmq.broker.v1.MessageQuery/BrowseMessages',
+                request_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.BrowseMessagesRequest.SerializeToString,
+                response_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.BrowseMessagesResponse.FromString,
+                _registered_method=True)
+
+
+class MessageQueryServicer:
+    """Message lookup for operators (mqadmin queryMsgById / queryMsgByKey / queryMsgByUniqueKey
+    and a queue browser); all unary, so the NameServer relays them.
+    """
+
+    def ViewMessage(self, request, context):
+        """The message at a commit log offset (the offset message id decodes to broker + offset).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def QueryMessage(self, request, context):
+        """Messages of a topic by business key (KEYS) or unique client message id (UNIQ_KEY), through
+        the broker's message index: newest first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def BrowseMessages(self, request, context):
+        """Messages of one queue from a queue offset (or from the first one stored at or after a time).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_MessageQueryServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'ViewMessage': grpc.unary_unary_rpc_method_handler(
+                    servicer.ViewMessage,
+                    request_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.ViewMessageRequest.FromString,
+                    response_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.ViewMessageResponse.SerializeToString,
+            ),
+            'QueryMessage': grpc.unary_unary_rpc_method_handler(
+                    servicer.QueryMessage,
+                    request_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.QueryMessageRequest.FromString,
+                    response_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.QueryMessageResponse.SerializeToString,
+            ),
+            'BrowseMessages': grpc.unary_unary_rpc_method_handler(
+                    servicer.BrowseMessages,
+                    request_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.BrowseMessagesRequest.FromString,
+                    response_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.BrowseMessagesResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'pocketmq.broker.v1.MessageQuery', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('pocketmq.broker.v1.MessageQuery', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class MessageQuery:
+    """Message lookup for operators (mqadmin queryMsgById / queryMsgByKey / queryMsgByUniqueKey
+    and a queue browser); all unary, so the NameServer relays them.
+    """
+
+    @staticmethod
+    def ViewMessage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/pocketmq.broker.v1.MessageQuery/ViewMessage',
+            pocketmq_dot_broker_dot_v1_dot_broker__pb2.ViewMessageRequest.SerializeToString,
+            pocketmq_dot_broker_dot_v1_dot_broker__pb2.ViewMessageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def QueryMessage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/pocketmq.broker.v1.MessageQuery/QueryMessage',
+            pocketmq_dot_broker_dot_v1_dot_broker__pb2.QueryMessageRequest.SerializeToString,
+            pocketmq_dot_broker_dot_v1_dot_broker__pb2.QueryMessageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BrowseMessages(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/pocketmq.broker.v1.MessageQuery/BrowseMessages',
+            pocketmq_dot_broker_dot_v1_dot_broker__pb2.BrowseMessagesRequest.SerializeToString,
+            pocketmq_dot_broker_dot_v1_dot_broker__pb2.BrowseMessagesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

@@ -83,6 +83,13 @@ class StoreConfig:
     #: received. Falls back to the page cache by itself where the file system refuses direct
     #: I/O. Only replicated appends: a master writes through the mapping.
     replica_direct_write: bool = True
+    #: Index message keys (``KEYS``) and unique message ids (``UNIQ_KEY``) for lookups by key
+    #: (``index/``; see ``docs/message-index.md``).
+    message_index_enable: bool = True
+    #: Hash slots per index file (4 bytes each).
+    max_hash_slot_num: int = 5_000_000
+    #: Entries per index file (20 bytes each); a full file is followed by a new one.
+    max_index_num: int = 20_000_000
 
     def __post_init__(self) -> None:
         if isinstance(self.flush_disk_type, str):  # tolerate plain strings from Python callers
@@ -96,6 +103,8 @@ class StoreConfig:
         require(bool(str(self.store_path_root_dir).strip()), "storePathRootDir", "must not be empty")
         require(isinstance(self.replica_direct_write, bool), "replicaDirectWrite",
                 f"must be true or false, got {self.replica_direct_write!r}")
+        require(isinstance(self.message_index_enable, bool), "messageIndexEnable",
+                f"must be true or false, got {self.message_index_enable!r}")
         positive = {
             "mappedFileSizeCommitLog": self.mapped_file_size_commit_log,
             "mappedFileSizeConsumeQueue": self.mapped_file_size_consume_queue,
@@ -108,6 +117,8 @@ class StoreConfig:
             "maxMessageSize": self.max_message_size,
             "maxTransferCountOnMessageInMemory": self.max_transfer_count_on_message_in_memory,
             "maxTransferBytesOnMessageInMemory": self.max_transfer_bytes_on_message_in_memory,
+            "maxHashSlotNum": self.max_hash_slot_num,
+            "maxIndexNum": self.max_index_num,
         }
         for key, value in positive.items():
             require(_is_int(value), key, f"must be an integer, got {value!r}")
@@ -117,6 +128,9 @@ class StoreConfig:
                            "warmAheadSize": self.warm_ahead_size}.items():
             require(_is_int(value), key, f"must be an integer, got {value!r}")
             require(value >= 0, key, f"must be >= 0, got {value}")
+        for key, value in {"maxHashSlotNum": self.max_hash_slot_num,
+                           "maxIndexNum": self.max_index_num}.items():
+            require(value < 2**31 - 1, key, f"must be < 2^31 - 1, got {value}")
         require(self.mapped_file_size_commit_log >= 4096, "mappedFileSizeCommitLog", "must be >= 4096")
         require(self.mapped_file_size_commit_log < 2**62, "mappedFileSizeCommitLog", "too large")
         require(self.mapped_file_size_consume_queue % CQ_ENTRY_SIZE == 0, "mappedFileSizeConsumeQueue",
@@ -136,6 +150,10 @@ class StoreConfig:
     @property
     def consume_queue_dir(self) -> str:
         return os.path.join(self.store_path_root_dir, "consumequeue")
+
+    @property
+    def index_dir(self) -> str:
+        return os.path.join(self.store_path_root_dir, "index")
 
     @property
     def checkpoint_path(self) -> str:

@@ -17,7 +17,7 @@ import fcntl
 import logging
 import os
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from concurrent.futures import Future
 from types import TracebackType
 from typing import NamedTuple
@@ -37,6 +37,7 @@ from services.broker.storage.commitlog import (
 from services.broker.storage.config import FlushDiskType, StoreConfig
 from services.broker.storage.consumequeue import FILLER_SIZE, ConsumeQueueStore
 from services.broker.storage.flush import FlushRealTimeService, GroupCommitService, ServiceThread
+from services.broker.storage.index import IndexService
 from services.broker.storage.record import (
     Host,
     Message,
@@ -122,6 +123,12 @@ class MessageStore:
                               warm_size=config.warm_ahead_size,
                               direct_write=config.replica_direct_write)
         self._checkpoint = CheckpointFile(config.checkpoint_path)
+        #: The message key index (None when ``messageIndexEnable`` is off).
+        self.index: IndexService | None = None
+        if config.message_index_enable:
+            log_ = self._log
+            self.index = IndexService(config.index_dir, config.max_hash_slot_num, config.max_index_num,
+                                      log_.get_data, lambda: log_.dispatched_offset)
         self._sync_flush = config.flush_disk_type is FlushDiskType.SYNC_FLUSH
         self._sync_timeout = config.sync_flush_timeout / 1000
         self._max_message_size = config.max_message_size
@@ -159,6 +166,8 @@ class MessageStore:
             raise StoreError(f"store {cfg.store_path_root_dir} is in use by another process") from None
         try:
             self.recovery = self._recover()
+            if self.index is not None:
+                self.index.load(self._log.min_offset, self._log.dispatched_offset)
             create_abort_file(cfg.abort_path)
         except BaseException:
             self._log.close()
@@ -185,6 +194,17 @@ class MessageStore:
         self._log.reput_wakeup = self._reput.wakeup
         self._log.on_dispatched = self._notify_dispatched
         self._reput.start()
+        if self.index is not None:
+            self.index.start()
+            # Local appends wake it by feeding it; replicated records once dispatched.
+            wake_index = self.index.wakeup
+            notify = self._notify_dispatched
+
+            def on_reput_dispatched(offset: int) -> None:
+                wake_index()
+                notify(offset)
+
+            self._log.on_dispatched = on_reput_dispatched
         if cfg.warm_ahead_size:
             self._warmer = ServiceThread("CommitLogWarmer", 1.0, self._log.warm_ahead)
             self._log.warm_wakeup = self._warmer.wakeup
@@ -209,6 +229,8 @@ class MessageStore:
         if self._warmer is not None:
             self._log.warm_wakeup = None
             self._warmer.stop()
+        if self.index is not None:
+            self.index.stop()
         if self._flush_service is not None:
             self._flush_service.stop()
         with self._log.lock:  # no append in flight after this
@@ -349,6 +371,9 @@ class MessageStore:
             return _append_failed(exc)
         if self._listeners:
             self._notify(self._log.max_offset)
+        if self.index is not None:
+            self.index.feed(result.physical_offsets[0], result.end_offset, result.physical_offsets,
+                            result.store_timestamp, (msg,))
         if self._dispatch_listeners:
             self._notify_dispatched(result.end_offset)
         return result
@@ -374,6 +399,9 @@ class MessageStore:
             return _append_failed(exc)
         if self._listeners and prepared:
             self._notify(self._log.max_offset)
+        if self.index is not None and prepared:
+            self.index.feed(result.physical_offsets[0], result.end_offset, result.physical_offsets,
+                            result.store_timestamp, msgs)
         if self._dispatch_listeners and prepared:
             self._notify_dispatched(result.end_offset)
         return result
@@ -548,6 +576,30 @@ class MessageStore:
         """The record at a commit log offset (e.g. from an offset message id)."""
         return self._log.read(physical_offset)
 
+    def read_messages(self, physical_offsets: Iterable[int]) -> list[MessageRecord | None]:
+        """The records at commit log offsets (None where there is none)."""
+        return self._log.read_many(physical_offsets)
+
+    def query_by_key(self, topic: str, key: str, begin_ms: int = 0, end_ms: int = 2**62, limit: int = 64,
+                     unique: bool = False) -> list[MessageRecord]:
+        """Messages of ``topic`` with business key ``key`` (or, ``unique``, with the unique
+        client message id ``key``) stored within ``[begin_ms, end_ms]``: newest first, at most
+        ``limit``, through the message index (``[]`` when it is off). Every candidate is read
+        and checked, so hash collisions and stale entries never show."""
+        index = self.index
+        if index is None or limit <= 0:
+            return []
+        candidates = index.lookup(topic, key, begin_ms, end_ms, limit + 16)
+        out: list[MessageRecord] = []
+        for rec in self._log.read_many(candidates):
+            if (rec is None or rec.topic != topic or not begin_ms <= rec.store_timestamp <= end_ms
+                    or (rec.uniq_key != key if unique else key not in rec.keys and rec.uniq_key != key)):
+                continue
+            out.append(rec)
+            if len(out) >= limit:
+                break
+        return out
+
     def queue_entries(self, topic: str, queue_id: int, queue_offset: int,
                       max_count: int) -> list[tuple[int, int, int]]:
         """Raw consume queue entries ``(commit log offset, size, tag hash code)`` from
@@ -651,6 +703,8 @@ class MessageStore:
         with self._log.lock:
             self._log.truncate_locked(offset)
             self._cq.truncate_dirty(self._log.max_offset)
+        if self.index is not None:
+            self.index.truncate(self._log.max_offset)
         if self._group_commit is not None:
             self._group_commit.reset(self._log.flushed_offset)
         log.warning("commit log truncated to %d", self._log.max_offset)
@@ -669,6 +723,8 @@ class MessageStore:
         deleted = self._log.delete_expired(now, self.config.file_reserved_time * 3_600_000)
         with self._log.lock:
             deleted += self._cq.delete_expired(self._log.min_offset)
+        if self.index is not None:
+            deleted += self.index.delete_below(self._log.min_offset)
         return deleted
 
     # ==========================================================================================
@@ -691,6 +747,8 @@ class MessageStore:
         physic_ts = self._log.last_store_timestamp
         physic_offset = self._log.flushed_offset
         self._cq.flush(0)
+        if self.index is not None:
+            self.index.flush()
         self._checkpoint.save(Checkpoint(physic_msg_timestamp=physic_ts, logics_msg_timestamp=now_ms(),
                                          physic_offset=physic_offset, logics_offset=logics_offset))
 

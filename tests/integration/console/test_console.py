@@ -21,8 +21,6 @@ from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from pocketmq import Consumer, Message, Producer
-from pocketmq.client.admin import AsyncAdmin
-from pocketmq.console.lookup import has_index
 from pocketmq.wire.msgid import offset_msg_id, parse_offset_msg_id
 from tests.integration.client.cluster import Cluster
 from tests.integration.procs import ProcessGroup
@@ -155,30 +153,24 @@ def test_console_pages_show_the_running_cluster(cluster: tuple[Cluster, str], br
         shot(browser, "group-reset")
         wait_until(lambda: len(got) >= 10, 20, message="the running consumer read everything again")
 
-        # Message lookup by id (with its topic: a build without the message index needs it).
+        # Message lookup by id (an offset message id names its broker: no topic needed), by key.
         browser.get(url + "/message")
         browser.find_element(By.CSS_SELECTOR, "form#by-id input[name=id]").send_keys(sent[3].msg_id)
-        browser.find_element(By.CSS_SELECTOR, "form#by-id input[name=topic]").send_keys(topic)
         submit(browser, "form#by-id button")
         assert browser.find_element(By.ID, "body").text == "order 3"
         detail = dict((r[0], r[1]) for r in cells(browser, "message"))
         assert detail["topic"] == topic and detail["keys"] == "order-3" and detail["msg id"] == sent[3].msg_id
         shot(browser, "message-by-id")
         host, physical = parse_offset_msg_id(sent[3].msg_id)
-        browser.get(url + "/message?id=" + offset_msg_id(host, physical + 1) + "&topic=" + topic)
+        browser.get(url + "/message?id=" + offset_msg_id(host, physical + 1))
         assert browser.find_elements(By.ID, "not-found")  # no message starts one byte further
-        # By key: through the brokers' message index where this build has it.
         browser.get(url + "/message")
-        if has_index(AsyncAdmin("127.0.0.1:1")):
-            browser.find_element(By.CSS_SELECTOR, "form#by-key input[name=topic]").send_keys(topic)
-            browser.find_element(By.CSS_SELECTOR, "form#by-key input[name=key]").send_keys("order-7")
-            submit(browser, "form#by-key button")
-            found = cells(browser, "messages")
-            assert [(r[0], r[8]) for r in found] == [(sent[7].msg_id, "order 7")]
-            shot(browser, "message-by-key")
-        else:
-            assert "need the message index" in browser.find_element(By.ID, "no-index").text
-            assert not browser.find_elements(By.CSS_SELECTOR, "form#by-key")
+        browser.find_element(By.CSS_SELECTOR, "form#by-key input[name=topic]").send_keys(topic)
+        browser.find_element(By.CSS_SELECTOR, "form#by-key input[name=key]").send_keys("order-7")
+        submit(browser, "form#by-key button")
+        found = cells(browser, "messages")
+        assert [(r[0], r[8]) for r in found] == [(sent[7].msg_id, "order 7")]
+        shot(browser, "message-by-key")
         stop.set()
 
     # Broker page: the config with its live keys.

@@ -1,0 +1,598 @@
+"""The message index: business keys (``KEYS``) and unique client message ids (``UNIQ_KEY``) ->
+commit log offsets, in hash-slot index files (RocketMQ's ``IndexService`` / ``IndexFile``).
+
+:class:`IndexService` works on its own thread, behind the dispatcher. Local appends are handed
+to it as they are stored (:meth:`IndexService.feed`: the messages' property dicts, no parsing);
+everything else - replicated records on a slave, the records past the index's end at start-up -
+it reads back from the commit log (whole dispatched records, zero-copy slices of the segments).
+Each pass appends one entry per key to the newest :class:`IndexFile` with one vectorised put.
+Recovery resumes from where the index files say they stopped; files whose records are all
+deleted are deleted with them. File format, crash behaviour and query semantics:
+``docs/message-index.md``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import mmap
+import os
+import struct
+import threading
+import time
+import zlib
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+
+import numpy as np
+
+from pocketmq.wire.record import header_format
+from services.broker.storage.record import (
+    BLANK_MAGIC_CODE,
+    HEADER_SIZE,
+    MAGIC_CODE,
+    PREFIX,
+    PROPERTY_KEYS,
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    U16,
+    Message,
+)
+from services.broker.storage.segment import (
+    MADV_POPULATE_READ,
+    MADV_POPULATE_WRITE,
+    PAGE_SIZE,
+    SegmentSlice,
+    default_sync,
+)
+
+log = logging.getLogger(__name__)
+
+#: beginTimestamp 8 · endTimestamp 8 · beginPhyOffset 8 · endPhyOffset 8 · hashSlotCount 4 ·
+#: indexCount 4 (RocketMQ's IndexHeader; endPhyOffset here is where indexing stopped).
+FILE_HEADER = struct.Struct(">qqqqii")
+#: keyHash 4 · phyOffset 8 · timeDiff 4 (seconds since beginTimestamp) · prevIndex 4.
+ENTRY = struct.Struct(">Iqii")
+SLOT = struct.Struct(">i")
+_ENTRY_DTYPE = np.dtype([("hash", ">u4"), ("offset", ">i8"), ("diff", ">i4"), ("prev", ">i4")])
+assert _ENTRY_DTYPE.itemsize == ENTRY.size
+#: Entries looked at per chain and query at most (bounds a lookup on a degenerate chain).
+MAX_CHAIN_STEPS = 1_000_000
+#: Bytes of commit log read per batch by the index thread.
+READ_CHUNK = 1024 * 1024
+#: Log bytes of fed batches waiting for the index thread at most (they hold their messages;
+#: past this, appends are read back from the log instead).
+MAX_FED_BYTES = 64 * 1024 * 1024
+#: Entry bytes mapped ahead of the index writer per ``madvise``.
+POPULATE_STEP = 4 * 1024 * 1024
+#: The index thread waits this long after being woken before it indexes what arrived.
+GATHER_S = 0.005
+#: Entries written to an index file with one vectorised put at most.
+MAX_BATCH_ENTRIES = 65536
+
+_RECORD = struct.Struct(header_format(("total_size", "magic", "store_timestamp", "body_length")))
+_RECORD_UNPACK = _RECORD.unpack_from
+_U16 = U16.unpack_from
+_PREFIX = PREFIX.unpack_from
+_KEYS = (PROPERTY_KEYS.encode() + b"\x01", PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX.encode() + b"\x01")
+_crc32 = zlib.crc32
+
+
+def key_hash(topic: str, key: str) -> int:
+    """The index hash of ``topic`` + ``key``: CRC-32 of ``topic#key`` (UTF-8)."""
+    return _crc32(key.encode(), _crc32(topic.encode() + b"#"))
+
+
+def record_keys(props: bytes) -> list[bytes]:
+    """The index keys in encoded properties: each KEYS key (space separated) and UNIQ_KEY."""
+    out: list[bytes] = []
+    for i, needle in enumerate(_KEYS):
+        at = props.find(needle)
+        while at > 0 and props[at - 1] != 2:  # must start a pair
+            at = props.find(needle, at + 1)
+        if at < 0:
+            continue
+        start = at + len(needle)
+        end = props.find(b"\x02", start)
+        value = props[start:end if end >= 0 else len(props)]
+        if i == 0:
+            out.extend(k for k in value.split(b" ") if k)
+        elif value:
+            out.append(value)
+    return out
+
+
+#: A batch of local appends handed to :meth:`IndexService.feed`: (first record offset, end
+#: offset, record offsets, store timestamp, messages). A plain tuple: it is made per append.
+_Fed = tuple[int, int, Sequence[int], int, Sequence[Message]]
+
+
+def _message_keys(messages: Sequence[Message], prefixes: dict[bytes, int], hashes: list[int],
+                  rows: list[int]) -> None:
+    """Add the key hashes of the index entries of ``messages`` to ``hashes``, and for each the
+    message's position in ``messages`` to ``rows``."""
+    last_topic = ""
+    prefix = 0
+    for row, msg in enumerate(messages):
+        props = msg[4]
+        if not props:
+            continue
+        keys = props.get(PROPERTY_KEYS)
+        uniq = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+        if not keys and not uniq:
+            continue
+        if msg[0] is not last_topic:  # (a batch is one topic, usually the same str object)
+            last_topic = msg[0]
+            topic = last_topic.encode()
+            cached = prefixes.get(topic)
+            if cached is None:
+                if len(prefixes) > 8192:
+                    prefixes.clear()
+                cached = prefixes[topic] = _crc32(topic + b"#")
+            prefix = cached
+        if keys:
+            if " " in keys:
+                for key in keys.split(" "):
+                    if key:
+                        hashes.append(_crc32(key.encode(), prefix))
+                        rows.append(row)
+            else:
+                hashes.append(_crc32(keys.encode(), prefix))
+                rows.append(row)
+        if uniq:
+            hashes.append(_crc32(uniq.encode(), prefix))
+            rows.append(row)
+
+
+def _scan(buf: memoryview, base: int,
+          prefixes: dict[bytes, int]) -> tuple[int, list[int], list[int], list[int]]:
+    """Index entries of the whole records in ``buf`` (log offset ``base``; everything below the
+    dispatched offset, so validated): (bytes consumed, key hashes, record offsets, store
+    timestamps). The hot loop of a slave's and a recovering store's index."""
+    hashes: list[int] = []
+    offsets: list[int] = []
+    stamps: list[int] = []
+    chunk = bytes(buf)  # one copy, then bytes.find over each record's properties
+    find = chunk.find
+    size = len(chunk)
+    pos = 0
+    unpack = _RECORD_UNPACK
+    keys_needle, uniq_needle = _KEYS
+    while pos + 8 <= size:
+        if pos + HEADER_SIZE > size:
+            total, magic = _PREFIX(chunk, pos)
+            if magic == BLANK_MAGIC_CODE and total > 0:
+                pos += total
+            break
+        total, magic, ts, body_len = unpack(chunk, pos)
+        if magic != MAGIC_CODE:
+            # A blank record fills the rest of its segment (the slice may end before it does).
+            if magic == BLANK_MAGIC_CODE and total > 0:
+                pos += total
+            break
+        end = pos + total
+        if total <= 0 or end > size:
+            break
+        body_end = pos + HEADER_SIZE + body_len
+        props_at = body_end + 3 + chunk[body_end]
+        ka = find(keys_needle, props_at, end)
+        ua = find(uniq_needle, props_at, end)
+        if ka >= 0 or ua >= 0:
+            raw_topic = chunk[body_end + 1:props_at - 2]
+            prefix = prefixes.get(raw_topic)
+            if prefix is None:
+                if len(prefixes) > 8192:
+                    prefixes.clear()
+                prefix = prefixes[raw_topic] = _crc32(raw_topic + b"#")
+            offset = base + pos
+            clean_k = ka < 0 or ka == props_at or chunk[ka - 1] == 2
+            if clean_k and (ua < 0 or ua == props_at or chunk[ua - 1] == 2):
+                if ka >= 0:
+                    z = find(b"\x02", ka, end)
+                    value = chunk[ka + 5:z if z >= 0 else end]
+                    for key in (value.split(b" ") if b" " in value else (value,)):
+                        if key:
+                            hashes.append(_crc32(key, prefix))
+                            offsets.append(offset)
+                            stamps.append(ts)
+                if ua >= 0:
+                    z = find(b"\x02", ua, end)
+                    value = chunk[ua + 9:z if z >= 0 else end]
+                    if value:
+                        hashes.append(_crc32(value, prefix))
+                        offsets.append(offset)
+                        stamps.append(ts)
+            else:  # a needle inside another property's name or value: parse properly
+                for key in record_keys(chunk[props_at:end]):
+                    hashes.append(_crc32(key, prefix))
+                    offsets.append(offset)
+                    stamps.append(ts)
+        pos = end
+    return pos, hashes, offsets, stamps
+
+
+class IndexFile:
+    """One index file: header, ``slots`` hash slots, room for ``capacity`` entries (entry 0 is
+    never used: a slot or prevIndex of 0 means none). Not thread-safe: :class:`IndexService`
+    serialises writers; readers see entries once the slot that points to them is written."""
+
+    def __init__(self, path: str, slots: int, capacity: int, *,
+                 create_at: tuple[int, int] | None = None) -> None:
+        self.path = path
+        size = FILE_HEADER.size + SLOT.size * slots + ENTRY.size * (capacity + 1)
+        if create_at is not None:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+            os.ftruncate(fd, size)
+        else:
+            fd = os.open(path, os.O_RDWR)
+            actual = os.fstat(fd).st_size
+            head = os.pread(fd, FILE_HEADER.size, 0)
+            if len(head) == FILE_HEADER.size:
+                _, _, _, _, slots_on_disk, _ = FILE_HEADER.unpack(head)
+                if slots_on_disk > 0:
+                    slots = slots_on_disk  # the file keeps the geometry it was made with
+            capacity = (actual - FILE_HEADER.size - SLOT.size * slots) // ENTRY.size - 1
+            if capacity < 1:
+                os.close(fd)
+                raise ValueError(f"index file {path} is truncated ({actual} bytes)")
+            size = actual
+        try:
+            self.mm = mmap.mmap(fd, size)
+        except BaseException:
+            os.close(fd)
+            raise
+        #: Kept open for ``fdatasync``: unlike ``mmap.flush`` it releases the GIL.
+        self._fd = fd
+        self.slots = slots
+        self.capacity = capacity
+        self._entries_at = FILE_HEADER.size + SLOT.size * slots
+        if create_at is not None:
+            begin_offset, begin_ts = create_at
+            self.begin_ts = self.end_ts = begin_ts
+            self.begin_offset = self.end_offset = begin_offset
+            self.count = 1
+            self.write_header()
+        else:
+            (self.begin_ts, self.end_ts, self.begin_offset, self.end_offset, _,
+             self.count) = FILE_HEADER.unpack_from(self.mm, 0)
+            self.count = min(max(self.count, 1), capacity + 1)
+        self.dirty = create_at is not None
+        #: Bytes of the file mapped writable in advance (no page fault when written).
+        self._populated = 0
+        if create_at is not None:
+            # The hash slots are written at random: bring their pages in at once (read-only
+            # mapped, nothing dirtied) rather than taking a page-cache miss per first touch.
+            with contextlib.suppress(OSError, ValueError, AttributeError):  # (kernel < 5.14)
+                self.mm.madvise(MADV_POPULATE_READ, 0, self._entries_at)
+            self._populated = self._entries_at // PAGE_SIZE * PAGE_SIZE
+
+    def _populate(self, end: int) -> None:
+        """Map the entry pages up to ``end`` (and a step ahead) writable in one call."""
+        start = self._populated
+        stop = min(len(self.mm), max(end, start + POPULATE_STEP))
+        if stop > start:
+            with contextlib.suppress(OSError, ValueError, AttributeError):  # (kernel < 5.14)
+                self.mm.madvise(MADV_POPULATE_WRITE, start, stop - start)
+            self._populated = stop
+
+    @property
+    def full(self) -> bool:
+        return self.count > self.capacity
+
+    def write_header(self) -> None:
+        FILE_HEADER.pack_into(self.mm, 0, self.begin_ts, self.end_ts, self.begin_offset, self.end_offset,
+                              self.slots, self.count)
+
+    def put(self, hashes: np.ndarray, offsets: np.ndarray, stamps: np.ndarray, start: int) -> int:
+        """Append entries ``start..`` of the parallel arrays (uint32 key hashes, int64 commit
+        log offsets, int64 store timestamps in ms) until the file is full; returns the index of
+        the first one not written. Vectorised: the entries of a batch that share a slot are
+        chained to each other in order, the first to what the slot held; every entry is written
+        before the slot that points to it."""
+        n0 = self.count
+        k = min(len(hashes) - start, self.capacity + 1 - n0)
+        if k <= 0:
+            return start
+        h = hashes[start:start + k]
+        entries_end = self._entries_at + (n0 + k) * ENTRY.size
+        if entries_end > self._populated:
+            self._populate(entries_end)
+        ids = np.arange(n0, n0 + k, dtype=np.int64)
+        slots = (h % self.slots).astype(np.int64)
+        order = np.argsort(slots, kind="stable")
+        sorted_slots = slots[order]
+        sorted_ids = ids[order]
+        first = np.ones(k, dtype=bool)
+        first[1:] = sorted_slots[1:] != sorted_slots[:-1]
+        slot_view = np.frombuffer(self.mm, dtype=">i4", count=self.slots, offset=FILE_HEADER.size)
+        prev_sorted = np.empty(k, dtype=np.int64)
+        prev_sorted[first] = slot_view[sorted_slots[first]]
+        later = ~first
+        prev_sorted[later] = sorted_ids[:-1][later[1:]]
+        prev = np.empty(k, dtype=np.int64)
+        prev[order] = prev_sorted
+        entries = np.frombuffer(self.mm, dtype=_ENTRY_DTYPE, count=k,
+                                offset=self._entries_at + n0 * ENTRY.size)
+        entries["hash"] = h
+        entries["offset"] = offsets[start:start + k]
+        entries["diff"] = (stamps[start:start + k] - self.begin_ts) // 1000
+        entries["prev"] = prev
+        last = np.ones(k, dtype=bool)
+        last[:-1] = sorted_slots[:-1] != sorted_slots[1:]
+        slot_view[sorted_slots[last]] = sorted_ids[last]
+        del slot_view, entries  # (exported buffers would keep the mapping from closing)
+        self.end_ts = max(self.end_ts, int(stamps[start + k - 1]))
+        self.count = n0 + k
+        self.dirty = True
+        return start + k
+
+    def lookup(self, h: int, begin_ms: int, end_ms: int, limit: int, out: list[int]) -> None:
+        """Append to ``out`` the offsets of entries with hash ``h`` stored in ``[begin_ms,
+        end_ms]`` (to the second), newest first, until ``out`` holds ``limit``."""
+        mm = self.mm
+        count = self.capacity + 1  # (slots are written after their entries: any is readable)
+        (i,) = SLOT.unpack_from(mm, FILE_HEADER.size + (h % self.slots) * 4)
+        lo = (begin_ms - self.begin_ts) // 1000 if begin_ms > self.begin_ts else -1
+        hi = (end_ms - self.begin_ts) // 1000
+        unpack = ENTRY.unpack_from
+        entries_at = self._entries_at
+        steps = 0
+        while 0 < i < count and len(out) < limit and steps < MAX_CHAIN_STEPS:
+            kh, offset, diff, prev = unpack(mm, entries_at + i * 20)
+            if diff < lo:
+                break  # chains run from new to old
+            if kh == h and diff <= hi:
+                out.append(offset)
+            if prev >= i:
+                break  # a torn entry (after an OS crash): do not loop
+            i = prev
+            steps += 1
+
+    def flush(self) -> None:
+        if self.dirty:
+            self.dirty = False
+            self.write_header()
+            default_sync(self._fd)
+
+    def close(self) -> None:
+        self.write_header()
+        with contextlib.suppress(BufferError):  # (a lookup still reading: the GC closes it)
+            self.mm.close()
+        os.close(self._fd)
+
+
+class IndexService:
+    """Builds and queries the index files under ``directory`` (see module doc).
+
+    ``read`` is the commit log's ``get_data``; ``dispatched`` returns its dispatched offset
+    (only whole, validated records below it are indexed). :meth:`load` resumes at the index
+    files' own end (clamped to ``[min_offset, dispatched]``)."""
+
+    def __init__(self, directory: str, slots: int, capacity: int,
+                 read: Callable[[int, int], SegmentSlice | None], dispatched: Callable[[], int]) -> None:
+        self.directory = directory
+        self.slots = slots
+        self.capacity = capacity
+        self._read = read
+        self._dispatched = dispatched
+        self._files: list[IndexFile] = []
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._topics: dict[bytes, int] = {}
+        self._fed: deque[_Fed] = deque()
+        #: Log bytes the batches in ``_fed`` cover (their messages are held until indexed).
+        self._fed_bytes = 0
+        #: Commit log offset up to which records are indexed.
+        self.indexed_offset = 0
+        #: Entries written since start.
+        self.entries_written = 0
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def load(self, min_offset: int, max_offset: int) -> None:
+        """Open the index files on disk; decide where indexing resumes."""
+        os.makedirs(self.directory, exist_ok=True)
+        names = sorted(n for n in os.listdir(self.directory) if n.isdigit())
+        for name in names:
+            path = os.path.join(self.directory, name)
+            try:
+                self._files.append(IndexFile(path, self.slots, self.capacity))
+            except (OSError, ValueError) as exc:
+                log.warning("index: dropping unreadable index file %s (%s)", path, exc)
+                os.unlink(path)
+        end = self._files[-1].end_offset if self._files else min_offset
+        self.indexed_offset = min(max(end, min_offset), max_offset)
+        log.info("index loaded: %d file(s), indexing resumes at %d", len(self._files), self.indexed_offset)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="IndexService", daemon=True)
+        self._thread.start()
+
+    def wakeup(self) -> None:
+        """New replicated records are dispatched (cheap: reads a flag, at most sets an event)."""
+        if not self._wake.is_set():
+            self._wake.set()
+
+    def stop(self) -> None:
+        self._stopping = True
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(10)
+            self._thread = None
+        with self._lock:
+            for f in self._files:
+                f.flush()
+                f.close()
+            self._files = []
+
+    def _run(self) -> None:
+        while not self._stopping:
+            self._wake.wait(1.0)
+            # Let appends accumulate: a pass per few milliseconds, not per message, keeps the
+            # thread from taking the GIL back and forth with the appending threads.
+            time.sleep(GATHER_S)
+            self._wake.clear()
+            try:
+                while not self._stopping and self.index_pending() > 0:
+                    time.sleep(0)  # let the appending threads have the GIL between batches
+            except Exception:
+                log.exception("index: indexing failed; retrying in 1 s")
+                time.sleep(1.0)
+
+    # -- building -------------------------------------------------------------------------------
+
+    def feed(self, start: int, end: int, offsets: Sequence[int], store_timestamp: int,
+             messages: Sequence[Message]) -> None:
+        """A local append stored ``messages`` at ``offsets`` (the records span ``[start,
+        end)``): index them from their property dicts, without reading the log back. Called on
+        the appending thread; costs a deque append. Batches that arrive out of order or not at
+        all are read from the commit log instead."""
+        if self._fed_bytes < MAX_FED_BYTES:
+            self._fed_bytes += end - start
+            self._fed.append((start, end, offsets, store_timestamp, messages))
+        if not self._wake.is_set():
+            self._wake.set()
+
+    def index_pending(self, max_bytes: int = READ_CHUNK) -> int:
+        """Index the next whole dispatched records after :attr:`indexed_offset`: the next fed
+        batch if it starts there, else records read from the commit log (up to about
+        ``max_bytes``, within one segment, stopping where the next fed batch starts). Returns
+        the bytes of log covered (0: nothing to do)."""
+        with self._lock:
+            start = self.indexed_offset
+            fed = self._fed
+            while fed and fed[0][0] < start:
+                self._fed_bytes -= fed[0][1] - fed[0][0]
+                fed.popleft()  # already read from the log
+            if fed and fed[0][0] == start:
+                # Every fed batch that continues where the last one ended, as one write.
+                all_offsets: list[int] = []
+                all_messages: list[Message] = []
+                batch_stamps: list[int] = []
+                end = start
+                while fed and fed[0][0] == end and len(all_offsets) < MAX_BATCH_ENTRIES:
+                    first, end, batch_offsets, stamp, batch_messages = fed.popleft()
+                    self._fed_bytes -= end - first
+                    all_offsets += batch_offsets
+                    all_messages += batch_messages
+                    batch_stamps += [stamp] * len(batch_messages)
+                hashes_l: list[int] = []
+                rows: list[int] = []
+                _message_keys(all_messages, self._topics, hashes_l, rows)
+                hashes = np.array(hashes_l, dtype=np.uint32)
+                picked = np.array(rows, dtype=np.int64)
+                offsets = np.array(all_offsets, dtype=np.int64)[picked]
+                stamps = np.array(batch_stamps, dtype=np.int64)[picked]
+            else:
+                end = self._dispatched()
+                if fed:
+                    end = min(end, fed[0][0])
+                if start >= end:
+                    return 0
+                scanned = self._scan_log(start, min(max_bytes, end - start))
+                if scanned is None:
+                    return 0
+                end, hashes, offsets, stamps = scanned
+            if len(hashes):
+                self._append(hashes, offsets, stamps)
+            self.indexed_offset = end
+            if self._files:
+                self._files[-1].end_offset = end
+            return end - start
+
+    def _scan_log(self, start: int, max_bytes: int) -> tuple[int, np.ndarray, np.ndarray, np.ndarray] | None:
+        data = self._read(start, max_bytes)
+        if data is None:
+            return None
+        try:
+            pos, hashes, offsets, stamps = _scan(data.data, start, self._topics)
+            if pos == 0 and data.size >= 8:  # one record larger than max_bytes
+                (total, _) = _PREFIX(data.data, 0)
+                if total > data.size:
+                    data.release()
+                    data = self._read(start, total)
+                    if data is None:
+                        return None
+                    pos, hashes, offsets, stamps = _scan(data.data, start, self._topics)
+        finally:
+            if data is not None:
+                data.release()
+        return (start + pos, np.array(hashes, dtype=np.uint32), np.array(offsets, dtype=np.int64),
+                np.array(stamps, dtype=np.int64))
+
+    def _append(self, hashes: np.ndarray, offsets: np.ndarray, stamps: np.ndarray) -> None:
+        i = 0
+        n = len(hashes)
+        while i < n:
+            current = self._files[-1] if self._files else None
+            if current is None or current.full:
+                first = int(offsets[i])
+                if current is not None:
+                    current.end_offset = first
+                    current.flush()
+                path = os.path.join(self.directory, f"{first:020d}")
+                current = IndexFile(path, self.slots, self.capacity, create_at=(first, int(stamps[i])))
+                self._files.append(current)
+                log.info("index: new index file %s", path)
+            i = current.put(hashes, offsets, stamps, i)
+        self.entries_written += n
+
+    # -- querying -------------------------------------------------------------------------------
+
+    def lookup(self, topic: str, key: str, begin_ms: int, end_ms: int, limit: int) -> list[int]:
+        """Commit log offsets of records indexed under ``topic`` + ``key`` stored within
+        ``[begin_ms, end_ms]``, newest first, at most ``limit`` (candidates: the hash may
+        collide; the caller checks the records)."""
+        h = key_hash(topic, key)
+        out: list[int] = []
+        files = list(self._files)
+        for f in reversed(files):
+            if len(out) >= limit:
+                break
+            if f.end_ts < begin_ms - 1000 or f.begin_ts > end_ms:
+                continue
+            try:
+                f.lookup(h, begin_ms, end_ms, limit, out)
+            except ValueError:  # closed by stop()
+                break
+        seen: set[int] = set()
+        return [o for o in out if not (o in seen or seen.add(o))]  # type: ignore[func-returns-value]
+
+    # -- maintenance ----------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        with self._lock:
+            for f in self._files:
+                f.flush()
+
+    def truncate(self, offset: int) -> None:
+        """The commit log was cut back to ``offset``: index again from there (entries past it
+        stay in the files and are filtered out when their records do not match)."""
+        with self._lock:
+            self._fed.clear()
+            self._fed_bytes = 0
+            if self.indexed_offset > offset:
+                self.indexed_offset = offset
+                if self._files:
+                    self._files[-1].end_offset = offset
+
+    def delete_below(self, min_offset: int) -> int:
+        """Delete the index files whose records all lie below ``min_offset`` (never the newest);
+        returns how many."""
+        with self._lock:
+            doomed: list[IndexFile] = []
+            for f, nxt in zip(self._files, self._files[1:], strict=False):
+                if nxt.begin_offset <= min_offset:
+                    doomed.append(f)
+                else:
+                    break
+            for f in doomed:
+                os.unlink(f.path)
+                f.close()
+                log.info("index: deleted index file %s (its records expired)", f.path)
+            self._files = self._files[len(doomed):]
+            return len(doomed)
+
+    def files(self) -> Iterable[IndexFile]:
+        return tuple(self._files)

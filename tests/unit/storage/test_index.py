@@ -1,0 +1,201 @@
+"""The message index (services/broker/storage/index.py) through the store: built from local
+appends and from replicated data, chains and collisions, time ranges, recovery, retention and
+truncation. Small index files (``max_index_num`` 40) so files roll within a few hundred keys."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+from services.broker.storage.index import IndexFile, record_keys
+from services.broker.storage.record import Message
+from services.broker.storage.store import MessageStore
+from tests.unit.storage.conftest import StoreFactory, msg, small_config
+
+SMALL_INDEX = {"max_hash_slot_num": 8, "max_index_num": 40}
+
+
+def indexed(store: MessageStore, timeout: float = 5.0) -> None:
+    """Wait until the index thread has caught up with the log."""
+    assert store.index is not None
+    deadline = time.monotonic() + timeout
+    while store.index.indexed_offset < store.max_offset:
+        assert time.monotonic() < deadline, (store.index.indexed_offset, store.max_offset)
+        time.sleep(0.005)
+
+
+def bodies(records: list[object]) -> list[bytes]:
+    return [r.body for r in records]  # type: ignore[attr-defined]
+
+
+def test_keys_and_unique_ids_are_found_across_rolled_files(open_store: StoreFactory, tmp_path: Path) -> None:
+    store = open_store(**SMALL_INDEX)
+    for i in range(150):  # 8 slots: long chains; 40 entries per file: several files
+        m = msg(i, keys=[f"k{i}", "every"], properties={"UNIQ_KEY": f"U{i:04d}"}) if i % 3 else msg(i)
+        store.put_messages([m]) if i % 2 else store.put_message(m)
+    indexed(store)
+    files = sorted(os.listdir(tmp_path / "store" / "index"))
+    assert len(files) >= 5
+    for i in (1, 2, 55, 149):
+        assert [r.keys for r in store.query_by_key("TopicA", f"k{i}")] == [[f"k{i}", "every"]]
+        assert [r.uniq_key for r in store.query_by_key("TopicA", f"U{i:04d}", unique=True)] == [f"U{i:04d}"]
+    assert store.query_by_key("TopicA", "k3") == []  # i % 3 == 0: no keys
+    assert store.query_by_key("TopicA", "k1", unique=True) == []  # a business key, not a unique id
+    assert store.query_by_key("TopicB", "k1") == []  # another topic
+    every = store.query_by_key("TopicA", "every", limit=1000)
+    assert len(every) == 100
+    stamps = [r.store_timestamp for r in every]
+    offsets = [r.physical_offset for r in every]
+    assert stamps == sorted(stamps, reverse=True) and offsets == sorted(offsets, reverse=True)
+    assert len(store.query_by_key("TopicA", "every", limit=7)) == 7
+
+
+def test_time_range(open_store: StoreFactory) -> None:
+    store = open_store(**SMALL_INDEX)
+    first = store.put_message(msg(0, keys="t"))
+    time.sleep(1.1)  # index times are seconds: a second apart
+    second = store.put_message(msg(1, keys="t"))
+    indexed(store)
+    t1, t2 = first.store_timestamp, second.store_timestamp
+    assert len(store.query_by_key("TopicA", "t")) == 2
+    assert [r.store_timestamp for r in store.query_by_key("TopicA", "t", t2, t2)] == [t2]
+    assert [r.store_timestamp for r in store.query_by_key("TopicA", "t", 0, t1)] == [t1]
+    assert store.query_by_key("TopicA", "t", t2 + 1) == []
+
+
+def test_replicated_data_is_indexed_on_a_slave(open_store: StoreFactory, tmp_path: Path) -> None:
+    master = open_store(tmp_path / "m", **SMALL_INDEX)
+    for i in range(120):  # ~3 segments, blank records at their ends
+        master.put_message(msg(i, size=300, keys=f"r{i}"))
+    slave = open_store(tmp_path / "s", **SMALL_INDEX)
+    offset = 0
+    while offset < master.max_offset:
+        data = master.get_data(offset, 1000)  # chunks that end inside records
+        assert data is not None
+        with data:
+            slave.append_data(offset, data.data)
+            offset = data.end_offset
+    indexed(slave)
+    for i in (0, 61, 119):
+        assert [r.keys for r in slave.query_by_key("TopicA", f"r{i}")] == [[f"r{i}"]]
+
+
+def test_recovery_resumes_and_rebuilds(open_store: StoreFactory, tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    store = MessageStore(small_config(root, **SMALL_INDEX))
+    store.start()
+    for i in range(60):
+        store.put_message(msg(i, keys=f"a{i}"))
+    indexed(store)
+    store.shutdown()
+    again = open_store(root, **SMALL_INDEX)  # clean restart: resumes where the files end
+    assert again.index is not None and again.index.indexed_offset == again.max_offset
+    for i in range(60, 80):
+        again.put_message(msg(i, keys=f"a{i}"))
+    indexed(again)
+    assert [r.keys for r in again.query_by_key("TopicA", "a10")] == [["a10"]]
+    assert [r.keys for r in again.query_by_key("TopicA", "a79")] == [["a79"]]
+    again.shutdown()
+    # Index files lost (or never written): rebuilt from the commit log at start.
+    for name in os.listdir(root / "index"):
+        os.unlink(root / "index" / name)
+    rebuilt = open_store(root, **SMALL_INDEX)
+    indexed(rebuilt)
+    assert [r.keys for r in rebuilt.query_by_key("TopicA", "a0")] == [["a0"]]
+    assert [r.keys for r in rebuilt.query_by_key("TopicA", "a79")] == [["a79"]]
+
+
+def test_reindexing_after_a_crash_shows_each_message_once(open_store: StoreFactory, tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    store = MessageStore(small_config(root, max_hash_slot_num=64, max_index_num=1000))
+    store.start()
+    for i in range(30):
+        store.put_message(msg(i, keys="dup"))
+    indexed(store)
+    assert store.index is not None
+    store.shutdown()
+    # As if the process died after writing the entries but before recording how far it got:
+    with open(root / "index" / sorted(os.listdir(root / "index"))[-1], "r+b") as f:
+        f.seek(24)
+        f.write((0).to_bytes(8, "big"))  # endPhyOffset = 0: everything is indexed again
+    again = open_store(root, max_hash_slot_num=64, max_index_num=1000)
+    indexed(again)
+    found = again.query_by_key("TopicA", "dup", limit=100)
+    assert len(found) == 30 and len({r.physical_offset for r in found}) == 30
+
+
+def test_retention_follows_the_commit_log(open_store: StoreFactory, tmp_path: Path) -> None:
+    store = open_store(**SMALL_INDEX)
+    for i in range(300):
+        store.put_message(msg(i, keys=f"x{i}"))
+    indexed(store)
+    store.flush()
+    index_dir = tmp_path / "store" / "index"
+    before = sorted(os.listdir(index_dir))
+    assert len(before) >= 7
+    later = int(time.time() * 1000) + 73 * 3_600_000
+    store.delete_expired(later)
+    after = sorted(os.listdir(index_dir))
+    assert after and len(after) < len(before)
+    assert int(after[0]) <= store.min_offset  # the oldest file left still covers the log's start
+    assert after[-1] == before[-1]
+    assert store.query_by_key("TopicA", "x0") == []  # its record is gone
+    assert [r.keys for r in store.query_by_key("TopicA", "x299")] == [["x299"]]
+
+
+def test_truncated_log_entries_never_show(open_store: StoreFactory) -> None:
+    store = open_store(**SMALL_INDEX)
+    results = [store.put_message(msg(i, keys=f"c{i}")) for i in range(10)]
+    indexed(store)
+    cut = results[5].physical_offsets[0]
+    store.truncate_dirty(cut)
+    assert store.query_by_key("TopicA", "c7") == []
+    store.put_message(msg(70, keys="c-new"))  # lands where c5.. were
+    indexed(store)
+    assert store.query_by_key("TopicA", "c5") == []
+    assert [r.keys for r in store.query_by_key("TopicA", "c-new")] == [["c-new"]]
+    assert [r.keys for r in store.query_by_key("TopicA", "c4")] == [["c4"]]
+
+
+def test_index_off(open_store: StoreFactory, tmp_path: Path) -> None:
+    store = open_store(message_index_enable=False)
+    store.put_message(msg(0, keys="k"))
+    assert store.index is None and store.query_by_key("TopicA", "k") == []
+    assert not (tmp_path / "store" / "index").exists()
+
+
+def test_record_keys_parses_only_whole_property_names() -> None:
+    props = b"MYKEYS\x01no\x02KEYS\x01a  b\x02XUNIQ_KEY\x01no\x02UNIQ_KEY\x01U1\x02"
+    assert record_keys(props) == [b"a", b"b", b"U1"]
+    assert record_keys(b"KEYS\x01first\x02") == [b"first"]
+    assert record_keys(b"TAGS\x01t\x02") == []
+
+
+def test_vectorised_put_chains_entries_of_one_slot(tmp_path: Path) -> None:
+    f = IndexFile(str(tmp_path / "00000000000000000000"), 4, 100, create_at=(0, 1_000_000))
+    hashes = np.array([1, 5, 9, 2, 1, 13], dtype=np.uint32)  # slots 1 1 1 2 1 1
+    offsets = np.arange(6, dtype=np.int64) * 100
+    stamps = np.full(6, 1_000_000, dtype=np.int64)
+    assert f.put(hashes, offsets, stamps, 0) == 6
+    assert f.put(hashes[:1], offsets[:1] + 1000, stamps[:1], 0) == 1  # chained onto the last batch
+    out: list[int] = []
+    f.lookup(1, 0, 2**62, 10, out)
+    assert out == [1000, 400, 0]
+    out = []
+    f.lookup(13, 0, 2**62, 10, out)
+    assert out == [500]
+    f.close()
+    reopened = IndexFile(str(tmp_path / "00000000000000000000"), 999, 999)  # keeps its geometry
+    assert (reopened.slots, reopened.capacity, reopened.count) == (4, 100, 8)
+    reopened.close()
+
+
+def test_the_offset_of_a_message_read_from_the_index_matches_the_send(open_store: StoreFactory) -> None:
+    store = open_store(**SMALL_INDEX)
+    r = store.put_messages([Message.of("TopicZ", b"z", 0, keys="z1"),
+                            Message.of("TopicZ", b"y", 0, keys="z2")])
+    indexed(store)
+    assert [m.physical_offset for m in store.query_by_key("TopicZ", "z2")] == [r.physical_offsets[1]]
