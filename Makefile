@@ -55,7 +55,8 @@ test-unit: setup
 
 # The example streaming Spark job against the cluster `make run` starts (run that first).
 pipeline: setup
-	$(PY) -m pocketmq.spark.examples.events_pipeline --namesrv 127.0.0.1:9876 --generate-rate 200
+	$(PY) -m pocketmq.spark.examples.events_pipeline --namesrv 127.0.0.1:9876 --generate-rate 200 \
+		$(if $(wildcard data/tls/ca.crt),--ca-file data/tls/ca.crt)
 
 test-helm: setup
 	$(PY) -m pytest tests/helm tests/unit/k8s $(PYTEST_ARGS)

@@ -21,9 +21,13 @@ Phases (the same client code for PocketMQ and echo):
 * consume: PullMessageStream with raw records (what RocketMQ-style consumers get), every record
   decoded on the client with the storage record codec.
 
+A second broker with ``tlsEnable=true`` (TLS only, a CA made for the run) takes the same stream
+phase over TLS ("pocketmq stream TLS").
+
 The last line is ``broker_produce_ratio=<x> broker_batch_produce_msgs=<n> broker_consume_msgs=<m>
-vs_redis_produce=<p> vs_redis_consume=<q>``: ratio = PocketMQ stream produce / echo stream produce,
-vs_redis_* = PocketMQ msgs/s / Redis msgs/s. Every phase runs ``--repeat`` times (default 2) and
+vs_redis_produce=<p> vs_redis_consume=<q> tls_vs_plain=<t>``: ratio = PocketMQ stream produce /
+echo stream produce, vs_redis_* = PocketMQ msgs/s / Redis msgs/s, tls_vs_plain = stream produce
+over TLS / plaintext. Every phase runs ``--repeat`` times (default 2) and
 the best run counts; other work on the machine still skews every figure (the load average is
 printed).
 
@@ -49,6 +53,7 @@ import grpc
 from benchlib import ROOT, cpu_seconds, free_port, identity, send_batch_stream, wait_port, wait_redis_replica
 
 from pocketmq.broker.v1 import broker_pb2 as pb
+from pocketmq.wire.tls import ClientTls, aio_channel
 from services.broker.storage.record import Message, decode_record, encode_record
 
 BODY_SIZE = 1024
@@ -178,9 +183,10 @@ async def produce_batch_unary(addr: str, messages: int, inflight: int = 8) -> fl
         return calls * BATCH / (time.perf_counter() - start)
 
 
-async def produce_batch_stream(addr: str, messages: int, window: int = 16) -> float:
+async def produce_batch_stream(addr: str, messages: int, window: int = 16,
+                               tls: ClientTls | None = None) -> float:
     calls = messages // BATCH
-    elapsed, replies, _ = await send_batch_stream(addr, batch_request(), calls, window)
+    elapsed, replies, _ = await send_batch_stream(addr, batch_request(), calls, window, tls)
     for reply in replies:
         if reply.status != pb.PUT_OK:
             raise RuntimeError(f"send failed: {reply.status} {reply.remark}")
@@ -279,26 +285,38 @@ class Redis:
 # ----------------------------------------------------------------------------- main
 
 
-def start_broker(workdir: Path, pull_batch: int) -> tuple[subprocess.Popen[bytes], str]:
+def start_broker(workdir: Path, pull_batch: int, name: str = "broker",
+                 extra: tuple[str, ...] = ()) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
-    log = open(workdir / "broker.log", "wb")  # noqa: SIM115 - lives as long as the process
+    log = open(workdir / f"{name}.log", "wb")  # noqa: SIM115 - lives as long as the process
     proc = subprocess.Popen(
         [sys.executable, "-m", "services.broker", "--namesrv-addr", "", "--broker-ip1", "127.0.0.1",
          "--listen-host", "127.0.0.1", "--listen-port", str(port), "--ha-listen-port", str(free_port()),
-         "--metrics-port", "0", "--store-path-root-dir", str(workdir / "store"),
+         "--metrics-port", "0", "--store-path-root-dir", str(workdir / f"{name}-store"),
          "--broker-role", "ASYNC_MASTER", "--flush-disk-type", "ASYNC_FLUSH",
          "--max-transfer-count-on-message-in-memory", str(pull_batch),
-         "--max-transfer-bytes-on-message-in-memory", str(pull_batch * 2 * BODY_SIZE)],
+         "--max-transfer-bytes-on-message-in-memory", str(pull_batch * 2 * BODY_SIZE), *extra],
         cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     wait_port(port)
     return proc, f"127.0.0.1:{port}"
 
 
-async def create_topic(addr: str) -> None:
+def tls_broker_flags(workdir: Path) -> tuple[tuple[str, ...], ClientTls]:
+    """tlsEnable (TLS only on the gRPC port) with a CA and certificate made for this run."""
+    from services.common.tls import generate_ca, issue_certificate
+
+    pki = workdir / "pki"
+    generate_ca(pki / "ca.crt", pki / "ca.key")
+    issue_certificate(pki / "ca.crt", pki / "ca.key", pki / "tls.crt", pki / "tls.key", ("127.0.0.1",))
+    return (("--tls-enable", "true", "--tls-server-cert-path", str(pki / "tls.crt"),
+             "--tls-server-key-path", str(pki / "tls.key")), ClientTls(ca_file=str(pki / "ca.crt")))
+
+
+async def create_topic(addr: str, tls: ClientTls | None = None) -> None:
     from pocketmq.broker.v1 import broker_pb2_grpc
     from pocketmq.common.v1 import common_pb2
 
-    async with grpc.aio.insecure_channel(addr) as channel:
+    async with aio_channel(addr, [], tls) as channel:
         stub = broker_pb2_grpc.BrokerStub(channel)
         await stub.CreateTopic(pb.CreateTopicRequest(topic_config=common_pb2.TopicConfig(
             topic_name=TOPIC, read_queue_nums=1, write_queue_nums=1, perm=6)), timeout=10)
@@ -330,6 +348,10 @@ def main() -> int:
         broker_proc, broker = start_broker(workdir, args.pull_batch)
         procs.append(broker_proc)
         asyncio.run(create_topic(broker))
+        tls_flags, client_tls = tls_broker_flags(workdir)
+        tls_proc, tls_broker = start_broker(workdir, args.pull_batch, "broker-tls", tls_flags)
+        procs.append(tls_proc)
+        asyncio.run(create_topic(tls_broker, client_tls))
         redis = Redis(workdir)
 
         n = args.messages
@@ -361,6 +383,8 @@ def main() -> int:
         run("pocketmq batch unary", broker_pid, lambda: asyncio.run(produce_batch_unary(broker, n // 2)))
         run("echo batch stream", echo_pid, lambda: asyncio.run(produce_batch_stream(echo, n)))
         run("pocketmq batch stream", broker_pid, lambda: asyncio.run(produce_batch_stream(broker, n)))
+        run("pocketmq stream TLS", [tls_proc.pid],
+            lambda: asyncio.run(produce_batch_stream(tls_broker, n, tls=client_tls)))
         run("redis xadd pipelined", redis_pid, lambda: redis.produce(n) if redis else 0.0)
         run("echo consume", echo_pid, lambda: asyncio.run(consume_stream(echo, n, args.pull_batch)))
         run("pocketmq consume", broker_pid, lambda: asyncio.run(consume_stream(broker, n, args.pull_batch)))
@@ -381,13 +405,17 @@ def main() -> int:
                 cpu_text += f" / {server_us[peer]:.1f}"
             print(f"{phase:<14} {results[ours]:>12,.0f} {results[ceiling]:>12,.0f} "
                   f"{results[ours] / results[ceiling]:>7.0%} {peer_text}   {cpu_text}")
+        tls_ratio = results["pocketmq stream TLS"] / results["pocketmq batch stream"]
+        print(f"batch stream over TLS {results['pocketmq stream TLS']:,.0f} msgs/s = {tls_ratio:.2f} of "
+              f"plaintext (server CPU {server_us['pocketmq stream TLS']:.1f} us/msg)")
         print(f"load average after: {os.getloadavg()[0]:.2f}")
         ratio = results["pocketmq batch stream"] / results["echo batch stream"]
         batch_msgs = results["pocketmq batch stream"]
         print(f"broker_produce_ratio={ratio:.2f} broker_batch_produce_msgs={batch_msgs:.0f} "
               f"broker_consume_msgs={results['pocketmq consume']:.0f} "
               f"vs_redis_produce={results['pocketmq batch stream'] / results['redis xadd pipelined']:.2f} "
-              f"vs_redis_consume={results['pocketmq consume'] / results['redis xrange']:.2f}")
+              f"vs_redis_consume={results['pocketmq consume'] / results['redis xrange']:.2f} "
+              f"tls_vs_plain={tls_ratio:.2f}")
         return 0
     finally:
         if redis is not None:

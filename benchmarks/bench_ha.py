@@ -41,9 +41,14 @@ temporary directory, ASYNC_FLUSH, no NameServer: slaves get ``--ha-master-addres
   XADD x32 pipelined followed by ``WAIT 1`` (acknowledged by the replica): the same payloads and
   concurrency as the SYNC_MASTER batched sends.
 
+  After the plaintext catch-ups, the same master store is served again with ``haTlsEnable``
+  (a CA and certificate made for the run) to ``--runs`` new empty TLS slaves: the TLS catch-up,
+  printed next to the plaintext one with their ratio.
+
 The last line is ``ha_catchup_ratio=<x> ha_catchup_mbps=<n> sync_master_msgs=<s>
-sync_master_p99_ms=<m> vs_redis_sync=<r>``: ratio = slave catch-up MB/s / plain sendfile MB/s,
-vs_redis_sync = SYNC_MASTER msgs/s / Redis XADD+WAIT msgs/s.  Other work on the machine skews
+sync_master_p99_ms=<m> vs_redis_sync=<r> ha_tls_catchup_mbps=<t> ha_tls_vs_plain=<q>``: ratio =
+slave catch-up MB/s / plain sendfile MB/s, vs_redis_sync = SYNC_MASTER msgs/s / Redis XADD+WAIT
+msgs/s, ha_tls_vs_plain = TLS catch-up / plaintext catch-up.  Other work on the machine skews
 every figure (the load average is printed).
 
     python benchmarks/bench_ha.py [--catchup-mib 1024] [--runs 3] [--messages 200000]
@@ -284,11 +289,55 @@ def catch_up(workdir: Path, size: int, runs: int) -> dict[str, float]:
         master.stop()
     results["catchup"] = max(speeds)
     results["catchup_median"] = sorted(speeds)[len(speeds) // 2]
+    results["catchup_tls"], results["catchup_tls_median"] = tls_catch_up(
+        workdir, master_dir, segments, total, runs)
     results["sendfile"] = max(sendfile_mbps(segments, total) for _ in range(runs))
     results["append_data"], results["dispatched"] = append_data_mbps(
         master_dir, workdir / "append-only", total)
     shutil.rmtree(master_dir, ignore_errors=True)
     return results
+
+
+def tls_flags(workdir: Path) -> tuple[str, ...]:
+    """haTlsEnable with a CA and a certificate made for this run (both ends use it)."""
+    from services.common.tls import generate_ca, issue_certificate
+
+    pki = workdir / "pki"
+    generate_ca(pki / "ca.crt", pki / "ca.key")
+    issue_certificate(pki / "ca.crt", pki / "ca.key", pki / "ha.crt", pki / "ha.key", ("127.0.0.1",),
+                      "bench-ha")
+    return ("--ha-tls-enable", "true", "--tls-server-cert-path", str(pki / "ha.crt"),
+            "--tls-server-key-path", str(pki / "ha.key"), "--tls-server-trust-cert-path", str(pki / "ca.crt"))
+
+
+def tls_catch_up(workdir: Path, master_dir: Path, segments: list[Path], total: int,
+                 runs: int) -> tuple[float, float]:
+    """The same catch-up with haTlsEnable on master and slave: (best, median) MB/s."""
+    flags = tls_flags(workdir)
+    speeds: list[float] = []
+    master = Broker(workdir, "catchup-master-tls", "ASYNC_MASTER", "--ha-sync-from-earliest", "true",
+                    *flags, store=master_dir)
+    try:
+        for run in range(runs):
+            started_ms = time.time() * 1000
+            slave = Broker(workdir, f"catchup-slave-tls-{run}", "SLAVE", "--ha-master-address",
+                           f"127.0.0.1:{master.ha_port}", *flags)
+            try:
+                elapsed = _caught_up(master, total, started_ms)
+                if slave.ha().client_max_offset != total:
+                    got = slave.ha().client_max_offset
+                    raise RuntimeError(f"TLS slave holds {got} bytes, master {total}")
+            finally:
+                slave.stop()
+            speeds.append(total / elapsed / MB)
+            print(f"  (TLS run {run + 1}: slave caught up at {speeds[-1]:.0f} MB/s in {elapsed:.2f}s)",
+                  flush=True)
+            if not all(_same_file(a, slave.store / "commitlog" / a.name) for a in segments):
+                raise RuntimeError(f"TLS run {run + 1}: the slave's commit log differs from the master's")
+            shutil.rmtree(slave.store, ignore_errors=True)
+    finally:
+        master.stop()
+    return max(speeds), sorted(speeds)[len(speeds) // 2]
 
 
 def _caught_up(master: Broker, total: int, started_ms: float) -> float:
@@ -578,6 +627,11 @@ def main() -> int:
         cu = catch_up(workdir, args.catchup_mib * 1024 * 1024, args.runs)
         print(f"  slave catch-up      {cu['catchup']:8.0f} MB/s  (best of {args.runs}, median "
               f"{cu['catchup_median']:.0f}; commit logs byte-identical)")
+        print(f"  slave catch-up TLS  {cu['catchup_tls']:8.0f} MB/s  (haTlsEnable, best of {args.runs}, "
+              f"median "
+              f"{cu['catchup_tls_median']:.0f}; commit logs byte-identical)")
+        tls_ratio = cu["catchup_tls"] / cu["catchup"]
+        print(f"  TLS / plaintext catch-up = {tls_ratio:.2f}")
         print(f"  HA stream -> sink   {cu['sink']:8.0f} MB/s  (the channel alone, data discarded)")
         print(f"  store append_data   {cu['append_data']:8.0f} MB/s  (the slave store alone, no network: "
               "the bound on catch-up)")
@@ -591,7 +645,8 @@ def main() -> int:
               f"{cu['catchup'] / cu['sendfile_file']:.2f} of sendfile -> file; channel "
               f"{cu['sink'] / cu['sendfile']:.2f} of sendfile", flush=True)
         if args.catchup_only:
-            print(f"ha_catchup_ratio={ratio:.2f} ha_catchup_mbps={cu['catchup']:.0f}")
+            print(f"ha_catchup_ratio={ratio:.2f} ha_catchup_mbps={cu['catchup']:.0f} "
+                  f"ha_tls_catchup_mbps={cu['catchup_tls']:.0f} ha_tls_vs_plain={tls_ratio:.2f}")
             return 0
 
         print(f"steady-state lag at {args.lag_rate} msgs/s for {args.lag_seconds:g}s ...", flush=True)
@@ -622,7 +677,8 @@ def main() -> int:
         print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         print(f"ha_catchup_ratio={ratio:.2f} ha_catchup_mbps={cu['catchup']:.0f} "
               f"sync_master_msgs={sync_rate:.0f} sync_master_p99_ms={percentile(sync_lat, 0.99) * 1000:.1f} "
-              f"vs_redis_sync={sync_rate / redis_rate:.2f}")
+              f"vs_redis_sync={sync_rate / redis_rate:.2f} ha_tls_catchup_mbps={cu['catchup_tls']:.0f} "
+              f"ha_tls_vs_plain={tls_ratio:.2f}")
         return 0
     finally:
         if redis is not None:

@@ -36,8 +36,6 @@ import time
 import zlib
 from collections.abc import Callable
 
-import numpy as np
-
 from services.broker.storage import MessageStore, StoreConfig
 from services.broker.storage.index import IndexService, key_hash
 from services.broker.storage.record import Message
@@ -168,11 +166,9 @@ def build_index(work: str, entries: int, chunk: int = 1_000_000) -> IndexService
     started = time.perf_counter()
     for lo in range(0, entries, chunk):
         hi = min(entries, lo + chunk)
-        hashes = np.fromiter((zlib.crc32(f"key-{i}".encode(), prefix) for i in range(lo, hi)),
-                             dtype=np.uint32, count=hi - lo)
-        hashes[(np.arange(lo, hi) % 10_000) == 0] = hot
-        offsets = np.arange(lo, hi, dtype=np.int64) * 256
-        stamps = base_ts + np.arange(lo, hi, dtype=np.int64) // 1000
+        hashes = [zlib.crc32(f"key-{i}".encode(), prefix) if i % 10_000 else hot for i in range(lo, hi)]
+        offsets = [i * 256 for i in range(lo, hi)]
+        stamps = [base_ts + i // 1000 for i in range(lo, hi)]
         with service._lock:
             service._append(hashes, offsets, stamps)
         print(f"  indexed {hi:>11,} entries ({time.perf_counter() - started:.0f} s)", flush=True)

@@ -10,9 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import grpc
-
 from pocketmq.broker.v1 import broker_pb2 as pb
+from pocketmq.wire.tls import ClientTls, aio_channel
 
 ROOT = Path(__file__).resolve().parents[1]
 SEND_STREAM = "/pocketmq.broker.v1.Broker/SendMessageStream"
@@ -60,11 +59,12 @@ def identity(data: bytes) -> bytes:
     return data
 
 
-async def send_batch_stream(addr: str, request: bytes, calls: int,
-                            window: int) -> tuple[float, list[pb.SendMessageBatchResponse], list[float]]:
+async def send_batch_stream(addr: str, request: bytes, calls: int, window: int, tls: ClientTls | None = None,
+                            ) -> tuple[float, list[pb.SendMessageBatchResponse], list[float]]:
     """Write the serialized ``SendMessageBatchRequest`` ``calls`` times on one SendMessageStream with
-    at most ``window`` unacknowledged; (elapsed s, every reply, every batch's latency s)."""
-    async with grpc.aio.insecure_channel(addr) as channel:
+    at most ``window`` unacknowledged; (elapsed s, every reply, every batch's latency s). ``tls``:
+    over TLS."""
+    async with aio_channel(addr, [], tls) as channel:
         call = channel.stream_stream(SEND_STREAM, request_serializer=identity,
                                      response_deserializer=pb.SendMessageBatchResponse.FromString)()
         slots = asyncio.Semaphore(window)

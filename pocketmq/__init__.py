@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from pocketmq.client.allocate import allocate_averagely
     from pocketmq.client.consumer import AsyncConsumer, ConsumeFrom, Consumer
     from pocketmq.client.message import Message, MessageQueue, ReceivedMessage, SendResult, SendStatus
+    from pocketmq.client.popconsumer import PopConsumer, PoppedMessage
     from pocketmq.client.producer import AsyncProducer, Producer
     from pocketmq.client.selector import HashSelector, QueueSelector, RoundRobin
     from pocketmq.client.transaction import TransactionCheck, TransactionSendResult, TransactionState
@@ -49,6 +50,8 @@ _EXPORTS = {
     "MessageQueue": "pocketmq.client.message",
     "NotDurableError": "pocketmq.errors",
     "PocketMQError": "pocketmq.errors",
+    "PopConsumer": "pocketmq.client.popconsumer",
+    "PoppedMessage": "pocketmq.client.popconsumer",
     "Producer": "pocketmq.client.producer",
     "QueueSelector": "pocketmq.client.selector",
     "ReceivedMessage": "pocketmq.client.message",
@@ -73,6 +76,8 @@ __all__ = [
     "MessageQueue",
     "NotDurableError",
     "PocketMQError",
+    "PopConsumer",
+    "PoppedMessage",
     "Producer",
     "QueueSelector",
     "ReceivedMessage",

@@ -49,6 +49,7 @@ __all__ = [
     "UnimplementedError",
     "from_put_status",
     "from_rpc_error",
+    "from_status_name",
 ]
 
 
@@ -209,6 +210,14 @@ def from_rpc_error(exc: grpc.RpcError, address: str = "", what: str = "") -> Rpc
     cls = _BY_CODE.get(code, InternalError)
     message = f"{what}: {details}" if what else str(details)
     return cls(message, address=address, code=code)
+
+
+def from_status_name(code_name: str, details: str, address: str = "", what: str = "") -> RpcError:
+    """The client error for a failure reported inside a reply (a status code name such as
+    ``"FAILED_PRECONDITION"`` and its message), as :func:`from_rpc_error` would raise it."""
+    code = grpc.StatusCode.__members__.get(code_name, grpc.StatusCode.UNKNOWN)
+    cls = _BY_CODE.get(code, InternalError)
+    return cls(f"{what}: {details}" if what else details, address=address, code=code)
 
 
 # -- put statuses ------------------------------------------------------------------------------

@@ -3,9 +3,10 @@
 Starts one NameServer and one broker group (a master and a slave) as child processes on
 loopback with data under ``./data`` (the HA port authenticated with a fresh random
 ``haAuthSecret`` each run, handed to the brokers in their environment; ``--ha-auth-secret ""``
-turns it off; each broker also serves TLS on listenPort + 3 with a self-signed certificate
-generated under ``./data/tls``, ``--no-tls`` turns it off), prints their addresses and metrics
-endpoints, prefixes their log lines with the process name, and stops everything gracefully on Ctrl-C / SIGTERM
+turns it off; every gRPC and metrics port speaks TLS only, with a local CA made on the first
+start under ``./data/tls`` and a server certificate it signs each start, ``--no-tls`` turns it
+off), prints their addresses, metrics endpoints and how to connect, prefixes their log lines
+with the process name, and stops everything gracefully on Ctrl-C / SIGTERM
 (each child gets SIGTERM, flushes, unregisters and exits). If a child dies, the others are
 stopped and the exit code is non-zero.
 
@@ -37,7 +38,7 @@ from pathlib import Path
 from services.common.lifecycle import die_with_parent, run_service
 from services.common.logs import setup_logging
 from services.common.ports import bind_error, join_host_port, port_holder, reason_of
-from services.common.tls import generate_self_signed
+from services.common.tls import generate_ca, issue_certificate
 
 STOP_TIMEOUT_S = 30.0
 #: How long a SIGKILLed child may take to disappear before we stop waiting for it.
@@ -56,18 +57,61 @@ class ChildSpec:
     ports: tuple[tuple[str, int], ...] = ()
 
 
+@dataclasses.dataclass(frozen=True)
+class LocalPki:
+    """The local cluster's CA and the server certificate every child serves (and shows to the
+    others as a client)."""
+
+    ca: Path
+    cert: Path
+    key: Path
+
+    def args(self) -> tuple[str, ...]:
+        return ("--tls-enable", "true", "--tls-server-cert-path", str(self.cert),
+                "--tls-server-key-path", str(self.key), "--tls-server-trust-cert-path", str(self.ca))
+
+
+def ensure_pki(tls_dir: Path, hosts: tuple[str, ...]) -> LocalPki:
+    """The CA under ``tls_dir`` (made once: clients keep trusting it across runs) and a fresh
+    server certificate for ``hosts`` signed by it."""
+    pki = LocalPki(tls_dir / "ca.crt", tls_dir / "server.crt", tls_dir / "server.key")
+    ca_key = tls_dir / "ca.key"
+    if not (pki.ca.exists() and ca_key.exists()):
+        generate_ca(pki.ca, ca_key, "PocketMQ local cluster CA")
+    issue_certificate(pki.ca, ca_key, pki.cert, pki.key, hosts, "pocketmq-local")
+    return pki
+
+
+def connect_notes(namesrv: str, pki: LocalPki | None, metrics: str) -> list[str]:
+    """How to reach the cluster, printed under the banner."""
+    if pki is None:
+        return [f"connect: pocketmq --namesrv {namesrv} cluster list"]
+    return [
+        f"TLS on every port; trust the CA {pki.ca}:",
+        f"  pocketmq cluster list --namesrv {namesrv} --ca-file {pki.ca}",
+        f"  export POCKETMQ_NAMESRV={namesrv} POCKETMQ_TLS_CA_FILE={pki.ca}   "
+        "(the CLI and the Python client read these)",
+        f"  RocketMQ 5 SDKs: access point {namesrv} with TLS on (gRPC's C core SDKs: "
+        f"GRPC_DEFAULT_SSL_ROOTS_FILE_PATH={pki.ca})",
+        f"  curl --cacert {pki.ca} {metrics}",
+        "  (--no-tls runs everything in plaintext)",
+    ]
+
+
 def cluster_specs(data_dir: Path, host: str, namesrv_port: int, broker_port: int,
-                  ha_auth_secret: str = "", tls: tuple[Path, Path] | None = None) -> list[ChildSpec]:
-    """The processes of the local cluster, in start order. ``tls``: (certificate, key) of the
-    brokers' TLS listener (listenPort + 3)."""
+                  ha_auth_secret: str = "", tls: LocalPki | None = None) -> list[ChildSpec]:
+    """The processes of the local cluster, in start order. ``tls``: every gRPC and metrics port
+    speaks TLS only with this certificate."""
     namesrv = f"{host}:{namesrv_port}"
+    tls_args = tls.args() if tls else ()
+    scheme = "https" if tls else "http"
     specs = [
         ChildSpec(
             "namesrv", "services.namesrv",
             ("--listen", namesrv, "--metrics-port", str(namesrv_port + 1),
-             "--console-port", str(namesrv_port + 2)),
-            (("gRPC", namesrv), ("metrics", f"http://{host}:{namesrv_port + 1}/metrics"),
-             ("console", f"http://{host}:{namesrv_port + 2}/")),
+             "--console-port", str(namesrv_port + 2), *tls_args),
+            (("gRPC", namesrv), ("metrics", f"{scheme}://{host}:{namesrv_port + 1}/metrics"),
+             ("console", f"http://{host}:{namesrv_port + 2}/"), ("tls", "on" if tls else "off")),
             ports=(("gRPC", namesrv_port), ("metrics", namesrv_port + 1), ("console", namesrv_port + 2)),
         )
     ]
@@ -78,16 +122,12 @@ def cluster_specs(data_dir: Path, host: str, namesrv_port: int, broker_port: int
             ("--broker-cluster-name", "DefaultCluster", "--broker-name", "broker-a",
              "--broker-id", str(broker_id), "--broker-role", role, "--namesrv-addr", namesrv,
              "--broker-ip1", host, "--listen-host", host, "--listen-port", str(port),
-             "--store-path-root-dir", str(data_dir / f"broker-a-{broker_id}"),
-             *(("--tls-enable", "true", "--tls-server-cert-path", str(tls[0]),
-                "--tls-server-key-path", str(tls[1])) if tls else ())),
+             "--store-path-root-dir", str(data_dir / f"broker-a-{broker_id}"), *tls_args),
             (("gRPC", f"{host}:{port}"), ("HA", f"{host}:{port + 1}"),
-             ("metrics", f"http://{host}:{port + 2}/metrics"),
-             *((("TLS gRPC", f"{host}:{port + 3}"),) if tls else ()), ("role", role),
-             ("ha-auth", "on" if ha_auth_secret else "off")),
+             ("metrics", f"{scheme}://{host}:{port + 2}/metrics"), ("role", role),
+             ("ha-auth", "on" if ha_auth_secret else "off"), ("tls", "on" if tls else "off")),
             (("POCKETMQ_HA_AUTH_SECRET", ha_auth_secret),),
-            (("gRPC", port), ("HA", port + 1), ("metrics", port + 2),
-             *((("TLS gRPC", port + 3),) if tls else ())),
+            (("gRPC", port), ("HA", port + 1), ("metrics", port + 2)),
         ))
     return specs
 
@@ -163,15 +203,18 @@ async def pump(name: str, stream: asyncio.StreamReader) -> None:
         sys.stdout.flush()
 
 
-async def run_cluster(specs: list[ChildSpec], stop: asyncio.Event, children: Children | None = None) -> int:
+async def run_cluster(specs: list[ChildSpec], stop: asyncio.Event, children: Children | None = None,
+                      notes: list[str] | None = None) -> int:
+    """Run the children until ``stop``; ``notes``: lines printed under the banner."""
     children = Children() if children is None else children
     try:
-        return await _run_cluster(specs, stop, children)
+        return await _run_cluster(specs, stop, children, notes or [])
     finally:
         children.kill_all("the local cluster is exiting on an error")
 
 
-async def _run_cluster(specs: list[ChildSpec], stop: asyncio.Event, children: Children) -> int:
+async def _run_cluster(specs: list[ChildSpec], stop: asyncio.Event, children: Children,
+                       notes: list[str]) -> int:
     procs = children.procs
     pumps = []
     preexec = die_with_parent()
@@ -197,6 +240,8 @@ async def _run_cluster(specs: list[ChildSpec], stop: asyncio.Event, children: Ch
     for spec, proc in procs:
         ends = "  ".join(f"{k}={v}" for k, v in spec.endpoints)
         print(f"  {spec.name:<11} pid={proc.pid}  {ends}", flush=True)
+    for note in notes:
+        print(note, flush=True)
     print(flush=True)
 
     waiters = {asyncio.create_task(proc.wait()): spec for spec, proc in procs}
@@ -234,29 +279,31 @@ def main(argv: list[str] | None = None) -> int:
                         help="haAuthSecret of the broker group (default: a random one each run; "
                              "\"\" = no HA authentication)")
     parser.add_argument("--no-tls", action="store_true",
-                        help="no TLS listener on the brokers (default: listenPort + 3, self-signed)")
+                        help="plaintext on every port (default: TLS only, with a local CA under "
+                             "<data-dir>/tls)")
     args = parser.parse_args(argv)
     secret = secrets.token_hex(16) if args.ha_auth_secret is None else args.ha_auth_secret
     tls_dir = args.data_dir.resolve() / "tls"
-    tls = None if args.no_tls else (tls_dir / "server.crt", tls_dir / "server.key")
+    planned = None if args.no_tls else LocalPki(tls_dir / "ca.crt", tls_dir / "server.crt",
+                                                tls_dir / "server.key")
     specs = cluster_specs(args.data_dir.resolve(), args.host, args.namesrv_port, args.broker_port, secret,
-                          tls)
+                          planned)
     busy = busy_port(specs, args.host)
     if busy is not None:
         print(busy, file=sys.stderr, flush=True)
         return 1
     setup_logging("local-cluster")
     args.data_dir.mkdir(parents=True, exist_ok=True)
-    if tls is not None:
-        # A fresh self-signed certificate each run for the brokers' TLS listener (the RocketMQ 5
-        # Java and Go SDKs default to TLS and do not verify it).
-        generate_self_signed(*tls, hosts=("localhost", args.host))
+    hosts = tuple(dict.fromkeys(("localhost", "127.0.0.1", args.host)))
+    pki = None if args.no_tls else ensure_pki(tls_dir, hosts)
+    notes = connect_notes(f"{args.host}:{args.namesrv_port}", pki,
+                          f"{'https' if pki else 'http'}://{args.host}:{args.namesrv_port + 1}/metrics")
     children = Children()
     result = 0
 
     async def service(stop: asyncio.Event) -> None:
         nonlocal result
-        result = await run_cluster(specs, stop, children)
+        result = await run_cluster(specs, stop, children, notes)
 
     return run_service(service, lambda: children.kill_all("second signal")) or result
 

@@ -1,6 +1,6 @@
 """The ``pocketmq`` command: cluster, topic, group, send, consume, consumer progress / reset /
-connections, broker status / HA status / drain / live config, message lookup (``message
-get/find/browse``), the web console and benchmarks.
+connections, dead letters, broker status / HA status / drain / live config, message lookup
+(``message get/find/browse``), the web console and benchmarks.
 
 Every command takes ``--namesrv host:port[;host:port]`` (env ``POCKETMQ_NAMESRV``, default
 127.0.0.1:9876) and ``--output table|json`` (env ``POCKETMQ_OUTPUT``). Broker calls of the admin
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import typer
 
-from pocketmq.cli.commands import bench, broker, cluster, consumer, group, lookup, messages, topic
+from pocketmq.cli.commands import bench, broker, cluster, consumer, dlq, group, lookup, messages, topic
 from pocketmq.cli.commands.console import console
 
 app = typer.Typer(
@@ -34,6 +34,7 @@ app.add_typer(topic.app, name="topic")
 app.add_typer(group.app, name="group")
 app.add_typer(consumer.app, name="consumer")
 app.add_typer(broker.app, name="broker")
+app.add_typer(dlq.app, name="dlq")
 app.add_typer(bench.app, name="bench")
 app.add_typer(lookup.app, name="message")
 app.command("send")(messages.send)

@@ -19,6 +19,7 @@ from pocketmq.client.consumer import AsyncConsumer, ConsumeFrom
 from pocketmq.client.message import Message
 from pocketmq.client.producer import AsyncProducer
 from pocketmq.errors import PocketMQError
+from pocketmq.wire.tls import ClientTls
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
@@ -85,13 +86,14 @@ def _progress(enabled: bool, what: str, total: int) -> Iterator[tuple[Progress |
 
 
 async def produce(namesrv: str, *, topic: str, messages: int, duration: float, size: int, batch: int,
-                  concurrency: int, tags: str, timeout: float, progress: bool) -> Summary:  # noqa: ASYNC109
+                  concurrency: int, tags: str, timeout: float, progress: bool,  # noqa: ASYNC109
+                  tls: ClientTls | bool | None = None) -> Summary:
     summary = Summary("produce", settings={"topic": topic, "size": size, "batch": batch,
                                            "concurrency": concurrency})
     body = os.urandom(size)
     batch_msgs = [Message(topic, body, tags=tags) for _ in range(batch)]
     single = batch_msgs[0]
-    async with AsyncProducer(namesrv, send_timeout=timeout, group="pocketmq-bench") as producer:
+    async with AsyncProducer(namesrv, send_timeout=timeout, group="pocketmq-bench", tls=tls) as producer:
         await producer.send(single)  # route + connection warm-up (not counted)
         remaining = messages
         stop_at = time.monotonic() + duration if duration else None
@@ -144,12 +146,13 @@ async def produce(namesrv: str, *, topic: str, messages: int, duration: float, s
 
 
 async def consume(namesrv: str, *, topic: str, group: str, messages: int, duration: float, idle: float,
-                  start: str, batch: int, timeout: float, progress: bool) -> Summary:  # noqa: ASYNC109
+                  start: str, batch: int, timeout: float, progress: bool,  # noqa: ASYNC109
+                  tls: ClientTls | bool | None = None) -> Summary:
     summary = Summary("consume", latency_what="e2e",
                       settings={"topic": topic, "group": group, "batch": batch})
     consumer = AsyncConsumer(group, namesrv, consume_from=ConsumeFrom(start), pull_batch_size=batch,
                              buffer_batches=8, request_timeout=timeout, long_poll_timeout=2.0,
-                             rebalance_interval=2.0)
+                             rebalance_interval=2.0, tls=tls)
     consumer.subscribe(topic)
     await consumer.start()
     try:

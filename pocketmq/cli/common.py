@@ -1,4 +1,5 @@
-"""What the commands share: the connection options (``--namesrv``, ``--output``, ``--timeout`` and
+"""What the commands share: the connection options (``--namesrv``, ``--output``, ``--timeout``,
+``--tls``/``--ca-file``/``--cert-file``/``--key-file`` and
 the broker-targeting ``--cluster``/``--broker``/``--access``), defined once here and added to a
 command by :func:`connected`; the :class:`Conn` they arrive in, which builds the admin client and
 runs the command's coroutine with PocketMQ errors turned into exit codes."""
@@ -21,6 +22,7 @@ import typer
 from pocketmq.cli.output import Output, print_json, proto_dict, stderr_console
 from pocketmq.errors import PocketMQError
 from pocketmq.wire.address import DEFAULT_NAMESRV
+from pocketmq.wire.tls import ClientTls, TlsFileError
 
 T = TypeVar("T")
 Command = Callable[..., None]
@@ -77,6 +79,19 @@ _NAMESRV = _option("namesrv", Annotated[str, typer.Option(
 _OUTPUT = _option("output", Annotated[Output, typer.Option(
     "--output", "-o", envvar="POCKETMQ_OUTPUT", case_sensitive=False, help="table or json.")], Output.table)
 _TIMEOUT = Annotated[float, typer.Option("--timeout", min=0.1, help="Per-call timeout in seconds.")]
+# TLS (the cluster's gRPC ports speak TLS when it runs with tlsEnable=true).
+_TLS = _option("tls", Annotated[bool, typer.Option(
+    "--tls/--no-tls", envvar="POCKETMQ_TLS", help="Connect with TLS (implied by --ca-file).")], False)
+_CA_FILE = _option("ca_file", Annotated[str, typer.Option(
+    "--ca-file", envvar="POCKETMQ_TLS_CA_FILE",
+    help="PEM CA certificate(s) to verify the servers with (default: the system's roots).")], "")
+_CERT_FILE = _option("cert_file", Annotated[str, typer.Option(
+    "--cert-file", envvar="POCKETMQ_TLS_CERT_FILE", help="Client certificate (PEM) for mutual TLS.")], "")
+_KEY_FILE = _option("key_file", Annotated[str, typer.Option(
+    "--key-file", envvar="POCKETMQ_TLS_KEY_FILE", help="Key of --cert-file (PEM).")], "")
+_SERVER_NAME = _option("tls_server_name", Annotated[str, typer.Option(
+    "--tls-server-name", envvar="POCKETMQ_TLS_SERVER_NAME",
+    help="Name to check the servers' certificates for (servers reached by IP).")], "")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,15 +104,32 @@ class Conn:
     cluster: str | None = None
     broker: str | None = None
     access: Access = Access.auto
+    tls: bool = False
+    ca_file: str = ""
+    cert_file: str = ""
+    key_file: str = ""
+    tls_server_name: str = ""
 
     @property
     def json(self) -> bool:
         return self.output is Output.json
 
+    @property
+    def client_tls(self) -> ClientTls | bool:
+        """The clients' ``tls`` argument: TLS with the given files, or plaintext (False)."""
+        if not (self.tls or self.ca_file or self.cert_file):
+            return False
+        try:
+            return ClientTls(ca_file=self.ca_file, cert_file=self.cert_file, key_file=self.key_file,
+                             server_name=self.tls_server_name)
+        except TlsFileError as exc:
+            raise typer.BadParameter(str(exc)) from None
+
     def admin(self) -> Any:
         from pocketmq.client.admin import AsyncAdmin
 
-        return AsyncAdmin(self.namesrv, broker=self.broker, relay=self.access.value, timeout=self.timeout)
+        return AsyncAdmin(self.namesrv, broker=self.broker, relay=self.access.value, timeout=self.timeout,
+                          tls=self.client_tls)
 
     def run(self, coro_fn: Callable[[], Coroutine[Any, Any, T]]) -> T:
         return run_command(coro_fn, self.output)
@@ -117,7 +149,8 @@ def connected(*targets: inspect.Parameter, timeout: float = DEFAULT_TIMEOUT) -> 
     CLIENT_ACCESS), then ``--namesrv``, ``--output`` and ``--timeout`` (default ``timeout``), after
     the command's own. The command takes them as one keyword argument ``conn: Conn``. Apply it
     below the ``@<group>.command(...)`` decorator."""
-    shared = [*targets, _NAMESRV, _OUTPUT, _option("timeout", _TIMEOUT, timeout)]
+    shared = [*targets, _NAMESRV, _OUTPUT, _option("timeout", _TIMEOUT, timeout),
+              _TLS, _CA_FILE, _CERT_FILE, _KEY_FILE, _SERVER_NAME]
     names = [p.name for p in shared]
     if len(set(names)) != len(names):
         raise TypeError(f"an option given twice among {names}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import inspect
+import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Any, Generic, NamedTuple, TypeVar
@@ -28,6 +29,8 @@ from pocketmq.client.transport import BrokerCaller, NamesrvClient, RelayMode, pa
 from pocketmq.common.v1 import common_pb2
 from pocketmq.errors import InvalidArgumentError, NoRouteError, NotFoundError, PocketMQError
 from pocketmq.namesrv.v1 import namesrv_pb2
+from pocketmq.wire.tls import ClientTls
+from pocketmq.wire.tls import resolve as resolve_tls
 
 __all__ = ["Admin", "AsyncAdmin", "BrokerResult", "BrokerTarget", "QueueProgress"]
 
@@ -94,10 +97,19 @@ class AsyncAdmin(MessageLookup, OpsMixin):
         broker: str | None = None,
         relay: RelayMode = "auto",
         timeout: float = 5.0,
+        membership_ttl: float = 2.0,
+        tls: ClientTls | bool | None = None,
     ) -> None:
+        """``tls``: see :class:`~pocketmq.client.producer.AsyncProducer`."""
         self.namesrv_addrs = namesrv_from_env(namesrv)
+        self.tls = resolve_tls(tls)
         self.broker = parse_addresses(broker, "broker")[0] if broker else None
         self.timeout = timeout
+        #: How long the master list of a cluster is reused by calls on every master (topic and
+        #: group admin) before the NameServer is asked again (0: every call). A call that
+        #: fails on a remembered master is retried at once on the current masters.
+        self.membership_ttl = membership_ttl
+        self._masters_cache: dict[str | None, tuple[float, list[BrokerTarget]]] = {}
         self._relay_mode: RelayMode = "direct" if self.broker else relay
         self._core: ClientCore | None = None
         self._namesrv: NamesrvClient
@@ -105,7 +117,8 @@ class AsyncAdmin(MessageLookup, OpsMixin):
 
     async def start(self) -> None:
         if self._core is None:
-            self._core = ClientCore(self.namesrv_addrs, timeout=self.timeout, relay=self._relay_mode)
+            self._core = ClientCore(self.namesrv_addrs, timeout=self.timeout, relay=self._relay_mode,
+                                    tls=self.tls or False)
             self._namesrv = self._core.namesrv
             self._caller = self._core.caller
 
@@ -181,12 +194,41 @@ class AsyncAdmin(MessageLookup, OpsMixin):
 
         return list(await asyncio.gather(*(one(t) for t in targets)))
 
-    async def _masters(self, cluster: str | None) -> list[BrokerTarget]:
+    async def _masters(self, cluster: str | None, *, fresh: bool = True) -> list[BrokerTarget]:
+        """The masters (of ``cluster``); ``fresh=False`` accepts the list remembered for
+        ``membership_ttl`` seconds."""
+        now = time.monotonic()
+        hit = self._masters_cache.get(cluster)
+        if not fresh and hit is not None and now - hit[0] < self.membership_ttl:
+            return hit[1]
         targets = await self.brokers(cluster, masters_only=True)
         if not targets:
             raise NotFoundError("no master broker is registered"
                                 + (f" in cluster {cluster!r}" if cluster else ""))
+        if self.membership_ttl > 0 and self.broker is None:
+            self._masters_cache[cluster] = (now, targets)
         return targets
+
+    async def _on_masters(self, cluster: str | None,
+                          func: Callable[[BrokerTarget], Awaitable[T]]) -> list[BrokerResult[T]]:
+        """``func`` on every master, with the membership remembered for ``membership_ttl`` (a
+        loop of admin calls asks the NameServer once, not per call). When a remembered master
+        fails, the current masters are fetched, and ``func`` runs on those it has not succeeded
+        on (a master that moved or joined), so a failover never leaves a stale target's error."""
+        hit = self._masters_cache.get(cluster)
+        cached = (hit is not None and self.broker is None
+                  and time.monotonic() - hit[0] < self.membership_ttl)
+        targets = await self._masters(cluster, fresh=False)
+        results = await self._each(targets, func)
+        if not cached or all(r.error is None for r in results):
+            return results
+        current = await self._masters(cluster)
+        if current == targets:
+            return results
+        done = {r.target for r in results if r.error is None}
+        kept = [r for r in results if r.target in done and r.target in current]
+        again = await self._each([t for t in current if t not in done], func)
+        return sorted([*kept, *again], key=lambda r: r.target)
 
     # -- brokers --------------------------------------------------------------------------------
 
@@ -213,7 +255,7 @@ class AsyncAdmin(MessageLookup, OpsMixin):
             created: common_pb2.TopicConfig = reply.topic_config
             return created
 
-        return await self._each(await self._masters(cluster), create)
+        return await self._on_masters(cluster, create)
 
     async def create_topics(
         self, topics: Sequence[str], *, read_queues: int = 4, write_queues: int = 4,
@@ -236,7 +278,7 @@ class AsyncAdmin(MessageLookup, OpsMixin):
                 created.extend(reply.topic_configs)
             return created
 
-        return await self._each(await self._masters(cluster), create)
+        return await self._on_masters(cluster, create)
 
     async def update_topic(
         self, topic: str, *, read_queues: int | None = None, write_queues: int | None = None,
@@ -262,7 +304,7 @@ class AsyncAdmin(MessageLookup, OpsMixin):
             created: common_pb2.TopicConfig = reply.topic_config
             return created
 
-        return await self._each(await self._masters(cluster), update)
+        return await self._on_masters(cluster, update)
 
     async def delete_topic(self, topic: str, cluster: str | None = None) -> list[BrokerResult[bool]]:
         """Delete the topic on every master (value False where it did not exist)."""
@@ -274,7 +316,7 @@ class AsyncAdmin(MessageLookup, OpsMixin):
                 return False
             return True
 
-        return await self._each(await self._masters(cluster), delete)
+        return await self._on_masters(cluster, delete)
 
     async def topic_configs(
         self, cluster: str | None = None
@@ -283,7 +325,7 @@ class AsyncAdmin(MessageLookup, OpsMixin):
             reply = await self.call(t.addr, "ListTopics", broker_pb2.ListTopicsRequest())
             return list(reply.topic_configs)
 
-        return await self._each(await self._masters(cluster), configs)
+        return await self._on_masters(cluster, configs)
 
     # -- subscription groups ----------------------------------------------------------------------
 
@@ -301,7 +343,7 @@ class AsyncAdmin(MessageLookup, OpsMixin):
             created: broker_pb2.SubscriptionGroupConfig = reply.config
             return created
 
-        return await self._each(await self._masters(cluster), create)
+        return await self._on_masters(cluster, create)
 
     async def groups(self, cluster: str | None = None
                      ) -> list[BrokerResult[list[broker_pb2.SubscriptionGroupConfig]]]:
@@ -310,7 +352,7 @@ class AsyncAdmin(MessageLookup, OpsMixin):
                                     broker_pb2.ListSubscriptionGroupsRequest())
             return list(reply.configs)
 
-        return await self._each(await self._masters(cluster), configs)
+        return await self._on_masters(cluster, configs)
 
     # -- consumer progress ----------------------------------------------------------------------
 
@@ -330,7 +372,7 @@ class AsyncAdmin(MessageLookup, OpsMixin):
     async def consumer_topics(self, group: str, cluster: str | None = None) -> list[str]:
         """Topics ``group`` has committed offsets for on the masters (sorted; retry and
         dead-letter topics included)."""
-        results = await self._each(await self._masters(cluster), lambda t: self.call(
+        results = await self._on_masters(cluster, lambda t: self.call(
             t.addr, "BrokerMetadata/GetAllConsumerOffsets", broker_pb2.GetAllConsumerOffsetsRequest()))
         topics: set[str] = set()
         for r in results:
@@ -383,8 +425,9 @@ class Admin:
     """Blocking face of :class:`AsyncAdmin` (same arguments and methods)."""
 
     def __init__(self, namesrv: str | Sequence[str] | None = None, *, broker: str | None = None,
-                 relay: RelayMode = "auto", timeout: float = 5.0) -> None:
-        self._async = AsyncAdmin(namesrv, broker=broker, relay=relay, timeout=timeout)
+                 relay: RelayMode = "auto", timeout: float = 5.0,
+                 tls: ClientTls | bool | None = None) -> None:
+        self._async = AsyncAdmin(namesrv, broker=broker, relay=relay, timeout=timeout, tls=tls)
 
     def __enter__(self) -> Admin:
         return self

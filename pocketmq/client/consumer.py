@@ -55,6 +55,8 @@ from pocketmq.client.subscription import ConsumeFrom, ConsumerSettings, ProcessQ
 from pocketmq.client.tags import parse_subscription
 from pocketmq.client.transport import RelayMode
 from pocketmq.errors import ClientClosedError, InvalidArgumentError
+from pocketmq.wire.tls import ClientTls
+from pocketmq.wire.tls import resolve as resolve_tls
 
 log = logging.getLogger("pocketmq.client")
 
@@ -120,6 +122,7 @@ class AsyncConsumer:
         route_refresh_interval: float = 30.0,
         relay: RelayMode = "direct",
         send_back: bool = True,
+        tls: ClientTls | bool | None = None,
     ) -> None:
         if not group:
             raise InvalidArgumentError("a consumer group name is required")
@@ -133,6 +136,7 @@ class AsyncConsumer:
                 raise InvalidArgumentError(f"{name} must be > 0")
         self.group = group
         self.namesrv_addrs = namesrv_from_env(namesrv)
+        self.tls = resolve_tls(tls)
         self.client_id = client_id or default_client_id()
         self.consume_from = ConsumeFrom(consume_from)
         self.consume_timestamp_ms = int(
@@ -230,12 +234,13 @@ class AsyncConsumer:
             self._ready = asyncio.Queue(self.buffer_batches * 4)
         else:
             self._redelivery = Redelivery(self.group, self.max_reconsume_times, self.namesrv_addrs,
-                                          self._relay, send_back=self._send_back)
+                                          self._relay, send_back=self._send_back, tls=self.tls)
             if self._send_back and retry_topic(self.group) not in self._subs:
                 self.subscribe(retry_topic(self.group))
         settings = self._settings()
         core = self._core = ClientCore(self.namesrv_addrs, timeout=self.request_timeout,
-                                       route_refresh_interval=self._route_refresh_interval, relay=self._relay)
+                                       route_refresh_interval=self._route_refresh_interval, relay=self._relay,
+                                       tls=self.tls or False)
         failover = Failover(core.routes, core.caller, self.master_retry_interval, self.request_timeout)
         self._offsets = OffsetTracker(settings, core.caller, failover, self._state.reset_generations)
         self._fetcher = Fetcher(settings, self._state, core.routes, core.caller, failover, self._offsets,
@@ -482,6 +487,7 @@ class Consumer:
         request_timeout: float = 5.0,
         route_refresh_interval: float = 30.0,
         relay: RelayMode = "direct",
+        tls: ClientTls | bool | None = None,
     ) -> None:
         self._async = AsyncConsumer(
             group, namesrv, client_id=client_id, consume_from=consume_from,
@@ -490,7 +496,7 @@ class Consumer:
             rebalance_interval=rebalance_interval, commit_interval=commit_interval,
             buffer_batches=buffer_batches, max_reconsume_times=max_reconsume_times,
             master_retry_interval=master_retry_interval, request_timeout=request_timeout,
-            route_refresh_interval=route_refresh_interval, relay=relay)
+            route_refresh_interval=route_refresh_interval, relay=relay, tls=tls)
 
     @property
     def async_consumer(self) -> AsyncConsumer:

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 
 from pocketmq.client.routes import RouteCache
 from pocketmq.client.transport import BrokerCaller, ChannelPool, NamesrvClient, RelayMode
+from pocketmq.wire.tls import ClientTls
+from pocketmq.wire.tls import resolve as resolve_tls
 
 __all__ = ["ClientCore"]
 
@@ -16,8 +18,12 @@ class ClientCore:
     on (channels bind to the running loop)."""
 
     def __init__(self, namesrv_addrs: Sequence[str], *, timeout: float = 3.0,
-                 route_refresh_interval: float = 30.0, relay: RelayMode = "direct") -> None:
-        self.pool = ChannelPool()
+                 route_refresh_interval: float = 30.0, relay: RelayMode = "direct",
+                 tls: ClientTls | bool | None = None) -> None:
+        """``tls``: a :class:`ClientTls`, True (system roots), False (plaintext) or None (the
+        ``POCKETMQ_TLS*`` environment, see :func:`pocketmq.wire.tls.resolve`)."""
+        self.tls = resolve_tls(tls)
+        self.pool = ChannelPool(self.tls)
         self.namesrv = NamesrvClient(namesrv_addrs, self.pool, timeout)
         self.routes = RouteCache(self.namesrv, route_refresh_interval)
         self.caller = BrokerCaller(self.pool, self.namesrv, relay)

@@ -48,6 +48,8 @@ from pocketmq.errors import (
     from_put_status,
 )
 from pocketmq.wire.record import PROPERTY_TIMER_DELIVER_MS
+from pocketmq.wire.tls import ClientTls
+from pocketmq.wire.tls import resolve as resolve_tls
 
 log = logging.getLogger("pocketmq.client")
 
@@ -94,6 +96,9 @@ class AsyncProducer:
         fault_backoff: how long a broker group that failed is avoided when others exist.
         relay: ``"direct"`` (default) calls brokers at their registered addresses; ``"relay"``
             sends through a NameServer's broker relay (slow; for operators behind one port).
+        tls: :class:`~pocketmq.wire.tls.ClientTls` (CA file, client certificate), True (TLS
+            trusting the system roots), False (plaintext); default: the ``POCKETMQ_TLS*``
+            environment variables, else plaintext.
     """
 
     def __init__(
@@ -108,6 +113,7 @@ class AsyncProducer:
         relay: RelayMode = "direct",
         transaction_checker: TransactionChecker | None = None,
         client_id: str = "",
+        tls: ClientTls | bool | None = None,
     ) -> None:
         if send_timeout <= 0:
             raise InvalidArgumentError("send_timeout must be > 0")
@@ -126,6 +132,7 @@ class AsyncProducer:
         self._closed = False
         self._transaction_checker = transaction_checker
         self._client_id = client_id
+        self._tls = resolve_tls(tls)
         self._checks: CheckListener | None = None
         # Created in start() (it binds to the running loop).
         self._core: ClientCore
@@ -140,7 +147,7 @@ class AsyncProducer:
         if self._started:
             return
         self._core = ClientCore(self.namesrv_addrs, route_refresh_interval=self._route_refresh_interval,
-                                relay=self._relay)
+                                relay=self._relay, tls=self._tls or False)
         self._routes = self._core.routes
         self._caller = self._core.caller
         self._core.start_route_refresh()
@@ -425,11 +432,12 @@ class Producer:
         relay: RelayMode = "direct",
         transaction_checker: TransactionChecker | None = None,
         client_id: str = "",
+        tls: ClientTls | bool | None = None,
     ) -> None:
         self._async = AsyncProducer(
             namesrv, group=group, send_timeout=send_timeout, retries=retries,
             route_refresh_interval=route_refresh_interval, fault_backoff=fault_backoff, relay=relay,
-            transaction_checker=transaction_checker, client_id=client_id)
+            transaction_checker=transaction_checker, client_id=client_id, tls=tls)
 
     @property
     def async_producer(self) -> AsyncProducer:

@@ -22,6 +22,7 @@ from pocketmq.client.producer import AsyncProducer
 from pocketmq.client.subscription import ProcessQueue
 from pocketmq.client.transport import RelayMode
 from pocketmq.errors import PocketMQError
+from pocketmq.wire.tls import ClientTls
 
 log = logging.getLogger("pocketmq.client")
 
@@ -88,7 +89,8 @@ class Redelivery:
     started on first use."""
 
     def __init__(self, group: str, max_reconsume_times: int, namesrv_addrs: Sequence[str],
-                 relay: RelayMode, *, send_back: bool = True) -> None:
+                 relay: RelayMode, *, send_back: bool = True, tls: ClientTls | None = None) -> None:
+        self.tls = tls
         self.group = group
         self.max_reconsume_times = max_reconsume_times
         self.namesrv_addrs = list(namesrv_addrs)
@@ -162,7 +164,8 @@ class Redelivery:
     async def _send(self, out: Message, msg: ReceivedMessage) -> bool:
         try:
             if self._producer is None:
-                self._producer = AsyncProducer(self.namesrv_addrs, group=self.group, relay=self.relay)
+                self._producer = AsyncProducer(self.namesrv_addrs, group=self.group, relay=self.relay,
+                                               tls=self.tls or False)
                 await self._producer.start()
             result = await self._producer.send(out, selector=_first_queue)
         except PocketMQError as exc:

@@ -32,6 +32,7 @@ from pocketmq.errors import (
 )
 from pocketmq.namesrv.v1 import namesrv_pb2, namesrv_pb2_grpc
 from pocketmq.wire.address import DEFAULT_NAMESRV, AddressError, parse_address_list
+from pocketmq.wire.tls import ClientTls, aio_channel
 
 log = logging.getLogger("pocketmq.client")
 
@@ -76,7 +77,9 @@ def parse_addresses(value: str | Iterable[str] | None, what: str = "namesrv") ->
 class ChannelPool:
     """One grpc.aio channel per address, created on first use, closed together."""
 
-    def __init__(self) -> None:
+    def __init__(self, tls: ClientTls | None = None) -> None:
+        """``tls``: every channel speaks TLS (the cluster's gRPC ports are TLS only)."""
+        self.tls = tls
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._stubs: dict[tuple[str, str], Any] = {}
         self._closed = False
@@ -86,7 +89,7 @@ class ChannelPool:
             raise ClientClosedError("client is closed")
         channel = self._channels.get(address)
         if channel is None:
-            channel = self._channels[address] = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+            channel = self._channels[address] = aio_channel(address, CHANNEL_OPTIONS, self.tls)
         return channel
 
     def broker_stub(self, address: str, service: str = "Broker") -> Any:

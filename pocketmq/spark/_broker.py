@@ -35,6 +35,7 @@ from pocketmq.errors import (
     RequestTimeoutError,
 )
 from pocketmq.spark.offsets import QueueKey
+from pocketmq.wire.tls import ClientTls
 
 log = logging.getLogger("pocketmq.spark")
 
@@ -77,8 +78,10 @@ def _run(coro: Coroutine[Any, Any, T], timeout: float) -> T:
 class Cluster:
     """Routes, queue offsets, group offsets, pulls and sends for one NameServer list."""
 
-    def __init__(self, namesrv: Sequence[str], request_timeout: float = 5.0) -> None:
+    def __init__(self, namesrv: Sequence[str], request_timeout: float = 5.0,
+                 tls: ClientTls | None = None) -> None:
         self.namesrv = tuple(namesrv)
+        self.tls = tls
         self.request_timeout = request_timeout
         self._core: ClientCore | None = None
         self._producers: dict[tuple[str, float, int], AsyncProducer] = {}
@@ -89,7 +92,7 @@ class Cluster:
     def core(self) -> ClientCore:
         """The client core (built on the client loop at first use)."""
         if self._core is None:
-            self._core = ClientCore(self.namesrv, timeout=self.request_timeout)
+            self._core = ClientCore(self.namesrv, timeout=self.request_timeout, tls=self.tls or False)
         return self._core
 
     async def call_first(self, addrs: Sequence[str], what: str, call: Callable[[str], Awaitable[T]]
@@ -221,7 +224,7 @@ class Cluster:
         producer = self._producers.get(key)
         if producer is None:
             producer = AsyncProducer(list(self.namesrv), group=group, send_timeout=send_timeout,
-                                     retries=retries)
+                                     retries=retries, tls=self.tls or False)
             await producer.start()
             self._producers[key] = producer
         return producer
@@ -310,15 +313,15 @@ class QueuePuller:
             address=last.address if last else "") from None
 
 
-_clusters: dict[tuple[tuple[str, ...], float], Cluster] = {}
+_clusters: dict[tuple[tuple[str, ...], float, ClientTls | None], Cluster] = {}
 _clusters_lock = threading.Lock()
 
 
-def cluster(namesrv: Sequence[str], request_timeout: float = 5.0) -> Cluster:
+def cluster(namesrv: Sequence[str], request_timeout: float = 5.0, tls: ClientTls | None = None) -> Cluster:
     """The process's :class:`Cluster` for these NameServers (created on first use)."""
-    key = (tuple(namesrv), request_timeout)
+    key = (tuple(namesrv), request_timeout, tls)
     with _clusters_lock:
         found = _clusters.get(key)
         if found is None:
-            found = _clusters[key] = Cluster(namesrv, request_timeout)
+            found = _clusters[key] = Cluster(namesrv, request_timeout, tls)
         return found

@@ -31,10 +31,15 @@ Reading::
     maxMessagesPerPartition  split a queue's range into partitions of at most this many positions
                              (default 0 = one partition per queue)
     checkCrc                 true | false: verify each body's CRC32 (default true)
+    tls                      true | false: connect with TLS (default false; implied by tlsCaFile)
+    tlsCaFile                PEM CA to verify the servers with (default: the system's roots); the
+                             path must exist on the driver and every executor
+    tlsCertFile, tlsKeyFile  client certificate and key (PEM) for clusters requiring mutual TLS
 
 Writing::
 
     namesrv, topic           as above; ``topic`` is used for rows whose topic column is null or absent
+    tls, tlsCaFile, ...      as above
     producerGroup            stored with each message (default none)
     sendBatchSize            messages per SendMessageBatch (default 256)
     sendBatchBytes           bytes per SendMessageBatch (default 1 MiB)
@@ -53,6 +58,7 @@ from pocketmq.client.producer import namesrv_from_env
 from pocketmq.client.tags import parse_subscription
 from pocketmq.errors import InvalidArgumentError
 from pocketmq.spark.offsets import Offsets, parse_json
+from pocketmq.wire.tls import ClientTls, TlsFileError
 
 __all__ = ["OffsetSpec", "ReadFromSlave", "ReadOptions", "WriteOptions"]
 
@@ -63,10 +69,11 @@ _READ_KEYS = {
     "namesrv", "topic", "startingoffsets", "endingoffsets", "maxmessagespertrigger", "tags", "group",
     "commitoffsets", "readfromslave", "failondataloss", "pullbatchsize", "pullmaxbytes", "pulltimeoutms",
     "requesttimeoutms", "readtimeoutms", "maxmessagesperpartition", "checkcrc",
+    "tls", "tlscafile", "tlscertfile", "tlskeyfile",
 }
 _WRITE_KEYS = {
     "namesrv", "topic", "producergroup", "sendbatchsize", "sendbatchbytes", "sendtimeoutms",
-    "sendretries", "maxinflightbatches",
+    "sendretries", "maxinflightbatches", "tls", "tlscafile", "tlscertfile", "tlskeyfile",
 }
 #: Options Spark itself passes through (a streaming sink sees checkpointLocation and queryName).
 _SPARK_KEYS = {"path", "checkpointlocation", "queryname"}
@@ -127,6 +134,16 @@ def _namesrv(opts: Mapping[str, str]) -> tuple[str, ...]:
     return tuple(namesrv_from_env(opts.get("namesrv") or None))
 
 
+def _tls(opts: Mapping[str, str]) -> ClientTls | None:
+    ca, cert, key = (opts.get(k, "").strip() for k in ("tlscafile", "tlscertfile", "tlskeyfile"))
+    if not (_bool(opts, "tls", "tls", False) or ca or cert):
+        return None
+    try:
+        return ClientTls(ca_file=ca, cert_file=cert, key_file=key)
+    except TlsFileError as exc:
+        raise InvalidArgumentError(f"options tlsCertFile/tlsKeyFile: {exc}") from None
+
+
 def _topics(opts: Mapping[str, str], required: bool) -> tuple[str, ...]:
     text = opts.get("topic") or opts.get("path") or ""
     topics = tuple(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))
@@ -166,6 +183,7 @@ class ReadOptions:
     read_timeout: float
     max_messages_per_partition: int
     check_crc: bool
+    tls: ClientTls | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
@@ -214,6 +232,7 @@ class ReadOptions:
             read_timeout=_int(opts, "readtimeoutms", "readTimeoutMs", 30_000) / 1000,
             max_messages_per_partition=_int(opts, "maxmessagesperpartition", "maxMessagesPerPartition", 0, 0),
             check_crc=_bool(opts, "checkcrc", "checkCrc", True),
+            tls=_tls(opts),
         )
 
     @property
@@ -231,6 +250,7 @@ class WriteOptions:
     send_timeout: float
     retries: int
     max_inflight: int
+    tls: ClientTls | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriteOptions:
@@ -248,4 +268,5 @@ class WriteOptions:
             send_timeout=_int(opts, "sendtimeoutms", "sendTimeoutMs", 10_000) / 1000,
             retries=_int(opts, "sendretries", "sendRetries", 2, 0, 100),
             max_inflight=_int(opts, "maxinflightbatches", "maxInflightBatches", 4, 1, 64),
+            tls=_tls(opts),
         )

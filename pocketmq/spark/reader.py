@@ -109,7 +109,7 @@ class Topology(NamedTuple):
 
 
 def topology(opts: ReadOptions, *, missing_ok: bool = False) -> Topology:
-    cluster = _broker.cluster(opts.namesrv, opts.request_timeout)
+    cluster = _broker.cluster(opts.namesrv, opts.request_timeout, opts.tls)
     routes = cluster.routes(opts.topics, missing_ok=missing_ok)
     addrs: dict[QueueKey, tuple[str, ...]] = {}
     masters: dict[str, str] = {}
@@ -133,7 +133,7 @@ def topology(opts: ReadOptions, *, missing_ok: bool = False) -> Topology:
 
 
 def _offsets_or_raise(opts: ReadOptions, topo: Topology, which: str) -> dict[QueueKey, int]:
-    cluster = _broker.cluster(opts.namesrv, opts.request_timeout)
+    cluster = _broker.cluster(opts.namesrv, opts.request_timeout, opts.tls)
     found, errors = cluster.queue_offsets(topo.addrs, which)
     if errors:
         key, err = sorted(errors.items())[0]
@@ -150,7 +150,7 @@ def _lost(key: QueueKey, offset: int, earliest: int, why: str) -> str:
 def resolve_start(opts: ReadOptions, spec: OffsetSpec, topo: Topology, *, batch: bool) -> Offsets:
     """Start offsets of every queue of ``topo`` for ``spec``. Offsets below a queue's earliest
     retained one raise DataLossError (failOnDataLoss) or move up to it."""
-    cluster = _broker.cluster(opts.namesrv, opts.request_timeout)
+    cluster = _broker.cluster(opts.namesrv, opts.request_timeout, opts.tls)
     mins = _offsets_or_raise(opts, topo, "min")
     if spec.kind == "earliest":
         return dict(mins)
@@ -214,7 +214,7 @@ def split_ranges(topo: Topology, start: Mapping[QueueKey, int], end: Mapping[Que
 def read_range(opts: ReadOptions, part: QueueRange) -> Iterator[pa.RecordBatch]:
     """The messages of ``part`` as Arrow batches (one per pull, possibly filtered by tags)."""
     key = part.key
-    cluster = _broker.cluster(opts.namesrv, opts.request_timeout)
+    cluster = _broker.cluster(opts.namesrv, opts.request_timeout, opts.tls)
     addrs = part.addrs
     if not addrs:  # a queue that appeared after planning: find its group now
         group = cluster.routes([key.topic])[key.topic].group(key.broker_name)
@@ -357,7 +357,7 @@ class PocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _max_offsets(self) -> Offsets:
         topo = self._topology_now()
-        cluster = _broker.cluster(self.opts.namesrv, self.opts.request_timeout)
+        cluster = _broker.cluster(self.opts.namesrv, self.opts.request_timeout, self.opts.tls)
         found, errors = cluster.queue_offsets(topo.addrs, "max")
         for key, err in sorted(errors.items()):
             log.warning("no broker of the group answered; the queue waits for the next trigger",
@@ -424,7 +424,7 @@ class PocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not self.opts.commit_offsets or not offsets or offsets == self._committed:
             return
         topo = self._topology or self._topology_now()
-        cluster = _broker.cluster(self.opts.namesrv, self.opts.request_timeout)
+        cluster = _broker.cluster(self.opts.namesrv, self.opts.request_timeout, self.opts.tls)
         errors = cluster.commit_offsets(self.opts.group, offsets, topo.masters)
         if errors:  # a master may have moved: try once more with fresh routes
             topo = self._topology_now()

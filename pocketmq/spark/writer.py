@@ -57,7 +57,7 @@ def _column(batch: pa.RecordBatch, name: str) -> list[object] | None:
 class _Sender:
     def __init__(self, opts: WriteOptions) -> None:
         self.opts = opts
-        self.cluster = _broker.cluster(opts.namesrv)
+        self.cluster = _broker.cluster(opts.namesrv, tls=opts.tls)
         self.buffers: dict[str, list[Message]] = {}
         self.sizes: dict[str, int] = collections.defaultdict(int)
         self.inflight: collections.deque[tuple[concurrent.futures.Future[SendResult], str, int]] = \

@@ -27,6 +27,7 @@ from pocketmq.wire.address import AddressError, parse_host_port
 from services.broker import validation as v
 from services.broker.metadata import SubscriptionGroupConfig, TopicConfig
 from services.broker.ops_api import OpsMethods
+from services.broker.pop import batched as pop_batched
 from services.broker.pop.service import RETRY_PREFIX
 from services.broker.send import SendOutcome
 from services.broker.storage import record
@@ -383,6 +384,24 @@ class BrokerServicer(OpsMethods, broker_pb2_grpc.BrokerServicer):  # type: ignor
         status.timer_pending = app.timers.pending
         status.transaction_half_pending = app.transactions.pending
         return status
+
+    @grpc_method
+    async def PopMessages(self, request: pb.PopMessagesRequest, context: Ctx) -> pb.PopMessagesResponse:
+        return await pop_batched.pop(self.app.pop, request, self.app.stopping)
+
+    @grpc_method
+    async def AckMessages(self, request: pb.AckMessagesRequest, context: Ctx) -> pb.AckMessagesResponse:
+        return pop_batched.ack(self.app.pop, request)
+
+    async def PopStream(self, request_iterator: AsyncIterator[pb.PopStreamRequest],
+                        context: Ctx) -> AsyncIterator[pb.PopStreamResponse]:
+        async for reply in pop_batched.serve_stream(self.app.pop, request_iterator, self.app.stopping):
+            yield reply
+
+    @grpc_method
+    async def ChangeInvisibleTime(self, request: pb.ChangeInvisibleTimeRequest,
+                                  context: Ctx) -> pb.ChangeInvisibleTimeResponse:
+        return pop_batched.change_invisible(self.app.pop, request)
 
     @grpc_method
     async def GetHAStatus(self, request: pb.GetHAStatusRequest, context: Ctx) -> pb.HAStatus:

@@ -43,7 +43,7 @@ from services.broker.metadata.sync import SlaveMetadataSync, SyncResult
 from services.broker.metrics import BrokerMetrics
 from services.broker.pop.metrics import PopMetrics
 from services.broker.pop.service import PopService, retry_topic, revive_topic
-from services.broker.pull import PullService
+from services.broker.pull import MAX_PULL_BYTES, PullQuery, PullService
 from services.broker.query import MessageQueryServicer
 from services.broker.registration import BrokerIdentity, BrokerRegistrar, clamp_register_period
 from services.broker.send import SendService
@@ -58,7 +58,6 @@ from services.broker.v2.status import SERVICE_NAME as V2_SERVICE
 from services.common.errors import NotFoundError
 from services.common.grpcserver import GrpcServer, start_grpc_server
 from services.common.metrics import MetricsServer
-from services.common.tls import load_pair
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +120,11 @@ class BrokerApp:
             metrics_addr=f"{ip}:{metrics_port}" if metrics_port > 0 else "",
             broker_role=cfg.broker_role.name,
         )
+        #: The certificate of the gRPC and metrics ports (files checked now: a bad path or a key
+        #: that does not match fails at start naming the key); None without tlsEnable.
+        self.server_tls = cfg.server_tls()
+        #: TLS of this broker's own channels (NameServers, the master's metadata API).
+        self.client_tls = cfg.client_tls()
         self.config_dir = os.path.join(store_config.store_path_root_dir, "config")
         self.topics = TopicConfigManager(self.config_dir, default_queue_nums=cfg.default_topic_queue_nums)
         self.offsets = ConsumerOffsetManager(self.config_dir)
@@ -216,10 +220,8 @@ class BrokerApp:
             broker_name=cfg.broker_name, metrics=PopMetrics(self.metrics.registry, [
                 ("cluster", cfg.broker_cluster_name), ("broker", cfg.broker_name),
                 ("broker_id", str(cfg.broker_id))]),
-            auto_renew_ms=cfg.default_invisible_time_mills, renew_ahead_ms=cfg.renew_ahead_time_millis,
-            renew_max_ms=cfg.renew_max_time_millis)
-        if cfg.is_master:
-            await asyncio.to_thread(self.pop.load)
+            read_raw=self._read_raw, auto_renew_ms=cfg.default_invisible_time_mills,
+            renew_ahead_ms=cfg.renew_ahead_time_millis, renew_max_ms=cfg.renew_max_time_millis)
         await self._load_timers_and_transactions()
 
         if self.ha_factory is not None:
@@ -234,14 +236,18 @@ class BrokerApp:
         else:
             self._sync = SlaveMetadataSync(
                 self.topics, self.offsets, self.delay_offsets, self.groups,
-                interval_s=cfg.slave_sync_interval / 1000, on_round=self._on_sync_round)
+                interval_s=cfg.slave_sync_interval / 1000, on_round=self._on_sync_round, tls=self.client_tls)
             self._sync.start()
 
+        # Permissive TLS: routes answered on the extra TLS listener point at the brokers' TLS
+        # listeners. Enforcing: every registered address already is a TLS port.
         tls_offset = cfg.effective_tls_port - cfg.listen_port
-        self.v2 = MessagingServicer(self, tls_address_map=lambda addr: tls_address(addr, tls_offset))
+        self.v2 = MessagingServicer(self, tls_address_map=None if cfg.tls_main_port
+                                    else lambda addr: tls_address(addr, tls_offset))
         self.v2.start()
-        if cfg.is_master:
-            self.pop.start()
+        # POP state is role-driven: a master (also a slave restarted as master on its store)
+        # rebuilds the in-flight table from the replicated revive topic and revives.
+        await self.pop.set_role(cfg.is_master)
 
         def register(server: object) -> None:
             broker_pb2_grpc.add_BrokerServicer_to_server(BrokerServicer(self), server)
@@ -251,15 +257,15 @@ class BrokerApp:
             broker_pb2_grpc.add_MessageQueryServicer_to_server(MessageQueryServicer(self), server)
 
         address = f"{cfg.listen_host}:{cfg.listen_port}"
-        tls = None
-        if cfg.tls_enable:
-            key, chain = load_pair(cfg.tls_server_cert_path, cfg.tls_server_key_path,
-                                   "tlsServerCertPath", "tlsServerKeyPath")
-            tls = (f"{cfg.listen_host}:{cfg.effective_tls_port}", key, chain)
-        self._grpc = await start_grpc_server(address, register, BROKER_SERVICES, tls)
+        tls = self.server_tls
+        tls_listener = (f"{cfg.listen_host}:{cfg.effective_tls_port}"
+                        if tls is not None and not cfg.tls_main_port else None)
+        health_listener = f"{cfg.listen_host}:{cfg.health_listen_port}" if cfg.health_listen_port else None
+        self._grpc = await start_grpc_server(address, register, BROKER_SERVICES, tls, tls_listener,
+                                             health_listener)
         if cfg.effective_metrics_port > 0:
             self._metrics_server = MetricsServer(
-                self.metrics.registry, cfg.listen_host, cfg.effective_metrics_port)
+                self.metrics.registry, cfg.listen_host, cfg.effective_metrics_port, tls)
 
         self._tasks.append(asyncio.create_task(self._persist_loop(), name="metadata-persist"))
         self._tasks.append(asyncio.create_task(self._consumer_scan_loop(), name="consumer-expiry"))
@@ -267,7 +273,8 @@ class BrokerApp:
             self._registrar = BrokerRegistrar(
                 cfg.namesrv_addrs, self.identity, self._topic_snapshot,
                 period_s=clamp_register_period(cfg.register_name_server_period),
-                timeout_s=cfg.register_broker_timeout_mills / 1000, on_master=self._on_master)
+                timeout_s=cfg.register_broker_timeout_mills / 1000, on_master=self._on_master,
+                tls=self.client_tls)
             await self._registrar.start()
         self.topics.add_listener(self._topics_changed)
         # In Kubernetes, show the role on the pod (`kubectl get pods -L pocketmq.io/role`); outside
@@ -278,6 +285,12 @@ class BrokerApp:
             "role": cfg.broker_role.name, "flush": self.store_config.flush_disk_type.name,
             "addr": self.identity.broker_addr, "store": self.store_config.store_path_root_dir,
             "max_offset": self.store.max_offset, "topics": len(self.topics)})
+
+    def _read_raw(self, topic: str, queue_id: int, offset: int, max_count: int) -> tuple[bytes, int, int]:
+        """Records of a queue as stored, for the POP service's batched pops."""
+        result = self.pull.get_raw(PullQuery("", topic, queue_id, offset, max_count, MAX_PULL_BYTES,
+                                             v.MATCH_ALL, True), offset)
+        return result.records, result.found, result.next_begin_offset
 
     async def _load_timers_and_transactions(self) -> None:
         """Build the timer and transaction indexes (snapshot + the system queues since)."""

@@ -16,6 +16,7 @@ import socket
 from pocketmq.wire.address import DEFAULT_NAMESRV, split_addresses
 from pocketmq.wire.names import BROKER_NAME_CHARS, BROKER_NAME_CHARSET, BROKER_NAME_MAX_LENGTH
 from services.common.config import parse_address, require
+from services.common.tls import TlsSettings
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 _DURATION = re.compile(r"^(\d+)([smhd])$")
@@ -77,7 +78,9 @@ def detect_host_ip() -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class BrokerConfig:
+class BrokerConfig(TlsSettings):
+    """Broker keys; the ``tls*`` keys come from :class:`TlsSettings` (shared with the NameServer)."""
+
     broker_cluster_name: str = "DefaultCluster"
     broker_name: str = "broker-a"
     #: 0 = master, > 0 = slave.
@@ -135,12 +138,9 @@ class BrokerConfig:
     consumer_channel_expired_time: int = 120_000
     #: Time allowed for in-flight requests on shutdown (ms).
     shutdown_grace_period: int = 10_000
-    #: A TLS listener serving the same APIs (the RocketMQ 5 SDKs for Java and Go default to
-    #: TLS), with the certificate and key below (PEM). ``tlsListenPort`` 0 = listenPort + 3.
-    tls_enable: bool = False
-    tls_listen_port: int = 0
-    tls_server_cert_path: str = ""
-    tls_server_key_path: str = ""
+    #: TLS on the HA replication stream (the tls* certificate and key, and the peer's
+    #: certificate checked against tlsServerTrustCertPath / tlsClientTrustCertPath).
+    ha_tls_enable: bool = False
     #: Timer messages (TIMER_DELIVER_MS): the farthest accepted delivery time from now (s).
     timer_max_delay_sec: int = 259_200
     #: How often the timer index is snapshotted to the store directory when it changed (ms);
@@ -201,10 +201,12 @@ class BrokerConfig:
             object.__setattr__(self, "ha_auth_secret", self.ha_auth_secret.strip())
         check_secret(self.ha_auth_secret, "haAuthSecret")
         parse_delay_levels(self.message_delay_level)
-        require(0 <= self.tls_listen_port < 65536, "tlsListenPort", "must be 0..65535")
-        if self.tls_enable:
-            require(bool(self.tls_server_cert_path), "tlsServerCertPath", "required when tlsEnable=true")
-            require(bool(self.tls_server_key_path), "tlsServerKeyPath", "required when tlsEnable=true")
+        self.check_tls()
+        if self.ha_tls_enable:
+            require(bool(self.tls_server_cert_path and self.tls_server_key_path), "haTlsEnable",
+                    "needs tlsServerCertPath and tlsServerKeyPath")
+            require(bool(self.tls_server_trust_cert_path or self.tls_client_trust_cert_path), "haTlsEnable",
+                    "needs the CA the peers' certificates are checked against (tlsServerTrustCertPath)")
         require(self.timer_max_delay_sec > 0, "timerMaxDelaySec", "must be > 0")
         require(self.timer_flush_interval_ms > 0, "timerFlushIntervalMs", "must be > 0")
         require(1 <= self.timer_deliver_batch <= 1024, "timerDeliverBatch", "must be 1..1024")

@@ -43,6 +43,7 @@ import grpc
 from pocketmq.common.v1 import common_pb2
 from pocketmq.namesrv.v1 import namesrv_pb2, namesrv_pb2_grpc
 from pocketmq.wire.address import AddressError, join_host_port, parse_host_port, split_addresses
+from pocketmq.wire.tls import ClientTls, aio_channel
 from services.common.grpcserver import CHANNEL_OPTIONS
 
 log = logging.getLogger(__name__)
@@ -186,7 +187,10 @@ class BrokerRegistrar:
         retry_s: float = 1.0,
         resolve: Resolver = resolve_host,
         discover_s: float = DISCOVER_S,
+        tls: ClientTls | None = None,
     ) -> None:
+        """``tls``: the NameServers speak TLS (None = plaintext)."""
+        self.tls = tls
         if not namesrv_addrs:
             raise ValueError("at least one NameServer address is required")
         if period_s <= 0 or timeout_s <= 0:
@@ -316,7 +320,7 @@ class BrokerRegistrar:
                 await channel.close()
         for addr in targets:
             if addr not in self._channels:
-                channel = grpc.aio.insecure_channel(addr, options=NAMESRV_CHANNEL_OPTIONS)
+                channel = aio_channel(addr, NAMESRV_CHANNEL_OPTIONS, self.tls)
                 self._channels[addr] = channel
                 self._stubs[addr] = namesrv_pb2_grpc.NameServerStub(channel)
         self._targets = targets

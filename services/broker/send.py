@@ -10,12 +10,12 @@ requests.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import MappingProxyType
+from typing import NamedTuple
 
 from pocketmq.broker.v1 import broker_pb2
 from services.broker import validation as v
@@ -27,7 +27,7 @@ from services.broker.rewrite import is_special, rewrite_special
 from services.broker.storage import record
 from services.broker.storage.config import FlushDiskType, StoreConfig
 from services.broker.storage.status import PutMessageStatus, PutResult
-from services.broker.storage.store import MessageStore
+from services.broker.storage.store import MessageStore, refused
 from services.common.errors import (
     FailedPreconditionError,
     InvalidArgumentError,
@@ -43,8 +43,7 @@ _NO_PROPERTIES: Mapping[str, str] = MappingProxyType({})
 ReplicationWait = Callable[[int], Awaitable[PutMessageStatus]]
 
 
-@dataclasses.dataclass(frozen=True)
-class SendOutcome:
+class SendOutcome(NamedTuple):
     status: PutMessageStatus
     msg_ids: list[str]
     queue_id: int
@@ -204,12 +203,14 @@ class SendService:
     async def send_message(
         self, topic: str, body: bytes, props: dict[str, str], born_host: record.Host, *,
         queue_id: int = -1, flag: int = 0, delay_level: int = 0, born_timestamp: int = 0,
-        producer_group: str = "",
+        producer_group: str = "", topic_config: TopicConfig | None = None,
     ) -> SendOutcome:
-        """Send one message: the produce path of every API (``props`` becomes the message's)."""
+        """Send one message: the produce path of every API (``props`` becomes the message's).
+        ``topic_config``: what :meth:`resolve_topic` answered for ``topic`` just before, if the
+        caller asked already (it is not looked up again)."""
         started = time.perf_counter()
         self.check_writable_broker()
-        tc = self.resolve_topic(topic)
+        tc = topic_config if topic_config is not None else self.resolve_topic(topic)
         queue_id = self.select_queue(tc, queue_id)
         if producer_group:
             props[record.PROPERTY_PRODUCER_GROUP] = producer_group
@@ -229,7 +230,7 @@ class SendService:
             # Timer or half (transaction) message: parked in a system topic until due/committed.
             stored = record.Message(special[0], body, special[1], flag, props, born, born_host)
             outcome = await self._append([stored], queue_id, started, len(body))
-            return dataclasses.replace(outcome, queue_offset=-1) if outcome.msg_ids else outcome
+            return outcome._replace(queue_offset=-1) if outcome.msg_ids else outcome
         if level:
             # RocketMQ's scheduled delivery: park in SCHEDULE_TOPIC_XXXX, queue = level - 1.
             props[record.PROPERTY_REAL_TOPIC] = tc.topic_name
@@ -241,7 +242,7 @@ class SendService:
         outcome = await self._append([stored], queue_id, started, len(body))
         if level and outcome.msg_ids:
             # The client sees the queue it asked for; the offset is assigned on delivery.
-            outcome = dataclasses.replace(outcome, queue_id=queue_id, queue_offset=-1)
+            outcome = outcome._replace(queue_id=queue_id, queue_offset=-1)
         return outcome
 
     async def send_batch(
@@ -255,46 +256,70 @@ class SendService:
         messages = request.messages
         if not messages:
             raise InvalidArgumentError("a batch needs at least one message")
+        count = len(messages)
         born = request.born_timestamp or int(time.time() * 1000)
         producer_group = request.producer_group
         max_size = self.store_config.max_message_size
-        stored: list[record.Message] = []
-        append = stored.append
+        # One topic, queue and born host per batch: encode the topic (and the producer group, the
+        # only property most batches carry) once, and build each record's store form straight
+        # from the request (no Message, no per-message property dict when it has none).
+        prepared: list[record.PreparedRecord] = []
+        append = prepared.append
+        #: Messages with properties of their own, by position (the key index reads them).
+        with_props: dict[int, Mapping[str, str]] = {}
+        make = record.prepared_record
+        encode_tail = record.encode_tail
         total = 0
-        make = record.Message
-        for msg in messages:
-            body = msg.body
-            size = len(body)
-            total += size
-            if msg.topic and msg.topic != topic:
-                raise InvalidArgumentError(
-                    f"every message of a batch must have the batch's topic {topic!r} (or none), "
-                    f"got {msg.topic!r}")
-            if msg.delay_level:
-                return self._refused(PutMessageStatus.MESSAGE_ILLEGAL, queue_id,
-                                     "delay levels are not supported in batches", started, len(messages))
-            if msg.properties or msg.tags or msg.keys or producer_group:
-                props: Mapping[str, str] = self._properties(msg, producer_group)
-                reason = self._illegal(body, props)
-                if not reason and is_special(props):
-                    reason = ("timer and transaction messages are not supported in batches; "
-                              "send them one by one")
-            else:
-                props = _NO_PROPERTIES
-                reason = "" if 0 < size <= max_size else self._illegal(body, props)
-            if reason:
-                return self._refused(PutMessageStatus.MESSAGE_ILLEGAL, queue_id,
-                                     f"message {len(stored)} of the batch: {reason}", started, len(messages))
-            append(make(topic, body, queue_id, msg.flag, props, born, born_host))
-        return await self._append(stored, queue_id, started, total)
+        try:
+            born_ip = record.host_bytes(born_host[0])
+            plain_tail, plain_code = encode_tail(
+                topic, {record.PROPERTY_PRODUCER_GROUP: producer_group} if producer_group else _NO_PROPERTIES)
+            for msg in messages:
+                body = msg.body
+                size = len(body)
+                total += size
+                if msg.topic and msg.topic != topic:
+                    raise InvalidArgumentError(
+                        f"every message of a batch must have the batch's topic {topic!r} (or none), "
+                        f"got {msg.topic!r}")
+                if msg.delay_level:
+                    return self._refused(PutMessageStatus.MESSAGE_ILLEGAL, queue_id,
+                                         "delay levels are not supported in batches", started, count)
+                if msg.properties or msg.tags or msg.keys:
+                    props = self._properties(msg, producer_group)
+                    reason = self._illegal(body, props)
+                    if not reason and is_special(props):
+                        reason = ("timer and transaction messages are not supported in batches; "
+                                  "send them one by one")
+                    if not reason:
+                        tail, code = encode_tail(topic, props)
+                        with_props[len(prepared)] = props
+                else:
+                    tail, code = plain_tail, plain_code
+                    reason = "" if 0 < size <= max_size else self._illegal(body, _NO_PROPERTIES)
+                if reason:
+                    return self._refused(PutMessageStatus.MESSAGE_ILLEGAL, queue_id,
+                                         f"message {len(prepared)} of the batch: {reason}", started, count)
+                append(make(topic, queue_id, body, tail, code, msg.flag, born, born_ip, born_host[1]))
+        except record.RecordError as exc:
+            return await self._finish(refused(exc), queue_id, started, count, total)
+        # What the key index reads of each record: its topic and properties (keys, UNIQ_KEY).
+        indexed = [record.Message(topic, b"", queue_id)] * count
+        for i, own in with_props.items():
+            indexed[i] = record.Message(topic, b"", queue_id, properties=own)
+        return await self._finish(self.append_prepared(prepared, indexed), queue_id, started, count, total)
 
     async def _append(self, msgs: list[record.Message], queue_id: int, started: float,
                       body_bytes: int) -> SendOutcome:
-        result = self.append(msgs)
+        return await self._finish(self.append(msgs), queue_id, started, len(msgs), body_bytes)
+
+    async def _finish(self, result: PutResult, queue_id: int, started: float, count: int,
+                      body_bytes: int) -> SendOutcome:
+        """Wait for the durability the broker is configured for and answer."""
         status = result.status
         if not result.stored:
             remark = result.error or f"not stored: {status.name}"
-            return self._refused(status, queue_id, remark, started, len(msgs))
+            return self._refused(status, queue_id, remark, started, count)
         if self._sync_flush and status is PutMessageStatus.PUT_OK:
             status = await self._wait_flush(result.end_offset)
         if self._sync_master and status is PutMessageStatus.PUT_OK:
@@ -304,7 +329,7 @@ class SendService:
             timeout = (self.store_config.sync_flush_timeout if status is PutMessageStatus.FLUSH_DISK_TIMEOUT
                        else self.config.slave_timeout)
             remark = _REMARKS.get(status, status.name).format(timeout=timeout)
-        self.metrics.put(status.name, len(msgs), body_bytes, time.perf_counter() - started)
+        self.metrics.put(status.name, count, body_bytes, time.perf_counter() - started)
         ids = self.msg_ids(result.physical_offsets)
         return SendOutcome(status, ids, queue_id, result.queue_offsets[0], remark)
 
@@ -327,14 +352,31 @@ class SendService:
     def append(self, msgs: Sequence[record.Message]) -> PutResult:
         """Append to the store and wake the pulls waiting on the queue(s) written. Also used for
         messages the broker produces itself (delayed delivery): no validation, no waiting."""
+        if len(msgs) == 1:
+            first = msgs[0]
+            result = self.store.append_message(first)  # the store's one-record fast path
+            if result.stored:
+                self.notifier.notify(first.topic, first.queue_id)
+            return result
         result = self.store.append_messages(msgs)
-        if result.stored:
+        if result.stored and msgs:
             notify = self.notifier.notify
             first = msgs[0]
             notify(first.topic, first.queue_id)
             for msg in msgs:
                 if msg.queue_id != first.queue_id or msg.topic != first.topic:
                     notify(msg.topic, msg.queue_id)
+        return result
+
+    def append_prepared(self, prepared: Sequence[record.PreparedRecord],
+                        messages: Sequence[record.Message]) -> PutResult:
+        """:meth:`append` for records of one topic and queue built by
+        :func:`~services.broker.storage.record.prepared_record` (``messages``: see
+        :meth:`MessageStore.append_prepared`)."""
+        result = self.store.append_prepared(prepared, messages)
+        if result.stored and prepared:
+            first = prepared[0]
+            self.notifier.notify(first.topic, first.queue_id)
         return result
 
     async def deliver(self, msgs: list[record.Message]) -> PutResult:

@@ -95,7 +95,7 @@ class NameServerServicer(namesrv_pb2_grpc.NameServerServicer):  # type: ignore[m
         #: unchanged (heartbeats do not change it) and the ORDER_TOPIC_CONFIG namespace too.
         self._route_cache: dict[str, pb.TopicRouteData] = {}
         #: Forwards RelayBrokerCall to registered brokers only.
-        self.relay = BrokerRelay(lambda: self.table.broker_live_table.keys())
+        self.relay = BrokerRelay(lambda: self.table.broker_live_table.keys(), config.client_tls())
         self._after_change()
 
     # ------------------------------------------------------------ housekeeping

@@ -65,11 +65,15 @@ class NamesrvApp:
             namesrv_pb2_grpc.add_NameServerServicer_to_server(self.servicer, server)
             v2_grpc.add_MessagingServiceServicer_to_server(self.v2, server)
 
-        self._grpc = await start_grpc_server(self.config.listen, register, [SERVICE_NAME, V2_SERVICE])
+        cfg = self.config
+        tls = cfg.server_tls()
+        self._grpc = await start_grpc_server(
+            cfg.listen, register, [SERVICE_NAME, V2_SERVICE], tls,
+            cfg.tls_listen if tls is not None and not cfg.tls_main_port else None,
+            f"{cfg.listen_host}:{cfg.health_listen_port}" if cfg.health_listen_port else None)
         try:
-            self._metrics_server = MetricsServer(
-                self.metrics.registry, self.config.listen_host, self.config.metrics_port
-            )
+            self._metrics_server = MetricsServer(self.metrics.registry, cfg.listen_host,
+                                                 cfg.metrics_port, tls)
         except RuntimeError:
             await self._grpc.stop(0)
             raise

@@ -6,6 +6,7 @@ import dataclasses
 
 from pocketmq.wire.address import AddressError, parse_host_port
 from services.common.config import ConfigError, require
+from services.common.tls import TlsSettings
 
 
 def split_listen(value: str) -> tuple[str, int]:
@@ -17,7 +18,9 @@ def split_listen(value: str) -> tuple[str, int]:
 
 
 @dataclasses.dataclass(frozen=True)
-class NamesrvConfig:
+class NamesrvConfig(TlsSettings):
+    """NameServer keys; the ``tls*`` keys come from :class:`TlsSettings` (shared with brokers)."""
+
     #: host:port of the gRPC API (NameServer, grpc.health.v1, reflection); port 0 = any free port.
     listen: str = "0.0.0.0:9876"
     #: Prometheus /metrics port on the listen host; 0 disables it. Default: NameServer port + 1.
@@ -57,7 +60,14 @@ class NamesrvConfig:
         require(self.relay_timeout_mills > 0, "relayTimeoutMills", "must be > 0")
         require(self.readiness_warm_up_mills >= 0, "readinessWarmUpMills", "must be >= 0")
         require(0 <= self.console_port < 65536, "consolePort", "must be 0..65535 (0 = off)")
+        self.check_tls()
 
     @property
     def listen_host(self) -> str:
         return split_listen(self.listen)[0]
+
+    @property
+    def tls_listen(self) -> str:
+        """Address of the extra TLS listener (tlsServerMode=permissive): tlsListenPort, 0 = port + 3."""
+        host, port = split_listen(self.listen)
+        return f"{host}:{self.tls_listen_port or port + 3}"

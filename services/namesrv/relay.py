@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable
 import grpc
 
 from pocketmq.broker.v1 import broker_pb2
+from pocketmq.wire.tls import ClientTls, aio_channel
 from services.common.errors import InvalidArgumentError, NotFoundError, ServiceError
 from services.common.grpcserver import CHANNEL_OPTIONS
 
@@ -48,8 +49,10 @@ class BrokerRelay:
     """Forwards calls to registered brokers. ``live_addrs`` returns the current broker addresses
     (the route table's live table); it is consulted on every call."""
 
-    def __init__(self, live_addrs: Callable[[], Iterable[str]]) -> None:
+    def __init__(self, live_addrs: Callable[[], Iterable[str]], tls: ClientTls | None = None) -> None:
+        """``tls``: the brokers' gRPC ports speak TLS (None = plaintext)."""
         self._live_addrs = live_addrs
+        self._tls = tls
         self._methods = relayable_methods()
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._callables: dict[tuple[str, str], grpc.aio.UnaryUnaryMultiCallable] = {}
@@ -60,7 +63,7 @@ class BrokerRelay:
         if call is None:
             channel = self._channels.get(addr)
             if channel is None:
-                channel = self._channels[addr] = grpc.aio.insecure_channel(addr, options=CHANNEL_OPTIONS)
+                channel = self._channels[addr] = aio_channel(addr, CHANNEL_OPTIONS, self._tls)
             # No (de)serializers: the request and reply travel as the bytes they are.
             call = self._callables[key] = channel.unary_unary(method)
         return call

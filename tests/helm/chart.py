@@ -39,6 +39,9 @@ VALUE_SETS: dict[str, Obj] = {
     "metrics-off": {"metrics": {"enabled": False}},
     # the HA port authenticated with a Secret the chart generates
     "ha-auth": {"broker": {"slavesPerGroup": 2, "haAuth": {"create": True, "value": HA_AUTH_VALUE}}},
+    # TLS on every port from an existing Secret, mutual TLS, scraped by a ServiceMonitor over HTTPS
+    "tls": {"tls": {"enabled": True, "existingSecret": "pocketmq-tls", "requireClientCert": True},
+            "metrics": {"serviceMonitor": {"enabled": True}}},
     "everything-on": {
         "namesrv": {"kind": "StatefulSet", "replicas": 3},  # the non-default kind
         "broker": {"groups": 2, "slavesPerGroup": 1, "advertise": "podDNS",

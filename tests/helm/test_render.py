@@ -25,6 +25,12 @@ _METADATA = {"type": "object", "required": ["name", "namespace"],
 _DURATION = {"type": "string", "pattern": "^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?"
                                           "(([0-9]+)s)?(([0-9]+)ms)?)$"}
 _TOP = ["apiVersion", "kind", "metadata", "spec"]
+_SECRET_KEY = {"type": "object", "additionalProperties": False, "required": ["name", "key"],
+               "properties": {"name": {"type": "string"}, "key": {"type": "string"}}}
+_SECRET_OR_CM = {"type": "object", "additionalProperties": False, "properties": {"secret": _SECRET_KEY}}
+_TLS_CONFIG = {"type": "object", "additionalProperties": False,
+               "properties": {"serverName": {"type": "string"}, "ca": _SECRET_OR_CM, "cert": _SECRET_OR_CM,
+                              "keySecret": _SECRET_KEY, "insecureSkipVerify": {"type": "boolean"}}}
 CRD_SCHEMAS: dict[str, dict[str, Any]] = {
     "ServiceMonitor": {
         "type": "object", "required": _TOP, "additionalProperties": False,
@@ -45,7 +51,8 @@ CRD_SCHEMAS: dict[str, dict[str, Any]] = {
                                             "scheme": {"enum": ["http", "https"]}, "interval": _DURATION,
                                             "scrapeTimeout": _DURATION, "honorLabels": {"type": "boolean"},
                                             "relabelings": {"type": "array"},
-                                            "metricRelabelings": {"type": "array"}}}}}}}},
+                                            "metricRelabelings": {"type": "array"},
+                                            "tlsConfig": _TLS_CONFIG}}}}}}},
     "PrometheusRule": {
         "type": "object", "required": _TOP, "additionalProperties": False,
         "properties": {
@@ -119,6 +126,8 @@ def test_every_value_set_renders_the_expected_kinds() -> None:
     ({"networkPolicy": {"metrics": {"restrict": True}}}, "/networkPolicy/metrics/from"),
     ({"metrics": {"serviceMonitor": {"interval": "soon"}}}, "/metrics/serviceMonitor/interval"),
     ({"broker": {"namesrvAddr": "no-port"}}, "/broker/namesrvAddr"),
+    ({"tls": {"enabled": True}}, "/tls/existingSecret"),
+    ({"tls": {"enabled": True, "existingSecret": "s", "mode": "permissive"}}, "mode"),
 ])
 def test_schema_rejects_invalid_values(values: dict[str, Any], message: str) -> None:
     with pytest.raises(helm.HelmError) as info:

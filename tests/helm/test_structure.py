@@ -297,10 +297,12 @@ def test_pdbs_select_their_components_pods(value_set: str) -> None:
 
 @pytest.mark.parametrize("value_set", ALL_SETS)
 def test_probes_are_native_grpc_health_checks_on_the_grpc_port(value_set: str) -> None:
+    """... or, with tls.enabled, on the plaintext health-only port (kubelet probes cannot do TLS)."""
     m = render(VALUE_SETS[value_set])
+    tls = VALUE_SETS[value_set].get("tls", {}).get("enabled", False)
     for pod in workload_pods(m):
         for c in pod.spec["containers"]:
-            grpc_port = pod.port("grpc")
+            grpc_port = pod.port("health" if tls else "grpc")
             for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
                 handlers = set(c[probe]) - {"periodSeconds", "timeoutSeconds", "failureThreshold"}
                 assert handlers == {"grpc"}, probe

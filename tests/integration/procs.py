@@ -31,6 +31,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from pocketmq.wire.tls import ClientTls, sync_channel
 from tests.support import ROOT, async_wait_until, free_port, wait_until
 
 __all__ = ["ROOT", "ManagedProcess", "ProcessFailedError", "ProcessGroup", "async_wait_until", "free_port",
@@ -120,11 +121,12 @@ class ManagedProcess:
         self._log_file.close()
         return self.popen.wait()
 
-    def wait_healthy(self, address: str, service: str = "", timeout: float = 20.0) -> None:
-        """Poll grpc.health.v1 Check at ``address`` until ``service`` is SERVING."""
+    def wait_healthy(self, address: str, service: str = "", timeout: float = 20.0,
+                     tls: ClientTls | None = None) -> None:
+        """Poll grpc.health.v1 Check at ``address`` (over TLS with ``tls``) until ``service`` is SERVING."""
         deadline = time.monotonic() + timeout
         last = "no answer"
-        with grpc.insecure_channel(address) as channel:
+        with sync_channel(address, [], tls) as channel:
             stub = health_pb2_grpc.HealthStub(channel)
             while True:
                 if not self.alive:
@@ -205,10 +207,11 @@ class ProcessGroup:
         env: Mapping[str, str] | None = None,
         service: str = "",
         timeout: float = 20.0,
+        tls: ClientTls | None = None,
     ) -> ManagedProcess:
         """Start a gRPC service process and wait until ``address`` reports SERVING."""
         proc = self.start(module, args, name=name, env=env)
-        proc.wait_healthy(address, service=service, timeout=timeout)
+        proc.wait_healthy(address, service=service, timeout=timeout, tls=tls)
         return proc
 
     def stop_all(self, timeout: float = 10.0) -> None:

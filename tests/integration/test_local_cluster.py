@@ -75,9 +75,10 @@ def child_pids(lines: list[str]) -> list[int]:
     return pids
 
 
-def cli(namesrv: str, *args: str) -> subprocess.CompletedProcess[str]:
+def cli(namesrv: str, *args: str, ca: Path | None = None) -> subprocess.CompletedProcess[str]:
     exe = str(Path(sys.executable).with_name("pocketmq"))
-    return subprocess.run([exe, *args, "--namesrv", namesrv, "--output", "json"],
+    tls = ["--ca-file", str(ca)] if ca else []
+    return subprocess.run([exe, *args, "--namesrv", namesrv, "--output", "json", *tls],
                           capture_output=True, text=True, timeout=60)
 
 
@@ -91,17 +92,23 @@ def test_local_cluster_replicates_and_stops_on_ctrl_c(tmp_path: Path) -> None:
         assert any(f"gRPC={namesrv}" in line for line in lines)
         # master and slave share a per-run haAuthSecret (in their environment, not their argv)
         assert sum("ha-auth=on" in line for line in lines) == 2
+        # TLS on every port by default, with a local CA the banner tells clients to trust
+        ca = tmp_path / "data" / "tls" / "ca.crt"
+        assert sum("tls=on" in line for line in lines) == 3
+        assert any(f"--ca-file {ca}" in line for line in lines), "".join(lines)
+        plain = cli(namesrv, "cluster", "list", "--timeout", "2")
+        assert plain.returncode != 0
 
         def both_registered() -> bool:
-            out = cli(namesrv, "cluster", "list")
+            out = cli(namesrv, "cluster", "list", ca=ca)
             return out.returncode == 0 and len(json.loads(out.stdout)["brokers"]) == 2
 
         wait_until(both_registered, timeout=60, message="master and slave registered")
-        sent = cli(namesrv, "send", "demo", "hello local cluster")
+        sent = cli(namesrv, "send", "demo", "hello local cluster", ca=ca)
         assert sent.returncode == 0, sent.stderr
 
         def replicated() -> bool:
-            out = cli(namesrv, "broker", "ha-status")
+            out = cli(namesrv, "broker", "ha-status", ca=ca)
             if out.returncode != 0:
                 return False
             doc = json.loads(out.stdout)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import subprocess
 import time
 from collections.abc import Sequence
@@ -183,9 +184,14 @@ def _parse(stdout: str) -> dict[str, dict[str, Any]]:
 
 
 def run_python_sdk(
-    endpoint: str, plan: list[dict[str, Any]], timeout: float = 120, checker: str = "commit"
+    endpoint: str, plan: list[dict[str, Any]], timeout: float = 120, checker: str = "commit",
+    tls_ca: Path | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Run tests/sdk/python/produce.py in .venv-sdk; results by scenario name."""
+    """Run tests/sdk/python/produce.py in .venv-sdk; results by scenario name. ``tls_ca``: connect
+    with TLS, trusting this CA."""
+    env = None
+    if tls_ca is not None:
+        env = {**os.environ, "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH": str(tls_ca)}
     proc = subprocess.run(
         [
             str(SDK_PYTHON),
@@ -196,11 +202,13 @@ def run_python_sdk(
             json.dumps(plan),
             "--checker",
             checker,
+            *(["--tls"] if tls_ca is not None else []),
         ],
         capture_output=True,
         text=True,
         timeout=timeout,
         cwd=ROOT,
+        env=env,
     )
     results = _parse(proc.stdout)
     assert "done" in results, f"SDK run failed (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr[-4000:]}"

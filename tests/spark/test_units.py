@@ -111,6 +111,17 @@ def test_read_option_errors(options: dict[str, str], streaming: bool, message: s
         ReadOptions.parse(options, streaming=streaming)
 
 
+def test_tls_options() -> None:
+    from pocketmq.wire.tls import ClientTls
+
+    assert ReadOptions.parse({"topic": "t"}, streaming=False).tls is None
+    opts = ReadOptions.parse({"topic": "t", "tlsCaFile": "/ca.crt"}, streaming=False)
+    assert opts.tls == ClientTls(ca_file="/ca.crt")
+    assert WriteOptions.parse({"topic": "t", "tls": "true"}).tls == ClientTls()
+    with pytest.raises(InvalidArgumentError, match="tlsCertFile/tlsKeyFile"):
+        WriteOptions.parse({"topic": "t", "tlsCertFile": "/c.crt"})
+
+
 def test_write_options() -> None:
     opts = WriteOptions.parse({"topic": "t", "sendBatchSize": "16", "checkpointLocation": "/x"})
     assert opts.topic == "t" and opts.batch_size == 16 and opts.max_inflight == 4

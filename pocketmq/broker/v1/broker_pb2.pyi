@@ -756,6 +756,126 @@ class TransactionCheck(_message.Message):
     producer_group: str
     def __init__(self, transaction_id: _Optional[str] = ..., msg_id: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., body: _Optional[bytes] = ..., properties: _Optional[_Mapping[str, str]] = ..., born_timestamp: _Optional[int] = ..., store_timestamp: _Optional[int] = ..., check_times: _Optional[int] = ..., producer_group: _Optional[str] = ...) -> None: ...
 
+class PopMessagesRequest(_message.Message):
+    __slots__ = ("consumer_group", "topic", "queue_id", "max_msg_nums", "subscription", "invisible_time_ms", "poll_time_ms", "client_id")
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    MAX_MSG_NUMS_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    INVISIBLE_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    POLL_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    topic: str
+    queue_id: int
+    max_msg_nums: int
+    subscription: str
+    invisible_time_ms: int
+    poll_time_ms: int
+    client_id: str
+    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., max_msg_nums: _Optional[int] = ..., subscription: _Optional[str] = ..., invisible_time_ms: _Optional[int] = ..., poll_time_ms: _Optional[int] = ..., client_id: _Optional[str] = ...) -> None: ...
+
+class PopBatch(_message.Message):
+    __slots__ = ("topic", "queue_id", "checkpoint_id", "pop_time_ms", "deadline_ms", "queue_offsets", "attempts", "records", "messages")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_ID_FIELD_NUMBER: _ClassVar[int]
+    POP_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    checkpoint_id: int
+    pop_time_ms: int
+    deadline_ms: int
+    queue_offsets: _containers.RepeatedScalarFieldContainer[int]
+    attempts: _containers.RepeatedScalarFieldContainer[int]
+    records: bytes
+    messages: _containers.RepeatedCompositeFieldContainer[MessageExt]
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., checkpoint_id: _Optional[int] = ..., pop_time_ms: _Optional[int] = ..., deadline_ms: _Optional[int] = ..., queue_offsets: _Optional[_Iterable[int]] = ..., attempts: _Optional[_Iterable[int]] = ..., records: _Optional[bytes] = ..., messages: _Optional[_Iterable[_Union[MessageExt, _Mapping]]] = ...) -> None: ...
+
+class PopMessagesResponse(_message.Message):
+    __slots__ = ("batches", "broker_name")
+    BATCHES_FIELD_NUMBER: _ClassVar[int]
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    batches: _containers.RepeatedCompositeFieldContainer[PopBatch]
+    broker_name: str
+    def __init__(self, batches: _Optional[_Iterable[_Union[PopBatch, _Mapping]]] = ..., broker_name: _Optional[str] = ...) -> None: ...
+
+class PopReceipt(_message.Message):
+    __slots__ = ("topic", "queue_id", "checkpoint_id", "queue_offsets")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    checkpoint_id: int
+    queue_offsets: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., checkpoint_id: _Optional[int] = ..., queue_offsets: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class AckMessagesRequest(_message.Message):
+    __slots__ = ("consumer_group", "receipts")
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    RECEIPTS_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    receipts: _containers.RepeatedCompositeFieldContainer[PopReceipt]
+    def __init__(self, consumer_group: _Optional[str] = ..., receipts: _Optional[_Iterable[_Union[PopReceipt, _Mapping]]] = ...) -> None: ...
+
+class AckMessagesResponse(_message.Message):
+    __slots__ = ("acked", "failed")
+    ACKED_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    acked: int
+    failed: _containers.RepeatedCompositeFieldContainer[PopReceipt]
+    def __init__(self, acked: _Optional[int] = ..., failed: _Optional[_Iterable[_Union[PopReceipt, _Mapping]]] = ...) -> None: ...
+
+class ChangeInvisibleTimeRequest(_message.Message):
+    __slots__ = ("consumer_group", "receipts", "invisible_time_ms")
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    RECEIPTS_FIELD_NUMBER: _ClassVar[int]
+    INVISIBLE_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    receipts: _containers.RepeatedCompositeFieldContainer[PopReceipt]
+    invisible_time_ms: int
+    def __init__(self, consumer_group: _Optional[str] = ..., receipts: _Optional[_Iterable[_Union[PopReceipt, _Mapping]]] = ..., invisible_time_ms: _Optional[int] = ...) -> None: ...
+
+class ChangeInvisibleTimeResponse(_message.Message):
+    __slots__ = ("batches", "failed")
+    BATCHES_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    batches: _containers.RepeatedCompositeFieldContainer[PopBatch]
+    failed: _containers.RepeatedCompositeFieldContainer[PopReceipt]
+    def __init__(self, batches: _Optional[_Iterable[_Union[PopBatch, _Mapping]]] = ..., failed: _Optional[_Iterable[_Union[PopReceipt, _Mapping]]] = ...) -> None: ...
+
+class PopStreamRequest(_message.Message):
+    __slots__ = ("request_id", "ack", "pop")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    ACK_FIELD_NUMBER: _ClassVar[int]
+    POP_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    ack: AckMessagesRequest
+    pop: PopMessagesRequest
+    def __init__(self, request_id: _Optional[int] = ..., ack: _Optional[_Union[AckMessagesRequest, _Mapping]] = ..., pop: _Optional[_Union[PopMessagesRequest, _Mapping]] = ...) -> None: ...
+
+class PopStreamResponse(_message.Message):
+    __slots__ = ("request_id", "ack", "pop", "error_code", "error")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    ACK_FIELD_NUMBER: _ClassVar[int]
+    POP_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    ack: AckMessagesResponse
+    pop: PopMessagesResponse
+    error_code: str
+    error: str
+    def __init__(self, request_id: _Optional[int] = ..., ack: _Optional[_Union[AckMessagesResponse, _Mapping]] = ..., pop: _Optional[_Union[PopMessagesResponse, _Mapping]] = ..., error_code: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
+
 class ViewMessageRequest(_message.Message):
     __slots__ = ("commit_log_offset",)
     COMMIT_LOG_OFFSET_FIELD_NUMBER: _ClassVar[int]

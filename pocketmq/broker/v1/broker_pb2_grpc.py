@@ -169,6 +169,26 @@ class BrokerStub:
                 request_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.UpdateBrokerConfigRequest.SerializeToString,
                 response_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.UpdateBrokerConfigResponse.FromString,
                 _registered_method=True)
+        self.PopMessages = channel.unary_unary(
+                '/pocketmq.broker.v1.Broker/PopMessages',
+                request_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.PopMessagesRequest.SerializeToString,
+                response_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.PopMessagesResponse.FromString,
+                _registered_method=True)
+        self.AckMessages = channel.unary_unary(
+                '/pocketmq.broker.v1.Broker/AckMessages',
+                request_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.AckMessagesRequest.SerializeToString,
+                response_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.AckMessagesResponse.FromString,
+                _registered_method=True)
+        self.ChangeInvisibleTime = channel.unary_unary(
+                '/pocketmq.broker.v1.Broker/ChangeInvisibleTime',
+                request_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.ChangeInvisibleTimeRequest.SerializeToString,
+                response_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.ChangeInvisibleTimeResponse.FromString,
+                _registered_method=True)
+        self.PopStream = channel.stream_stream(
+                '/pocketmq.broker.v1.Broker/PopStream',
+                request_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.PopStreamRequest.SerializeToString,
+                response_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.PopStreamResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -369,6 +389,39 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PopMessages(self, request, context):
+        """POP consumption for PocketMQ's own consumer (masters only; see docs/pop.md): pop up to
+        max_msg_nums messages, invisible to the group until acked or invisible_time_ms ran out;
+        one checkpoint per queue read, handed out as one PopBatch.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AckMessages(self, request, context):
+        """Ack popped messages, many checkpoints' worth in one durable ack record.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ChangeInvisibleTime(self, request, context):
+        """Give popped messages a new invisible time from now; each batch gets a new checkpoint id
+        (the old one no longer acks them).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PopStream(self, request_iterator, context):
+        """PopMessages and AckMessages pipelined on one stream (direct connections; much cheaper per
+        call than unary calls): every request is answered once, with its request_id, not
+        necessarily in request order (a pop may long-poll while later acks are answered).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -506,6 +559,26 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.UpdateBrokerConfig,
                     request_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.UpdateBrokerConfigRequest.FromString,
                     response_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.UpdateBrokerConfigResponse.SerializeToString,
+            ),
+            'PopMessages': grpc.unary_unary_rpc_method_handler(
+                    servicer.PopMessages,
+                    request_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.PopMessagesRequest.FromString,
+                    response_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.PopMessagesResponse.SerializeToString,
+            ),
+            'AckMessages': grpc.unary_unary_rpc_method_handler(
+                    servicer.AckMessages,
+                    request_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.AckMessagesRequest.FromString,
+                    response_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.AckMessagesResponse.SerializeToString,
+            ),
+            'ChangeInvisibleTime': grpc.unary_unary_rpc_method_handler(
+                    servicer.ChangeInvisibleTime,
+                    request_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.ChangeInvisibleTimeRequest.FromString,
+                    response_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.ChangeInvisibleTimeResponse.SerializeToString,
+            ),
+            'PopStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.PopStream,
+                    request_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.PopStreamRequest.FromString,
+                    response_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.PopStreamResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1237,6 +1310,114 @@ class Broker:
             '/pocketmq.broker.v1.Broker/UpdateBrokerConfig',
             pocketmq_dot_broker_dot_v1_dot_broker__pb2.UpdateBrokerConfigRequest.SerializeToString,
             pocketmq_dot_broker_dot_v1_dot_broker__pb2.UpdateBrokerConfigResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PopMessages(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/pocketmq.broker.v1.Broker/PopMessages',
+            pocketmq_dot_broker_dot_v1_dot_broker__pb2.PopMessagesRequest.SerializeToString,
+            pocketmq_dot_broker_dot_v1_dot_broker__pb2.PopMessagesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AckMessages(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/pocketmq.broker.v1.Broker/AckMessages',
+            pocketmq_dot_broker_dot_v1_dot_broker__pb2.AckMessagesRequest.SerializeToString,
+            pocketmq_dot_broker_dot_v1_dot_broker__pb2.AckMessagesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ChangeInvisibleTime(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/pocketmq.broker.v1.Broker/ChangeInvisibleTime',
+            pocketmq_dot_broker_dot_v1_dot_broker__pb2.ChangeInvisibleTimeRequest.SerializeToString,
+            pocketmq_dot_broker_dot_v1_dot_broker__pb2.ChangeInvisibleTimeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PopStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/pocketmq.broker.v1.Broker/PopStream',
+            pocketmq_dot_broker_dot_v1_dot_broker__pb2.PopStreamRequest.SerializeToString,
+            pocketmq_dot_broker_dot_v1_dot_broker__pb2.PopStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,

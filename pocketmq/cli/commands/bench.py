@@ -34,7 +34,8 @@ def bench_produce(
 
     summary = conn.run(lambda: bench.produce(
         conn.namesrv, topic=topic, messages=messages, duration=duration, size=size, batch=batch,
-        concurrency=concurrency, tags=tags, timeout=conn.timeout, progress=not conn.json))
+        concurrency=concurrency, tags=tags, timeout=conn.timeout, progress=not conn.json,
+        tls=conn.client_tls))
     bench.print_summary(summary, conn.output)
     if summary.errors and not summary.messages:
         raise typer.Exit(1)
@@ -60,7 +61,7 @@ def bench_consume(
     summary = conn.run(lambda: bench.consume(
         conn.namesrv, topic=topic, group=group or f"bench-{uuid.uuid4().hex[:8]}", messages=messages,
         duration=duration, idle=idle, start=start.value, batch=batch, timeout=conn.timeout,
-        progress=not conn.json))
+        progress=not conn.json, tls=conn.client_tls))
     bench.print_summary(summary, conn.output)
     if not summary.messages:
         raise typer.Exit(1)

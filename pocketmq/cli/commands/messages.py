@@ -71,7 +71,7 @@ def send(
 
         results = []
         async with AsyncProducer(conn.namesrv, group=group, send_timeout=conn.timeout,
-                                 relay=conn.access.value) as producer:
+                                 relay=conn.access.value, tls=conn.client_tls) as producer:
             for msg in messages:
                 results.append(await producer.send(msg, sharding_key=sharding_key))
         if conn.json:
@@ -116,7 +116,7 @@ def consume(
             group_name, conn.namesrv, consume_from=ConsumeFrom(start.value),
             consume_timestamp=timestamp / 1000 if timestamp is not None else None,
             request_timeout=conn.timeout, long_poll_timeout=5.0, rebalance_interval=2.0,
-            relay=conn.access.value)
+            relay=conn.access.value, tls=conn.client_tls)
         consumer.subscribe(topic, tags)
         received = 0
         console = stdout_console()

@@ -84,7 +84,8 @@ def as_messages(stats: Any) -> Any:
 
 def start_queries(spark: Any, args: argparse.Namespace) -> list[Any]:
     """Start the Parquet query and the results-topic query; returns them."""
-    events = (spark.readStream.format("pocketmq")
+    tls = {"tlsCaFile": args.ca_file} if args.ca_file else {}
+    events = (spark.readStream.format("pocketmq").options(**tls)
               .option("namesrv", args.namesrv).option("topic", args.events_topic)
               .option("startingOffsets", args.starting_offsets)
               .option("maxMessagesPerTrigger", args.max_per_trigger)
@@ -100,18 +101,24 @@ def start_queries(spark: Any, args: argparse.Namespace) -> list[Any]:
                       .option("checkpointLocation", f"{checkpoint}/parquet")
                       .queryName("event_stats_parquet")).start(args.output)
     topic = trigger(as_messages(stats).writeStream.format("pocketmq").outputMode("append")
-                    .option("namesrv", args.namesrv).option("topic", args.results_topic)
+                    .options(**tls).option("namesrv", args.namesrv).option("topic", args.results_topic)
                     .option("checkpointLocation", f"{checkpoint}/topic")
                     .queryName("event_stats_topic")).start()
     return [parquet, topic]
 
 
-def create_topics(namesrv: str, topics: Sequence[str], queues: int) -> None:
+def client_tls(ca_file: str) -> Any:
+    from pocketmq.wire.tls import ClientTls
+
+    return ClientTls(ca_file=ca_file) if ca_file else False
+
+
+def create_topics(namesrv: str, topics: Sequence[str], queues: int, ca_file: str = "") -> None:
     """Create the topics that no NameServer knows yet (on every master)."""
     from pocketmq.client.admin import Admin
     from pocketmq.errors import NoRouteError
 
-    with Admin(namesrv) as admin:
+    with Admin(namesrv, tls=client_tls(ca_file)) as admin:
         for topic in topics:
             try:
                 admin.route(topic)
@@ -134,14 +141,14 @@ def create_topics(namesrv: str, topics: Sequence[str], queues: int) -> None:
                     time.sleep(0.2)
 
 
-def generate(namesrv: str, topic: str, rate: float, stop: threading.Event) -> None:
+def generate(namesrv: str, topic: str, rate: float, stop: threading.Event, ca_file: str = "") -> None:
     """Send about ``rate`` random events per second until ``stop`` is set (demo data)."""
     from pocketmq.client.message import Message
     from pocketmq.client.producer import Producer
 
     rng = random.Random()
     interval = 0.2
-    with Producer(namesrv) as producer:
+    with Producer(namesrv, tls=client_tls(ca_file)) as producer:
         while not stop.is_set():
             started = time.monotonic()
             now = int(time.time() * 1000)
@@ -178,6 +185,8 @@ def session(args: argparse.Namespace) -> Any:
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--namesrv", default=os.environ.get("POCKETMQ_NAMESRV", DEFAULT_NAMESRV))
+    parser.add_argument("--ca-file", default=os.environ.get("POCKETMQ_TLS_CA_FILE", ""),
+                        help="CA of a TLS cluster (make run's: data/tls/ca.crt); empty = plaintext")
     parser.add_argument("--events-topic", default="events")
     parser.add_argument("--results-topic", default="event-stats")
     parser.add_argument("--output", default="data/pipeline/event-stats",
@@ -207,12 +216,13 @@ def run(spark: Any, args: argparse.Namespace) -> None:
     """Run the pipeline on ``spark`` until it finishes (``--available-now``), ``--duration``
     passes, or it is interrupted."""
     if args.create_topics:
-        create_topics(args.namesrv, [args.events_topic, args.results_topic], args.queues)
+        create_topics(args.namesrv, [args.events_topic, args.results_topic], args.queues, args.ca_file)
     stop = threading.Event()
     generator = None
     if args.generate_rate > 0:
         generator = threading.Thread(target=generate, name="event-generator", daemon=True,
-                                     args=(args.namesrv, args.events_topic, args.generate_rate, stop))
+                                     args=(args.namesrv, args.events_topic, args.generate_rate, stop,
+                                           args.ca_file))
         generator.start()
     queries = start_queries(spark, args)
     deadline = time.monotonic() + args.duration if args.duration > 0 else None

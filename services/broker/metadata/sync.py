@@ -18,6 +18,7 @@ from collections.abc import Callable
 import grpc
 
 from pocketmq.broker.v1 import broker_pb2, broker_pb2_grpc
+from pocketmq.wire.tls import ClientTls, aio_channel
 from services.broker.metadata.base import DataVersion, MetadataTable
 from services.broker.metadata.groups import SubscriptionGroupConfig, SubscriptionGroupManager
 from services.broker.metadata.offsets import ConsumerOffsetManager, DelayOffsetManager
@@ -49,7 +50,10 @@ class SlaveMetadataSync:
         first_delay_s: float = FIRST_SYNC_DELAY_S,
         timeout_s: float = 3.0,
         on_round: Callable[[SyncResult], None] | None = None,
+        tls: ClientTls | None = None,
     ) -> None:
+        """``tls``: the master's gRPC port speaks TLS (None = plaintext)."""
+        self.tls = tls
         self.topics = topics
         self.offsets = offsets
         self.delay_offsets = delay_offsets
@@ -131,7 +135,7 @@ class SlaveMetadataSync:
             return result
         if addr != self._channel_addr:
             await self._close_channel()
-            self._channel = grpc.aio.insecure_channel(addr, options=CHANNEL_OPTIONS)
+            self._channel = aio_channel(addr, CHANNEL_OPTIONS, self.tls)
             self._stub = broker_pb2_grpc.BrokerMetadataStub(self._channel)
             self._channel_addr = addr
         stub = self._stub

@@ -56,8 +56,8 @@ class PopMetrics:
     def acked(self, group: str, n: int) -> None:
         self._inc(group, "acked", n)
 
-    def nacked(self, group: str) -> None:
-        self._inc(group, "nacked")
+    def nacked(self, group: str, n: int = 1) -> None:
+        self._inc(group, "nacked", n)
 
     def revived(self, group: str) -> None:
         self._inc(group, "revived")

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import heapq
 import logging
 import time
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
-from services.broker import validation as v
 from services.broker.longpoll import QueueNotifier
 from services.broker.metadata import (
     ConsumerOffsetManager,
@@ -25,15 +24,18 @@ from services.broker.metadata import (
 )
 from services.broker.pop.handle import ReceiptHandle
 from services.broker.pop.metrics import PopMetrics
+from services.broker.pop.model import Popped, PoppedBatch, PopRequest
 from services.broker.pop.state import (
     OP_ACK,
     OP_CHECKPOINT,
     PROPERTY_POP_OP,
+    AckBatch,
     Checkpoint,
+    Ck,
     Entry,
     InFlight,
-    Key,
     QueueKey,
+    ResetItem,
     decode_acks,
     encode_acks,
 )
@@ -60,8 +62,11 @@ _DROP_PROPS = frozenset({record.PROPERTY_DELAY_TIME_LEVEL, record.PROPERTY_TIMER
                          record.PROPERTY_TRANSACTION_PREPARED, PROPERTY_POP_OP})
 
 Append = Callable[[Sequence[record.Message]], PutResult]
+#: (topic, queue id, from offset, max count) -> (records as stored, how many, next offset).
+ReadRaw = Callable[[str, int, int, int], tuple[bytes, int, int]]
 GroupConfig = Callable[[str], SubscriptionGroupConfig]
 Connected = Callable[[str], bool]
+_T = TypeVar("_T")
 
 
 def retry_topic(group: str) -> str:
@@ -76,39 +81,18 @@ def revive_topic(cluster: str) -> str:
     return f"rmq_sys_REVIVE_LOG_{cluster}"
 
 
-@dataclasses.dataclass(frozen=True)
-class Popped:
-    rec: record.MessageRecord
-    entry: Entry
-    handle: ReceiptHandle
-    #: The topic the consumer subscribed to (a retry message's original topic).
-    topic: str
-
-
-@dataclasses.dataclass(frozen=True)
-class PopRequest:
-    group: str
-    topic: str
-    queue_id: int
-    batch: int
-    invisible_ms: int
-    tag_filter: v.TagFilter
-    poll_s: float
-    client_id: str = ""
-    auto_renew: bool = False
-
-
 class PopService:
     def __init__(self, *, store: MessageStore, topics: TopicConfigManager, offsets: ConsumerOffsetManager,
                  notifier: QueueNotifier, append: Append, group_config: GroupConfig, cluster: str,
                  broker_name: str, metrics: PopMetrics, connected: Connected = lambda _c: False,
-                 auto_renew_ms: int = AUTO_RENEW_MS, renew_ahead_ms: int = RENEW_AHEAD_MS,
-                 renew_max_ms: int = RENEW_MAX_MS) -> None:
+                 read_raw: ReadRaw | None = None, auto_renew_ms: int = AUTO_RENEW_MS,
+                 renew_ahead_ms: int = RENEW_AHEAD_MS, renew_max_ms: int = RENEW_MAX_MS) -> None:
         self.store = store
         self.topics = topics
         self.offsets = offsets
         self.notifier = notifier
         self.append = append
+        self.read_raw = read_raw
         self.group_config = group_config
         self.broker_name = broker_name
         self.revive_topic = revive_topic(cluster)
@@ -118,14 +102,36 @@ class PopService:
         self.renew_ahead_ms = renew_ahead_ms
         self.renew_max_ms = renew_max_ms
         self.inflight = InFlight()
-        self._heap: list[tuple[int, Key, int]] = []
+        #: (deadline ms, checkpoint id) of every live checkpoint.
+        self._heap: list[tuple[int, int]] = []
         self._task: asyncio.Task[None] | None = None
         self._rounds = 0
         self._ensured: set[str] = set()
         self._groups_seen: set[str] = set()
+        #: True while this broker is the master of its group and serves pops.
+        self.active = False
         metrics.add_gauges(self._gauges)
 
-    # -- lifecycle --------------------------------------------------------------------------
+    # -- role -------------------------------------------------------------------------------
+
+    async def set_role(self, master: bool) -> None:
+        """The one entry point of the broker's role (at start and on an in-place switch).
+        Master: rebuild the in-flight table from the revive topic (replicated to slaves, so a
+        promoted slave has it) and start reviving. Slave: stop reviving and drop the table (it
+        goes stale; it is rebuilt from the commit log on the next promotion)."""
+        if master == self.active:
+            return
+        if master:
+            self.inflight = InFlight()
+            self._heap = []
+            await asyncio.to_thread(self.load)
+            self._task = asyncio.create_task(self._revive_loop(), name="pop-revive")
+            self.active = True
+        else:
+            await self.stop()
+            self.inflight = InFlight()
+            self._heap = []
+        log.info("pop service role", extra={"master": master, "in_flight": len(self.inflight)})
 
     def load(self) -> int:
         """Replay the revive topic from the saved progress point; returns records replayed."""
@@ -144,8 +150,8 @@ class PopService:
                 self._replay(rec)
                 replayed += 1
             offset = result.next_begin_offset
-        for entry in self.inflight:
-            heapq.heappush(self._heap, (entry.deadline_ms, entry.key, entry.ck_id))
+        for ck in self.inflight:
+            heapq.heappush(self._heap, (ck.deadline_ms, ck.ck_id))
         log.info("pop state recovered", extra={"records": replayed, "in_flight": len(self.inflight),
                                                "from_offset": start})
         return replayed
@@ -157,23 +163,28 @@ class PopService:
                 self.inflight.checkpoint(Checkpoint.decode(rec.body), rec.queue_offset)
             elif op == OP_ACK:
                 group, acks, resets = decode_acks(rec.body)
-                for topic, qid, offset, ck_id in acks:
-                    self.inflight.remove((group, topic, qid, offset), ck_id)
+                for topic, qid, ck_id, offsets in acks:
+                    ck = self.inflight.live(group, topic, qid, ck_id)
+                    if ck is not None:
+                        self.inflight.discard(ck, offsets)
                 for topic, qid, offset, attempt in resets:
                     self.inflight.reset((group, topic, qid, offset), attempt)
         except (ValueError, KeyError, TypeError) as exc:
             log.error("unreadable pop record skipped", extra={"offset": rec.queue_offset, "error": str(exc)})
 
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._revive_loop(), name="pop-revive")
-
     async def stop(self) -> None:
+        self.active = False
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
             self._save_progress()
+
+    def _check_active(self) -> None:
+        if not self.active:
+            raise FailedPreconditionError(f"broker {self.broker_name} is not the master of its group: "
+                                          "pop from the master")
 
     # -- pop --------------------------------------------------------------------------------
 
@@ -199,19 +210,33 @@ class PopService:
         return [retry, *queues] if self._rounds % 2 else [*queues, retry]
 
     async def pop(self, req: PopRequest, stopping: Callable[[], bool]) -> list[Popped]:
+        """Pop up to ``req.batch`` messages, one :class:`Popped` each (the RocketMQ 5 API)."""
+        return await self._poll(req, stopping, self._pop_queue)
+
+    async def pop_batches(self, req: PopRequest, stopping: Callable[[], bool]) -> list[PoppedBatch]:
+        """Pop up to ``req.batch`` messages, one :class:`PoppedBatch` per checkpoint."""
+        return await self._poll(req, stopping, self._pop_batch)
+
+    async def _poll(self, req: PopRequest, stopping: Callable[[], bool],
+                    take: Callable[[PopRequest, str, int, int, bool], tuple[list[_T], int]]) -> list[_T]:
         deadline = time.monotonic() + req.poll_s
         fifo = self.group_config(req.group).consume_message_orderly
         while True:
+            # Also after a long-poll wait: the broker may have become a slave meanwhile.
+            self._check_active()
             queues = self._queues(req)
-            out: list[Popped] = []
+            out: list[_T] = []
+            n = 0
             for topic, qid in queues:
-                if len(out) >= req.batch:
+                if n >= req.batch:
                     break
-                out.extend(self._pop_queue(req, topic, qid, req.batch - len(out), fifo))
+                items, k = take(req, topic, qid, req.batch - n, fifo)
+                out.extend(items)
+                n += k
             if out:
                 return out
             remaining = deadline - time.monotonic()
-            if remaining <= 0 or stopping() or self.notifier.closed:
+            if remaining <= 0 or stopping() or self.notifier.closed or not self.active:
                 return out
             waits = [asyncio.ensure_future(self.notifier.wait(t, q, self.store.max_queue_offset(t, q) - 1,
                                                               remaining)) for t, q in queues]
@@ -221,39 +246,94 @@ class PopService:
                 for w in waits:
                     w.cancel()
 
-    def _pop_queue(self, req: PopRequest, topic: str, qid: int, n: int, fifo: bool) -> list[Popped]:
+    def _take_decoded(self, req: PopRequest, topic: str, qid: int, n: int,
+                      fifo: bool) -> tuple[list[record.MessageRecord], Ck | None]:
         qk: QueueKey = (req.group, topic, qid)
         if fifo and self.inflight.busy(qk):
-            return []
+            return [], None
         cursor = self._cursor(qk)
         if cursor >= self.store.max_queue_offset(topic, qid):
-            return []
+            return [], None
         result = self.store.get_messages(topic, qid, cursor, n, tag_hashes=req.tag_filter.hash_codes)
         recs = [r for r in result.messages if req.tag_filter.matches(r.tags)]
         if result.next_begin_offset > cursor:
             self.inflight.cursors[qk] = result.next_begin_offset
         if not recs:
             self._commit(qk)
-            return []
-        now = int(time.time() * 1000)
+            return [], None
         fifo_attempts = self.inflight.fifo_attempts
         attempts = tuple(fifo_attempts.pop((req.group, topic, qid, r.queue_offset), r.reconsume_times + 1)
                          for r in recs)
-        ck = Checkpoint(req.group, topic, qid, tuple(r.queue_offset for r in recs),
-                        attempts, now, now + req.invisible_ms,
+        return recs, self._checkpoint(req, topic, qid, tuple(r.queue_offset for r in recs), attempts)
+
+    def _checkpoint(self, req: PopRequest, topic: str, qid: int, offsets: tuple[int, ...],
+                    attempts: tuple[int, ...]) -> Ck:
+        now = int(time.time() * 1000)
+        ck = Checkpoint(req.group, topic, qid, offsets, attempts, now, now + req.invisible_ms,
                         req.client_id, req.auto_renew)
         ck_id = self._write(OP_CHECKPOINT, ck.encode())
-        entries = self.inflight.checkpoint(ck, ck_id)
-        if result.next_begin_offset > cursor:
-            self.inflight.cursors[qk] = max(result.next_begin_offset, self.inflight.cursors[qk])
-        for entry in entries:
-            heapq.heappush(self._heap, (entry.deadline_ms, entry.key, ck_id))
-        self._commit(qk)
-        self.metrics.popped(req.group, len(recs))
+        live = self.inflight.checkpoint(ck, ck_id)
+        heapq.heappush(self._heap, (live.deadline_ms, ck_id))
+        self._commit(live.qk)
+        self.metrics.popped(req.group, len(offsets))
         self._groups_seen.add(req.group)
-        return [Popped(rec, entry, self._handle(entry),
-                       rec.properties.get(record.PROPERTY_RETRY_TOPIC, topic))
-                for rec, entry in zip(recs, entries, strict=True)]
+        return live
+
+    def _pop_queue(self, req: PopRequest, topic: str, qid: int, n: int,
+                   fifo: bool) -> tuple[list[Popped], int]:
+        recs, ck = self._take_decoded(req, topic, qid, n, fifo)
+        if ck is None:
+            return [], 0
+        out = []
+        for rec in recs:
+            entry = ck.entry(rec.queue_offset)
+            subscribed = rec.properties.get(record.PROPERTY_RETRY_TOPIC, topic)
+            out.append(Popped(rec, entry, self._handle(entry), subscribed))
+        return out, len(out)
+
+    def _pop_batch(self, req: PopRequest, topic: str, qid: int, n: int,
+                   fifo: bool) -> tuple[list[PoppedBatch], int]:
+        if fifo or not req.tag_filter.matches_all or self.read_raw is None:
+            return self._decoded_batch(req, topic, qid, n, fifo)
+        qk: QueueKey = (req.group, topic, qid)
+        cursor = self._cursor(qk)
+        end = self.store.max_queue_offset(topic, qid)
+        if cursor >= end:
+            return [], 0
+        parts: list[bytes] = []
+        offsets: list[int] = []
+        pos = cursor
+        while len(offsets) < n and pos < end:
+            data, found, nxt = self.read_raw(topic, qid, pos, n - len(offsets))
+            if found == 0:
+                if nxt <= pos:
+                    break
+                pos = nxt  # filler entries or deleted records: skipped
+                continue
+            if nxt - pos != found:
+                # Entries skipped among the records: only decoding tells which offsets they are.
+                if not offsets:
+                    return self._decoded_batch(req, topic, qid, n, fifo)
+                break
+            parts.append(data)
+            offsets.extend(range(pos, nxt))
+            pos = nxt
+        if pos > cursor:
+            self.inflight.cursors[qk] = max(pos, self.inflight.cursors.get(qk, 0))
+        if not offsets:
+            self._commit(qk)
+            return [], 0
+        ck = self._checkpoint(req, topic, qid, tuple(offsets), ())
+        return [PoppedBatch(topic, qid, ck.ck_id, ck.pop_ms, ck.deadline_ms, offsets, (),
+                            records=b"".join(parts))], len(offsets)
+
+    def _decoded_batch(self, req: PopRequest, topic: str, qid: int, n: int,
+                       fifo: bool) -> tuple[list[PoppedBatch], int]:
+        recs, ck = self._take_decoded(req, topic, qid, n, fifo)
+        if ck is None:
+            return [], 0
+        return [PoppedBatch(topic, qid, ck.ck_id, ck.pop_ms, ck.deadline_ms, list(ck.pending),
+                            tuple(ck.pending.values()), recs=recs)], len(recs)
 
     def _handle(self, entry: Entry) -> ReceiptHandle:
         _g, topic, qid, offset = entry.key
@@ -279,70 +359,122 @@ class PopService:
 
     # -- ack / change / forward -------------------------------------------------------------
 
-    def _entry(self, group: str, handle: ReceiptHandle) -> Entry:
-        entry = self.inflight.get((group, handle.topic, handle.queue_id, handle.offset), handle.ck_id)
-        if entry is None:
+    def _live(self, group: str, handle: ReceiptHandle) -> Ck:
+        ck = self.inflight.live(group, handle.topic, handle.queue_id, handle.ck_id)
+        if ck is None or handle.offset not in ck.pending:
             raise FailedPreconditionError(
                 "receipt handle is no longer valid (acked, expired and redelivered, or replaced by "
                 "ChangeInvisibleDuration)")
-        return entry
+        return ck
 
     def ack(self, group: str, handles: Sequence[ReceiptHandle]) -> list[str]:
         """Ack each handle; returns "" per handle acked, else why not."""
+        self._check_active()
         results: list[str] = []
-        done: list[Entry] = []
+        todo: dict[int, tuple[Ck, list[int]]] = {}
         for handle in handles:
             try:
-                done.append(self._entry(group, handle))
-                results.append("")
+                ck = self._live(group, handle)
             except FailedPreconditionError as exc:
                 results.append(str(exc))
-        if done:
-            self._resolve(group, done)
-            self.metrics.acked(group, len(done))
+                continue
+            todo.setdefault(ck.ck_id, (ck, []))[1].append(handle.offset)
+            results.append("")
+        if todo:
+            self._resolve(group, list(todo.values()))
         return results
 
-    def _resolve(self, group: str, entries: Sequence[Entry], *, fifo_again: bool = False) -> None:
-        """Ack ``entries`` durably; ``fifo_again``: hand them out again from their own queue (FIFO
-        groups), at the next attempt."""
-        items = [(e.key[1], e.key[2], e.key[3], e.ck_id) for e in entries]
-        resets = [(e.key[1], e.key[2], e.key[3], e.attempt + 1) for e in entries] if fifo_again else None
-        self._write(OP_ACK, encode_acks(group, items, resets))
-        queues = set()
-        for entry in entries:
-            self.inflight.remove(entry.key, entry.ck_id)
-            if fifo_again:
-                self.inflight.reset(entry.key, entry.attempt + 1)
-            queues.add(entry.key[:3])
+    def ack_batches(self, group: str, batches: Sequence[AckBatch]) -> tuple[int, list[AckBatch]]:
+        """Ack whole batches of offsets per checkpoint (one ACK record for all); returns how
+        many were acked and the offsets that were not (no longer in flight)."""
+        self._check_active()
+        todo: list[tuple[Ck, list[int]]] = []
+        failed: list[AckBatch] = []
+        for topic, qid, ck_id, offsets in batches:
+            ck = self.inflight.live(group, topic, qid, ck_id)
+            if ck is None:
+                failed.append((topic, qid, ck_id, offsets))
+                continue
+            pending = ck.pending
+            ok = [o for o in offsets if o in pending]
+            if len(ok) != len(offsets):
+                failed.append((topic, qid, ck_id, [o for o in offsets if o not in pending]))
+            if ok:
+                todo.append((ck, ok))
+        return (self._resolve(group, todo) if todo else 0), failed
+
+    def _resolve(self, group: str, todo: Sequence[tuple[Ck, Sequence[int]]],
+                 resets: Sequence[ResetItem] = (), *, count_acked: bool = True) -> int:
+        """Ack offsets of checkpoints durably (one ACK record); ``resets``: FIFO messages handed
+        out again from their own queue at their next attempt."""
+        self._write(OP_ACK, encode_acks(group, [(ck.topic, ck.queue_id, ck.ck_id, offs) for ck, offs in todo],
+                                        resets))
+        done = 0
+        queues: set[QueueKey] = set()
+        for ck, offs in todo:
+            done += len(self.inflight.discard(ck, offs))
+            queues.add(ck.qk)
+        for topic, qid, offset, attempt in resets:
+            self.inflight.reset((group, topic, qid, offset), attempt)
         for qk in queues:
-            self._commit(qk)  # type: ignore[arg-type]
+            self._commit(qk)
+        if count_acked and done:
+            self.metrics.acked(group, done)
+        return done
+
+    def _change(self, ck: Ck, offsets: Sequence[int], invisible_ms: int) -> Ck:
+        now = int(time.time() * 1000)
+        attempts = tuple(ck.pending[o] for o in offsets)
+        new = Checkpoint(ck.group, ck.topic, ck.queue_id, tuple(offsets), attempts, ck.pop_ms,
+                         now + invisible_ms, ck.client_id, False, ck.ck_id)
+        ck_id = self._write(OP_CHECKPOINT, new.encode())
+        live = self.inflight.checkpoint(new, ck_id)
+        heapq.heappush(self._heap, (live.deadline_ms, ck_id))
+        self.metrics.nacked(ck.group, len(offsets))
+        return live
 
     def change_invisible(self, group: str, handle: ReceiptHandle, invisible_ms: int) -> ReceiptHandle:
-        entry = self._entry(group, handle)
-        now = int(time.time() * 1000)
-        g, topic, qid, offset = entry.key
-        ck = Checkpoint(g, topic, qid, (offset,), (entry.attempt,), entry.pop_ms, now + invisible_ms,
-                        entry.client_id, False)
-        ck_id = self._write(OP_CHECKPOINT, ck.encode())
-        (new,) = self.inflight.checkpoint(ck, ck_id)
-        heapq.heappush(self._heap, (new.deadline_ms, new.key, ck_id))
-        self.metrics.nacked(group)
-        return self._handle(new)
+        self._check_active()
+        ck = self._change(self._live(group, handle), [handle.offset], invisible_ms)
+        return self._handle(ck.entry(handle.offset))
+
+    def change_batches(self, group: str, batches: Sequence[AckBatch],
+                       invisible_ms: int) -> tuple[list[Ck], list[AckBatch]]:
+        """ChangeInvisibleDuration for whole batches: one new checkpoint per old one."""
+        self._check_active()
+        out: list[Ck] = []
+        failed: list[AckBatch] = []
+        for topic, qid, ck_id, offsets in batches:
+            ck = self.inflight.live(group, topic, qid, ck_id)
+            pending = ck.pending if ck is not None else {}
+            ok = [o for o in dict.fromkeys(offsets) if o in pending]
+            missing = [o for o in offsets if o not in pending]
+            if missing:
+                failed.append((topic, qid, ck_id, missing))
+            if ck is not None and ok:
+                out.append(self._change(ck, ok, invisible_ms))
+        return out, failed
 
     def forward_to_dlq(self, group: str, handle: ReceiptHandle) -> None:
-        entry = self._entry(group, handle)
-        rec = self._read(entry.key)
+        self._check_active()
+        ck = self._live(group, handle)
+        rec = self._read(ck.topic, ck.queue_id, handle.offset)
         if rec is not None:
-            self._put_again(dlq_topic(group), rec, entry)
+            self._put_again(dlq_topic(group), rec, self._attempt(ck.pending[handle.offset], rec))
             self.metrics.dead_lettered(group)
-        self._resolve(group, [entry])
+        self._resolve(group, [(ck, [handle.offset])])
 
     # -- revive -----------------------------------------------------------------------------
 
-    def _read(self, key: Key) -> record.MessageRecord | None:
-        _g, topic, qid, offset = key
+    def _read(self, topic: str, qid: int, offset: int) -> record.MessageRecord | None:
         result = self.store.get_messages(topic, qid, offset, 1)
         return result.messages[0] if result.messages and result.messages[0].queue_offset == offset else None
+
+    @staticmethod
+    def _attempt(stored: int, rec: record.MessageRecord | None) -> int:
+        if stored:
+            return stored
+        return rec.reconsume_times + 1 if rec is not None else 1
 
     def _ensure(self, topic: str) -> None:
         if topic not in self._ensured:
@@ -350,7 +482,7 @@ class PopService:
                 self.topics.ensure_system_topic(TopicConfig(topic, 1, 1))
             self._ensured.add(topic)
 
-    def _put_again(self, topic: str, rec: record.MessageRecord, entry: Entry) -> None:
+    def _put_again(self, topic: str, rec: record.MessageRecord, attempt: int) -> None:
         props = {k: val for k, val in rec.properties.items() if k not in _DROP_PROPS}
         props.setdefault(record.PROPERTY_RETRY_TOPIC, rec.topic)
         props.setdefault(record.PROPERTY_ORIGIN_MESSAGE_ID, rec.msg_id)
@@ -358,66 +490,76 @@ class PopService:
         props.setdefault(record.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, rec.msg_id)
         self._ensure(topic)
         result = self.append([record.Message(topic, rec.body, 0, rec.flag, props, rec.born_timestamp,
-                                             rec.born_host, rec.sys_flag & 0x3, entry.attempt)])
+                                             rec.born_host, rec.sys_flag & 0x3, attempt)])
         if not result.stored:
             raise UnavailableError(f"cannot store to {topic}: {result.error or result.status.name}")
 
-    def revive(self, entry: Entry) -> None:
-        group = entry.key[0]
+    def revive(self, ck: Ck) -> None:
+        """Every pending message of an expired checkpoint goes to the retry topic (FIFO groups:
+        back to its own queue), or after the last attempt to the dead-letter topic."""
+        group = ck.group
         config = self.group_config(group)
-        rec = self._read(entry.key)
-        last = entry.attempt >= config.retry_max_times + 1
-        if rec is not None and config.consume_message_orderly and not last \
-                and not entry.key[1].startswith(RETRY_PREFIX):
-            # FIFO: the message stays in its queue, in order, and comes back from there.
-            self.metrics.revived(group)
-            self.metrics.retried(group)
-            self._resolve(group, [entry], fifo_again=True)
-            return
-        if rec is not None:
-            if last:
-                self._put_again(dlq_topic(group), rec, entry)
-                self.metrics.dead_lettered(group)
-                log.info("message dead-lettered", extra={"group": group, "topic": rec.topic,
-                                                         "attempts": entry.attempt})
-            else:
-                self._put_again(retry_topic(group), rec, entry)
-                self.metrics.retried(group)
-        self.metrics.revived(group)
-        self._resolve(group, [entry])
+        fifo = config.consume_message_orderly and not ck.topic.startswith(RETRY_PREFIX)
+        done: list[int] = []
+        resets: list[ResetItem] = []
+        try:
+            for offset, stored in list(ck.pending.items()):
+                rec = self._read(ck.topic, ck.queue_id, offset)
+                attempt = self._attempt(stored, rec)
+                last = attempt >= config.retry_max_times + 1
+                if rec is not None and fifo and not last:
+                    # FIFO: the message stays in its queue, in order, and comes back from there.
+                    resets.append((ck.topic, ck.queue_id, offset, attempt + 1))
+                    self.metrics.retried(group)
+                elif rec is not None and last:
+                    self._put_again(dlq_topic(group), rec, attempt)
+                    self.metrics.dead_lettered(group)
+                    log.info("message dead-lettered", extra={"group": group, "topic": rec.topic,
+                                                             "attempts": attempt})
+                elif rec is not None:
+                    self._put_again(retry_topic(group), rec, attempt)
+                    self.metrics.retried(group)
+                self.metrics.revived(group)
+                done.append(offset)
+        finally:
+            if done:
+                self._resolve(group, [(ck, done)], resets, count_acked=False)
 
-    def _due(self, now_ms: int) -> list[Entry]:
-        due: list[Entry] = []
+    def _due(self, now_ms: int) -> list[Ck]:
+        due: list[Ck] = []
         heap = self._heap
+        cks = self.inflight.cks
         while heap and heap[0][0] <= now_ms:
-            deadline, key, ck_id = heapq.heappop(heap)
-            entry = self.inflight.get(key, ck_id)
-            if entry is None:
+            deadline, ck_id = heapq.heappop(heap)
+            ck = cks.get(ck_id)
+            if ck is None:
                 continue
-            if entry.deadline_ms > deadline:  # renewed: wait for the new deadline
-                heapq.heappush(heap, (entry.deadline_ms, key, ck_id))
+            if ck.deadline_ms > deadline:  # renewed: wait for the new deadline
+                heapq.heappush(heap, (ck.deadline_ms, ck_id))
                 continue
-            due.append(entry)
+            due.append(ck)
         return due
 
     def _renew(self, now_ms: int) -> None:
-        for entry in self.inflight:
-            if (entry.auto_renew and entry.deadline_ms - now_ms < self.renew_ahead_ms
-                    and now_ms - entry.pop_ms < self.renew_max_ms and self.connected(entry.client_id)):
-                entry.deadline_ms = now_ms + self.auto_renew_ms
-                entry.renewed += 1
+        for ck in self.inflight.cks.values():
+            if (ck.auto_renew and ck.deadline_ms - now_ms < self.renew_ahead_ms
+                    and now_ms - ck.pop_ms < self.renew_max_ms and self.connected(ck.client_id)):
+                ck.deadline_ms = now_ms + self.auto_renew_ms
+                ck.renewed += 1
 
     def tick(self) -> int:
+        """One revive round; returns how many messages were due."""
         now_ms = int(time.time() * 1000)
         self._renew(now_ms)
-        due = self._due(now_ms)
-        for entry in due:
+        n = 0
+        for ck in self._due(now_ms):
+            n += len(ck.pending)
             try:
-                self.revive(entry)
+                self.revive(ck)
             except UnavailableError as exc:
                 log.warning("revive failed; retried", extra={"error": str(exc)})
-                heapq.heappush(self._heap, (now_ms + 1000, entry.key, entry.ck_id))
-        return len(due)
+                heapq.heappush(self._heap, (now_ms + 1000, ck.ck_id))
+        return n
 
     def _save_progress(self) -> None:
         first = self.inflight.min_ck_id()
@@ -445,7 +587,6 @@ class PopService:
         # Groups that popped before stay exported (0) when nothing is in flight.
         for group in self._groups_seen:
             out[group] = (0, 0.0)
-        for group, entries in self.inflight.by_group().items():
-            oldest = min(e.pop_ms for e in entries)
-            out[group] = (len(entries), max(0.0, (now - oldest) / 1000))
+        for group, (n, oldest) in self.inflight.by_group().items():
+            out[group] = (n, max(0.0, (now - oldest) / 1000))
         return out

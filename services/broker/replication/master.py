@@ -38,6 +38,7 @@ from services.broker.replication.framing import (
     encode_transfer_header,
 )
 from services.broker.replication.protocol import MasterConnectionProtocol
+from services.broker.replication.tls import HaTls, accept_tls, ha_tls
 from services.broker.replication.waiter import ReplicationWaiter, SlaveAckTracker, WaiterClosedError
 from services.broker.storage.config import StoreConfig
 from services.broker.storage.segment import SegmentSlice
@@ -85,6 +86,8 @@ class MasterSettings:
     auth_secret: bytes = dataclasses.field(default=_BROKER.ha_auth_secret.encode(), repr=False)
     #: How long a peer has to answer the challenge.
     auth_timeout_s: float = handshake_timeout_s(_BROKER.ha_housekeeping_interval / 1000)
+    #: haTlsEnable: TLS with a client certificate of the CA required (None = plaintext).
+    tls: HaTls | None = None
 
     @classmethod
     def from_config(cls, cfg: BrokerConfig, store: StoreConfig) -> MasterSettings:
@@ -95,7 +98,7 @@ class MasterSettings:
                    heartbeat_interval_s=cfg.ha_send_heartbeat_interval / 1000,
                    housekeeping_interval_s=housekeeping_s, fall_behind_max=cfg.ha_slave_fallbehind_max,
                    auth_secret=cfg.ha_auth_secret.encode(),
-                   auth_timeout_s=handshake_timeout_s(housekeeping_s))
+                   auth_timeout_s=handshake_timeout_s(housekeeping_s), tls=ha_tls(cfg))
 
 
 @dataclass(frozen=True)
@@ -456,7 +459,8 @@ class HAMaster:
         self.store.add_append_listener(self._on_append)
         self._accept_task = asyncio.create_task(self._accept_loop(), name="ha-accept")
         log.info("HA port listening", extra={"host": self.settings.host, "port": self.port,
-                                             "authentication": bool(self.settings.auth_secret)})
+                                             "authentication": bool(self.settings.auth_secret),
+                                             "tls": self.settings.tls is not None})
 
     async def stop(self) -> None:
         self._stopping = True
@@ -492,10 +496,25 @@ class HAMaster:
             sock.setblocking(False)
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn = SlaveConnection(self, sock, peer)
-            task = asyncio.create_task(self._serve(conn), name=f"ha-conn-{peer}")
+            task = asyncio.create_task(self._serve_socket(sock, peer), name=f"ha-conn-{peer}")
             self._conn_tasks.add(task)
             task.add_done_callback(self._conn_tasks.discard)
+
+    async def _serve_socket(self, sock: socket.socket, peer: str) -> None:
+        tls = self.settings.tls
+        if tls is not None:
+            self._handshakes += 1
+            try:
+                sock = await accept_tls(sock, tls, self.settings.auth_timeout_s)
+            except (OSError, TimeoutError) as exc:
+                self.auth_failures += 1
+                sock.close()
+                log.warning("HA TLS handshake failed",
+                            extra={"slave": peer, "error": str(exc) or type(exc).__name__})
+                return
+            finally:
+                self._handshakes -= 1
+        await self._serve(SlaveConnection(self, sock, peer))
 
     async def _serve(self, conn: SlaveConnection) -> None:
         secret = self.settings.auth_secret

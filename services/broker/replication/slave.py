@@ -39,6 +39,7 @@ from services.broker.replication.framing import (
     encode_ack,
 )
 from services.broker.replication.protocol import SlaveConnectionProtocol
+from services.broker.replication.tls import HaTls, connect_tls, ha_tls
 from services.broker.storage.commitlog import CommitLogError
 from services.broker.storage.config import StoreConfig
 from services.broker.storage.record import CheckKind, check_record
@@ -96,6 +97,8 @@ class SlaveSettings:
     auth_secret: bytes = dataclasses.field(default=_BROKER.ha_auth_secret.encode(), repr=False)
     #: How long to wait for the master's challenge.
     auth_timeout_s: float = handshake_timeout_s(_BROKER.ha_housekeeping_interval / 1000)
+    #: haTlsEnable: TLS, the master's certificate checked against the CA (None = plaintext).
+    tls: HaTls | None = None
 
     @classmethod
     def from_config(cls, cfg: BrokerConfig, store: StoreConfig) -> SlaveSettings:
@@ -106,7 +109,7 @@ class SlaveSettings:
                    max_body_size=_max_body_size(cfg), max_truncate=cfg.ha_slave_fallbehind_max,
                    diverged_dir=os.path.join(store.store_path_root_dir, "ha-diverged"),
                    auth_secret=cfg.ha_auth_secret.encode(),
-                   auth_timeout_s=handshake_timeout_s(housekeeping_s))
+                   auth_timeout_s=handshake_timeout_s(housekeeping_s), tls=ha_tls(cfg))
 
 
 class _SessionEndError(Exception):
@@ -257,6 +260,7 @@ class HASlave:
         family, _, _, _, sockaddr = infos[0]
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setblocking(False)
+        tls_owns_socket = False
         try:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -265,9 +269,21 @@ class HASlave:
                     await loop.sock_connect(sock, sockaddr)
             except TimeoutError:
                 raise _SessionEndError(f"connect to {addr} timed out after {CONNECT_TIMEOUT_S:g}s") from None
-            return await self._follow(sock, addr)
+            if self.settings.tls is None:
+                return await self._follow(sock, addr)
+            try:
+                stream = await connect_tls(sock, self.settings.tls, CONNECT_TIMEOUT_S)
+            except (OSError, TimeoutError) as exc:
+                why = str(exc) or type(exc).__name__
+                raise _SessionEndError(f"TLS handshake with {addr} failed: {why}") from None
+            tls_owns_socket = True  # the TLS relay closes the TCP socket after the stream
+            try:
+                return await self._follow(stream, addr)
+            finally:
+                stream.close()
         finally:
-            sock.close()
+            if not tls_owns_socket:
+                sock.close()
 
     async def _follow(self, sock: socket.socket, addr: str) -> bool:
         loop = asyncio.get_running_loop()

@@ -26,7 +26,7 @@ import threading
 from collections.abc import Callable
 
 from services.broker.storage.config import CQ_ENTRY_SIZE
-from services.broker.storage.segment import PAGE_SIZE, Segment, SyncFn, default_sync, fsync_dir
+from services.broker.storage.segment import PAGE_SIZE, Segment, SegmentError, SyncFn, default_sync, fsync_dir
 from services.broker.storage.segment_queue import SegmentQueue
 
 log = logging.getLogger(__name__)
@@ -56,6 +56,12 @@ class ConsumeQueue:
                                    keep_fd=False)
         #: The file being written (the last one), cached for the append path.
         self._active: Segment | None = None
+        #: A new queue's first file, still in memory: its entries (from byte ``_pending_start``
+        #: of the queue) until :meth:`materialize` writes the file, off the send path.
+        self._pending: bytearray | None = None
+        self._pending_start = 0
+        #: Set by :meth:`destroy` (a materialization racing a topic deletion gives up).
+        self._destroyed = False
         self.min_offset = 0
         self.max_offset = 0
         #: Commit log offset just past the last record indexed (0 = none).
@@ -91,6 +97,13 @@ class ConsumeQueue:
     def _raw_entry(self, index: int) -> Entry | None:
         """Entry number ``index`` without holding (callers hold the commit log lock)."""
         pos = index * CQ_ENTRY_SIZE
+        pending = self._pending
+        if pending is not None:
+            rel = pos - self._pending_start
+            if rel >= 0 and rel + CQ_ENTRY_SIZE <= len(pending):
+                found: Entry = ENTRY.unpack_from(pending, rel)
+                return found
+            return None
         seg = self._queue.find(pos)
         if seg is None:
             return None
@@ -109,6 +122,27 @@ class ConsumeQueue:
     def put(self, queue_offset: int, physical_offset: int, size: int, tags_code: int) -> bool:
         """Index one record. An entry that already exists (re-dispatch after recovery) is left
         as is and False is returned; a gap is filled with filler entries."""
+        pending = self._pending
+        if pending is not None:
+            if (queue_offset == self.max_offset
+                    and len(pending) + CQ_ENTRY_SIZE <= self._file_size):
+                pending += ENTRY.pack(physical_offset, size, tags_code)
+                self.max_offset = queue_offset + 1
+                self.last_physical_end = physical_offset + size
+                return True
+            self._materialize_locked()  # a gap or a full first file: the file now
+        elif self._active is None and queue_offset == self.max_offset and self._queue.is_empty():
+            # A new queue: its file is created by materialize() (the next consume queue
+            # flush), not here on the send path (a directory and a file: about 0.5 ms).
+            start = queue_offset * CQ_ENTRY_SIZE
+            start -= start % self._file_size
+            fill = (queue_offset * CQ_ENTRY_SIZE - start) // CQ_ENTRY_SIZE
+            self._pending_start = start
+            self._pending = bytearray(FILLER_ENTRY * fill) + ENTRY.pack(physical_offset, size, tags_code)
+            self.min_offset = queue_offset
+            self.max_offset = queue_offset + 1
+            self.last_physical_end = physical_offset + size
+            return True
         if queue_offset != self.max_offset:
             if queue_offset < self.max_offset:
                 return False
@@ -154,8 +188,76 @@ class ConsumeQueue:
             seg.append(FILLER_ENTRY * n)
             self.max_offset += n
 
+    @property
+    def pending(self) -> bool:
+        """True while the first file's entries are only in memory."""
+        return self._pending is not None
+
+    def materialize(self, lock: contextlib.AbstractContextManager[object]) -> None:
+        """Write a new queue's first file from its in-memory entries: the file (and its
+        directories) is created without ``lock`` (the commit log lock, under which entries are
+        added); the entries are written into it and it takes over under the lock."""
+        if self._pending is None:
+            return
+        try:
+            seg = self._queue.create(self._pending_start)
+        except SegmentError:  # put() created it meanwhile, or it cannot be created now
+            with lock:
+                if self._pending is not None and not self._queue.is_empty():
+                    self._materialize_locked()
+            return
+        with lock:
+            if self._destroyed:  # the topic was deleted meanwhile: leave nothing behind
+                self._queue.destroy()
+                for directory in (self.directory, os.path.dirname(self.directory)):
+                    with contextlib.suppress(OSError):
+                        os.rmdir(directory)
+                return
+            if self._pending is not None:
+                self._adopt(seg)
+
+    def _materialize_locked(self) -> None:
+        """:meth:`materialize` on the append path (the caller holds the commit log lock)."""
+        if self._pending is None:
+            return
+        seg = self._queue.last
+        if seg is None or seg.start != self._pending_start:
+            try:
+                seg = self._queue.create(self._pending_start)
+            except SegmentError:
+                seg = self._queue.last  # materialize() was creating it
+                if seg is None or seg.start != self._pending_start:
+                    raise
+        self._adopt(seg)
+
+    def _adopt(self, seg: Segment) -> None:
+        """Make ``seg`` (new, empty) the queue's file, holding the in-memory entries (hold the
+        commit log lock)."""
+        pending = self._pending
+        assert pending is not None
+        seg.write_through(0, bytes(pending))  # (no write fault on the new sparse file)
+        seg.write_pos = len(pending)
+        self._active = seg
+        # Readers that took the buffer before still see the same entries in it.
+        self._pending = None
+
     def truncate_dirty(self, physical_offset: int) -> None:
         """Drop entries of records that do not end at or before ``physical_offset``."""
+        pending = self._pending
+        if pending is not None:
+            if self.last_physical_end <= physical_offset:
+                return
+
+            def dirty(index: int) -> bool:
+                entry = self._raw_entry(index)
+                return entry is not None and entry[1] != FILLER_SIZE and entry[0] + entry[1] > physical_offset
+
+            cut = _search(self._pending_start // CQ_ENTRY_SIZE, self.max_offset, dirty)
+            self._pending = bytearray(pending[:cut * CQ_ENTRY_SIZE - self._pending_start])
+            self.max_offset = cut
+            self.min_offset = min(self.min_offset, cut)
+            self._refresh_last_physical_end()
+            return
         first = self._queue.first
         if first is None or self.last_physical_end <= physical_offset:
             return
@@ -174,15 +276,16 @@ class ConsumeQueue:
     def correct_min_offset(self, commit_log_min: int) -> None:
         """Move the min offset to the first real entry whose record is still in the commit log."""
         first = self._queue.first
-        if first is None:
+        if first is None and self._pending is None:
             self.min_offset = self.max_offset
             return
+        start = first.start if first is not None else self._pending_start
 
         def live(index: int) -> bool:
             entry = self._raw_entry(index)
             return entry is not None and entry[1] != FILLER_SIZE and entry[0] >= commit_log_min
 
-        lo = max(first.start // CQ_ENTRY_SIZE, self.min_offset)
+        lo = max(start // CQ_ENTRY_SIZE, self.min_offset)
         self.min_offset = _search(lo, self.max_offset, live)
 
     def delete_expired(self, commit_log_min: int) -> int:
@@ -212,6 +315,10 @@ class ConsumeQueue:
         if queue_offset < self.min_offset or count <= 0:
             return []
         pos = queue_offset * CQ_ENTRY_SIZE
+        pending = self._pending  # (taken before the files: materialize() adds the file first)
+        if pending is not None:
+            rel = pos - self._pending_start  # >= 0: queue_offset >= min_offset
+            return list(ENTRY.iter_unpack(pending[rel:rel + count * CQ_ENTRY_SIZE]))
         seg = self._queue.find(pos)
         if seg is None or not seg.hold():
             return []
@@ -232,6 +339,8 @@ class ConsumeQueue:
         self._active = None
 
     def destroy(self) -> None:
+        self._destroyed = True
+        self._pending = None
         self._queue.destroy()
         self._active = None
         self.min_offset = self.max_offset = 0
@@ -281,6 +390,8 @@ class ConsumeQueueStore:
         #: ``find((topic, queue_id))`` -> the open queue or None (the dict's own ``get``: the
         #: append path calls it once per message, then :meth:`create` when it gets None).
         self.find: Callable[[tuple[str, int]], ConsumeQueue | None] = self._queues.get
+        #: The lock entries are added under (the commit log's; set by the store).
+        self.append_lock: contextlib.AbstractContextManager[object] = threading.Lock()
 
     def _path(self, topic: str, queue_id: int) -> str:
         return os.path.join(self.root_dir, topic, str(queue_id))
@@ -407,8 +518,11 @@ class ConsumeQueueStore:
     # -- maintenance ---------------------------------------------------------------------------
 
     def flush(self, least_pages: int = 0) -> None:
-        """Flush the open queues and make new files' directory entries durable."""
+        """Write the files of new queues (see :meth:`ConsumeQueue.materialize`), flush the open
+        queues and make new files' directory entries durable."""
         for cq in self.queues():
+            if cq.pending:
+                cq.materialize(self.append_lock)
             cq.flush(least_pages)
         with self._dirs_lock:
             dirs, self._dirs_to_sync = self._dirs_to_sync, set()

@@ -23,8 +23,7 @@ import time
 import zlib
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-
-import numpy as np
+from typing import Any
 
 from pocketmq.wire.record import header_format
 from services.broker.storage.record import (
@@ -45,6 +44,12 @@ from services.broker.storage.segment import (
     default_sync,
 )
 
+_np: Any
+try:  # vectorised index-file writes where NumPy is installed (it is not in the container image)
+    import numpy as _np
+except ImportError:  # pragma: no cover - exercised by the image
+    _np = None
+
 log = logging.getLogger(__name__)
 
 #: beginTimestamp 8 · endTimestamp 8 · beginPhyOffset 8 · endPhyOffset 8 · hashSlotCount 4 ·
@@ -53,8 +58,9 @@ FILE_HEADER = struct.Struct(">qqqqii")
 #: keyHash 4 · phyOffset 8 · timeDiff 4 (seconds since beginTimestamp) · prevIndex 4.
 ENTRY = struct.Struct(">Iqii")
 SLOT = struct.Struct(">i")
-_ENTRY_DTYPE = np.dtype([("hash", ">u4"), ("offset", ">i8"), ("diff", ">i4"), ("prev", ">i4")])
-assert _ENTRY_DTYPE.itemsize == ENTRY.size
+_ENTRY_FIELDS = [("hash", ">u4"), ("offset", ">i8"), ("diff", ">i4"), ("prev", ">i4")]
+#: Below this many entries a put is a plain loop (NumPy's fixed cost per call would dominate).
+VECTOR_MIN = 64
 #: Entries looked at per chain and query at most (bounds a lookup on a degenerate chain).
 MAX_CHAIN_STEPS = 1_000_000
 #: Bytes of commit log read per batch by the index thread.
@@ -282,20 +288,50 @@ class IndexFile:
         FILE_HEADER.pack_into(self.mm, 0, self.begin_ts, self.end_ts, self.begin_offset, self.end_offset,
                               self.slots, self.count)
 
-    def put(self, hashes: np.ndarray, offsets: np.ndarray, stamps: np.ndarray, start: int) -> int:
-        """Append entries ``start..`` of the parallel arrays (uint32 key hashes, int64 commit
-        log offsets, int64 store timestamps in ms) until the file is full; returns the index of
-        the first one not written. Vectorised: the entries of a batch that share a slot are
-        chained to each other in order, the first to what the slot held; every entry is written
-        before the slot that points to it."""
+    def put(self, hashes: list[int], offsets: list[int], stamps: list[int], start: int) -> int:
+        """Append entries ``start..`` of the parallel lists (key hashes, commit log offsets,
+        store timestamps in ms) until the file is full; returns the index of the first one not
+        written. Every entry is written before the slot that points to it."""
         n0 = self.count
         k = min(len(hashes) - start, self.capacity + 1 - n0)
         if k <= 0:
             return start
-        h = hashes[start:start + k]
         entries_end = self._entries_at + (n0 + k) * ENTRY.size
         if entries_end > self._populated:
             self._populate(entries_end)
+        if _np is not None and k >= VECTOR_MIN:
+            self._put_vector(hashes[start:start + k], offsets[start:start + k], stamps[start:start + k])
+        else:
+            self._put_loop(hashes, offsets, stamps, start, k)
+        self.end_ts = max(self.end_ts, stamps[start + k - 1])
+        self.count = n0 + k
+        self.dirty = True
+        return start + k
+
+    def _put_loop(self, hashes: list[int], offsets: list[int], stamps: list[int], start: int, k: int) -> None:
+        mm = self.mm
+        n = self.count
+        nslots = self.slots
+        base_ts = self.begin_ts
+        entries_at = self._entries_at
+        slot_at = FILE_HEADER.size
+        unpack_slot, pack_slot, pack_entry = SLOT.unpack_from, SLOT.pack_into, ENTRY.pack_into
+        for i in range(start, start + k):
+            h = hashes[i]
+            pos = slot_at + (h % nslots) * 4
+            (prev,) = unpack_slot(mm, pos)
+            pack_entry(mm, entries_at + n * 20, h, offsets[i], (stamps[i] - base_ts) // 1000, prev)
+            pack_slot(mm, pos, n)
+            n += 1
+
+    def _put_vector(self, hashes: list[int], offsets: list[int], stamps: list[int]) -> None:
+        """:meth:`_put_loop` in one pass: the entries of the batch that share a slot are chained
+        to each other in order, the first to what the slot held."""
+        np = _np
+        assert np is not None
+        k = len(hashes)
+        n0 = self.count
+        h = np.array(hashes, dtype=np.uint32)
         ids = np.arange(n0, n0 + k, dtype=np.int64)
         slots = (h % self.slots).astype(np.int64)
         order = np.argsort(slots, kind="stable")
@@ -310,20 +346,16 @@ class IndexFile:
         prev_sorted[later] = sorted_ids[:-1][later[1:]]
         prev = np.empty(k, dtype=np.int64)
         prev[order] = prev_sorted
-        entries = np.frombuffer(self.mm, dtype=_ENTRY_DTYPE, count=k,
+        entries = np.frombuffer(self.mm, dtype=np.dtype(_ENTRY_FIELDS), count=k,
                                 offset=self._entries_at + n0 * ENTRY.size)
         entries["hash"] = h
-        entries["offset"] = offsets[start:start + k]
-        entries["diff"] = (stamps[start:start + k] - self.begin_ts) // 1000
+        entries["offset"] = offsets
+        entries["diff"] = (np.array(stamps, dtype=np.int64) - self.begin_ts) // 1000
         entries["prev"] = prev
         last = np.ones(k, dtype=bool)
         last[:-1] = sorted_slots[:-1] != sorted_slots[1:]
         slot_view[sorted_slots[last]] = sorted_ids[last]
         del slot_view, entries  # (exported buffers would keep the mapping from closing)
-        self.end_ts = max(self.end_ts, int(stamps[start + k - 1]))
-        self.count = n0 + k
-        self.dirty = True
-        return start + k
 
     def lookup(self, h: int, begin_ms: int, end_ms: int, limit: int, out: list[int]) -> None:
         """Append to ``out`` the offsets of entries with hash ``h`` stored in ``[begin_ms,
@@ -480,10 +512,9 @@ class IndexService:
                 hashes_l: list[int] = []
                 rows: list[int] = []
                 _message_keys(all_messages, self._topics, hashes_l, rows)
-                hashes = np.array(hashes_l, dtype=np.uint32)
-                picked = np.array(rows, dtype=np.int64)
-                offsets = np.array(all_offsets, dtype=np.int64)[picked]
-                stamps = np.array(batch_stamps, dtype=np.int64)[picked]
+                hashes = hashes_l
+                offsets = [all_offsets[r] for r in rows]
+                stamps = [batch_stamps[r] for r in rows]
             else:
                 end = self._dispatched()
                 if fed:
@@ -501,7 +532,7 @@ class IndexService:
                 self._files[-1].end_offset = end
             return end - start
 
-    def _scan_log(self, start: int, max_bytes: int) -> tuple[int, np.ndarray, np.ndarray, np.ndarray] | None:
+    def _scan_log(self, start: int, max_bytes: int) -> tuple[int, list[int], list[int], list[int]] | None:
         data = self._read(start, max_bytes)
         if data is None:
             return None
@@ -518,21 +549,20 @@ class IndexService:
         finally:
             if data is not None:
                 data.release()
-        return (start + pos, np.array(hashes, dtype=np.uint32), np.array(offsets, dtype=np.int64),
-                np.array(stamps, dtype=np.int64))
+        return start + pos, hashes, offsets, stamps
 
-    def _append(self, hashes: np.ndarray, offsets: np.ndarray, stamps: np.ndarray) -> None:
+    def _append(self, hashes: list[int], offsets: list[int], stamps: list[int]) -> None:
         i = 0
         n = len(hashes)
         while i < n:
             current = self._files[-1] if self._files else None
             if current is None or current.full:
-                first = int(offsets[i])
+                first = offsets[i]
                 if current is not None:
                     current.end_offset = first
                     current.flush()
                 path = os.path.join(self.directory, f"{first:020d}")
-                current = IndexFile(path, self.slots, self.capacity, create_at=(first, int(stamps[i])))
+                current = IndexFile(path, self.slots, self.capacity, create_at=(first, stamps[i]))
                 self._files.append(current)
                 log.info("index: new index file %s", path)
             i = current.put(hashes, offsets, stamps, i)

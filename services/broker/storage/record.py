@@ -301,6 +301,20 @@ def prepare(msg: Message) -> PreparedRecord:
 _new_prepared = tuple.__new__
 
 
+def prepared_record(
+    topic: str, queue_id: int, body: bytes, tail: bytes, tags_code: int, flag: int, born_timestamp: int,
+    born_ip: bytes, born_port: int,
+) -> PreparedRecord:
+    """A plain record (no sys flag, not a retry, not a transaction) from parts checked already:
+    ``tail, tags_code = encode_tail(topic, properties)`` and ``born_ip = host_bytes(host)``, shared
+    by every message of a batch with one topic, queue and property set; ``body`` is bytes and
+    ``queue_id`` >= 0. The bulk form of :func:`prepare` (no :class:`Message` per record)."""
+    return _new_prepared(PreparedRecord, (
+        HEADER_SIZE + len(body) + len(tail), topic, queue_id, body, tail, zlib.crc32(body), flag, 0,
+        born_timestamp, born_ip, born_port, 0, 0, tags_code,
+    ))
+
+
 def encode_prepared(
     p: PreparedRecord, queue_offset: int, physical_offset: int, store_timestamp: int,
     store_ip: bytes, store_port: int,

@@ -122,6 +122,7 @@ class MessageStore:
                               populate_write=config.flush_disk_type is FlushDiskType.ASYNC_FLUSH,
                               warm_size=config.warm_ahead_size,
                               direct_write=config.replica_direct_write)
+        self._cq.append_lock = self._log.lock
         self._checkpoint = CheckpointFile(config.checkpoint_path)
         #: The message key index (None when ``messageIndexEnable`` is off).
         self.index: IndexService | None = None
@@ -382,15 +383,24 @@ class MessageStore:
         """Append a batch without waiting for the disk (see :meth:`flush_future`)."""
         if not self._running:
             return _not_available()
-        prepared: list[PreparedRecord] = []
         try:
-            for msg in msgs:
-                p = prepare(msg)
-                if p.size > self._max_message_size:
-                    raise MessageTooLargeError(p.size, self._max_message_size)
-                prepared.append(p)
+            prepared = [prepare(msg) for msg in msgs]
         except RecordError as exc:
             return _refused(exc)
+        return self.append_prepared(prepared, msgs)
+
+    def append_prepared(self, prepared: Sequence[PreparedRecord], messages: Sequence[Message]) -> PutResult:
+        """Append records already validated and encoded by
+        :func:`~services.broker.storage.record.prepare` (or built the same way in bulk, e.g. a
+        produce batch sharing one topic, queue and property set); sizes are checked against
+        ``maxMessageSize`` here. ``messages``: one per record, what the key index reads (topic
+        and properties; the body and other fields may be left empty)."""
+        if not self._running:
+            return _not_available()
+        limit = self._max_message_size
+        for p in prepared:
+            if p.size > limit:
+                return _refused(MessageTooLargeError(p.size, limit))
         try:
             result = self._log.append_batch(prepared)
         except RecordError as exc:
@@ -401,7 +411,7 @@ class MessageStore:
             self._notify(self._log.max_offset)
         if self.index is not None and prepared:
             self.index.feed(result.physical_offsets[0], result.end_offset, result.physical_offsets,
-                            result.store_timestamp, msgs)
+                            result.store_timestamp, messages)
         if self._dispatch_listeners and prepared:
             self._notify_dispatched(result.end_offset)
         return result
@@ -760,6 +770,12 @@ def _selection(status: GetMessageStatus, next_begin: int, min_offset: int, max_o
 
 def _not_available() -> PutResult:
     return PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, error="message store is not running")
+
+
+def refused(exc: RecordError) -> PutResult:
+    """The result of a put refused for ``exc`` (what :meth:`MessageStore.append_messages` answers
+    for an invalid message), for callers that encode records themselves."""
+    return _refused(exc)
 
 
 def _refused(exc: RecordError) -> PutResult:

@@ -14,7 +14,8 @@ from apache.rocketmq.v2 import definition_pb2, service_pb2
 from pocketmq.namesrv.v1 import namesrv_pb2
 from services.broker import validation as v
 from services.broker.pop.handle import BadHandleError, ReceiptHandle
-from services.broker.pop.service import Popped, PopRequest, PopService
+from services.broker.pop.model import Popped, PopRequest
+from services.broker.pop.service import PopService
 from services.broker.storage import record
 from services.broker.v2 import route as r
 from services.broker.v2.clients import ClientRegistry

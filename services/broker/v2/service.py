@@ -21,6 +21,7 @@ import grpc
 
 from apache.rocketmq.v2 import definition_pb2, service_pb2, service_pb2_grpc
 from pocketmq.namesrv.v1 import namesrv_pb2, namesrv_pb2_grpc
+from pocketmq.wire.tls import aio_channel
 from services.broker import validation as v
 from services.broker.api import peer_host
 from services.broker.v2 import route as r
@@ -128,7 +129,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
     def _stub(self, addr: str) -> namesrv_pb2_grpc.NameServerStub:
         channel = self._channels.get(addr)
         if channel is None:
-            channel = self._channels[addr] = grpc.aio.insecure_channel(addr, options=CHANNEL_OPTIONS)
+            channel = self._channels[addr] = aio_channel(addr, CHANNEL_OPTIONS, self.app.client_tls)
         return namesrv_pb2_grpc.NameServerStub(channel)
 
     async def _route(self, topic: str) -> namesrv_pb2.TopicRouteData | None:

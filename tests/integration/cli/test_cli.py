@@ -209,3 +209,71 @@ def test_bench_produce_and_consume(hidden_cluster: Cluster) -> None:
     assert consumed["msgs_per_s"] > 0 and consumed["p99_ms"] >= consumed["p50_ms"] > 0
     table = cli.run("bench", "produce", "--topic", "cli-bench", "--messages", "200", "--batch", "10")
     assert table.returncode == 0 and "msgs/s" in table.stdout
+
+
+def test_dlq_list_show_and_resend_through_the_namesrv_relay_only(
+    hidden_cluster: Cluster, relay_only: Cli
+) -> None:
+    import asyncio
+
+    from pocketmq import AsyncProducer, Message
+    from pocketmq.client.popconsumer import PopConsumer
+
+    cli = relay_only
+    hidden_cluster.create_topic("dlq-t", queues=2)
+    group = cli.json("group", "create", "dlq-g", "--retry-max-times", "0")  # one attempt only
+    assert all(r["ok"] for r in group["results"])
+    texts = ["dead one", "dead two", "dead three"]
+
+    async def dead_letter() -> None:
+        async with AsyncProducer(hidden_cluster.namesrv) as producer:
+            for i, text in enumerate(texts):
+                await producer.send(Message("dlq-t", text, tags="tg", keys=f"k{i}",
+                                            properties={"app": str(i)}))
+        async with PopConsumer("dlq-g", hidden_cluster.namesrv) as consumer:
+            consumer.subscribe("dlq-t")
+            got = []
+            for _ in range(20):
+                got.extend(await consumer.receive(8, invisible_time=1, wait=0.5))
+                if len(got) >= len(texts):
+                    break
+            assert sorted(m.body.decode() for m in got) == sorted(texts)  # never acked
+
+    asyncio.run(dead_letter())
+    wait_for(lambda: hidden_cluster.route("%DLQ%dlq-g") is not None, 15, "%DLQ%dlq-g routed")
+
+    def listed() -> int:
+        rows = {q["group"]: q for q in cli.json("dlq", "list")["dead_letter_queues"]}
+        return int(rows["dlq-g"]["count"]) if "dlq-g" in rows else 0
+
+    wait_for(lambda: listed() == 3, 15, "three dead letters listed")
+    shown = cli.json("dlq", "show", "--group", "dlq-g")["messages"]
+    assert sorted(m["body"] for m in shown) == sorted(texts)
+    assert {(m["original_topic"], m["reconsume_times"], m["tags"]) for m in shown} == {("dlq-t", 1, "tg")}
+    hexed = cli.json("dlq", "show", "--group", "dlq-g", "--limit", "1", "--body", "hex")["messages"]
+    assert len(hexed) == 1 and bytes.fromhex(hexed[0]["body"]).decode() in texts
+
+    one = next(m for m in shown if m["body"] == "dead two")
+    resent = cli.json("dlq", "resend", "--group", "dlq-g", "--msg-id", one["msg_id"])
+    assert [(r["topic"], r["status"]) for r in resent["resent"]] == [("dlq-t", "SEND_OK")]
+    assert cli.json("dlq", "resend", "--group", "dlq-g", "--msg-id", "nope", code=1)["not_found"] == ["nope"]
+    assert len(cli.json("dlq", "resend", "--group", "dlq-g", "--all")["resent"]) == 3
+    assert cli.run("dlq", "resend", "--group", "dlq-g").returncode == 2  # neither --msg-id nor --all
+
+    async def read_back() -> list[Any]:
+        async with PopConsumer("dlq-check", hidden_cluster.namesrv) as consumer:
+            consumer.subscribe("dlq-t")
+            got: list[Any] = []
+            for _ in range(40):
+                batch = await consumer.receive(16, wait=0.5)
+                await consumer.ack(batch)
+                got.extend(batch)
+                if len(got) >= 7:
+                    break
+            return got
+
+    again = asyncio.run(read_back())
+    assert sorted(m.body.decode() for m in again) == sorted([*texts, *texts, "dead two"])
+    resent_copies = [m for m in again if m.message.properties.get("app") is not None]
+    assert len(resent_copies) == 7 and {m.message.tags for m in again} == {"tg"}
+    assert all("RETRY_TOPIC" not in m.message.properties for m in again)

@@ -168,12 +168,14 @@ def main() -> int:
     parser.add_argument("--plan", required=True)
     parser.add_argument("--namespace", default="")
     parser.add_argument("--checker", choices=["commit", "unknown"], default="commit")
+    # TLS: the SDK verifies with gRPC's default roots (GRPC_DEFAULT_SSL_ROOTS_FILE_PATH).
+    parser.add_argument("--tls", action="store_true")
     args = parser.parse_args()
     plan = json.loads(args.plan)
     topics = sorted({sc["topic"] for sc in plan})
     checker = Checker(args.checker)
     config = ClientConfiguration(args.endpoint, Credentials(), namespace=args.namespace)
-    producer = Producer(config, topics, checker=checker)
+    producer = Producer(config, topics, checker=checker, tls_enable=args.tls)
     producer.startup()
     try:
         for sc in plan:

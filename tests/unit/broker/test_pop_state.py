@@ -21,7 +21,7 @@ def test_checkpoint_round_trips_and_sets_entries_cursor_and_committable_offset()
     table.checkpoint(c, 10)
     assert len(table) == 3 and table.cursors[("g", "t", 0)] == 8
     assert table.committable(("g", "t", 0)) == 5
-    assert table.remove(("g", "t", 0, 5), 10) is not None
+    assert table.remove(("g", "t", 0, 5), 10)
     assert table.committable(("g", "t", 0)) == 6
     table.remove(("g", "t", 0, 6), 10)
     table.remove(("g", "t", 0, 7), 10)
@@ -31,17 +31,41 @@ def test_checkpoint_round_trips_and_sets_entries_cursor_and_committable_offset()
 def test_a_newer_checkpoint_replaces_the_old_handle() -> None:
     table = InFlight()
     table.checkpoint(ck((3,)), 1)
-    table.checkpoint(ck((3,), deadline=5000), 2)  # ChangeInvisibleDuration
+    table.checkpoint(ck((3,), deadline=5000), 2)  # ChangeInvisibleDuration (record without "x")
     assert table.get(("g", "t", 0, 3), 1) is None
-    assert table.remove(("g", "t", 0, 3), 1) is None  # the old handle acks nothing
+    assert not table.remove(("g", "t", 0, 3), 1)  # the old handle acks nothing
     entry = table.get(("g", "t", 0, 3), 2)
     assert entry is not None and entry.deadline_ms == 5000
 
 
-def test_ack_records_round_trip_with_fifo_resets() -> None:
-    body = encode_acks("g", [("t", 0, 3, 2)], [("t", 0, 3, 2)])
-    assert decode_acks(body) == ("g", [("t", 0, 3, 2)], [("t", 0, 3, 2)])
-    assert decode_acks(encode_acks("g", [("t", 1, 4, 9)])) == ("g", [("t", 1, 4, 9)], [])
+def test_a_checkpoint_naming_the_one_it_replaces_takes_over_only_those_offsets() -> None:
+    table = InFlight()
+    table.checkpoint(ck((3, 4, 5)), 1)
+    new = Checkpoint("g", "t", 0, (4, 5), (1, 1), 0, 9000, replaces=1)
+    assert Checkpoint.decode(new.encode()) == new
+    table.checkpoint(new, 2)
+    assert table.get(("g", "t", 0, 3), 1) is not None and table.get(("g", "t", 0, 4), 1) is None
+    assert table.get(("g", "t", 0, 4), 2) is not None and len(table) == 3
+
+
+def test_ack_records_round_trip_with_fifo_resets_and_read_the_per_message_format() -> None:
+    body = encode_acks("g", [("t", 0, 2, [3, 4])], [("t", 0, 3, 2)])
+    assert decode_acks(body) == ("g", [("t", 0, 2, [3, 4])], [("t", 0, 3, 2)])
+    assert decode_acks(encode_acks("g", [("t", 1, 9, [4])])) == ("g", [("t", 1, 9, [4])], [])
+    legacy = b'{"g":"g","k":[["t",1,4,9]]}'
+    assert decode_acks(legacy) == ("g", [("t", 1, 9, [4])], [])
+
+
+def test_a_checkpoint_without_attempts_derives_them_and_acks_remove_only_named_offsets() -> None:
+    c = Checkpoint("g", "t", 0, (7, 8, 9), (), 0, 100)
+    assert Checkpoint.decode(c.encode()) == c
+    table = InFlight()
+    live = table.checkpoint(c, 3)
+    assert live.pending == {7: 0, 8: 0, 9: 0}
+    assert table.discard(live, [8, 8, 42]) == [8]
+    assert len(table) == 2 and table.committable(("g", "t", 0)) == 7
+    assert table.discard(live, [7, 9]) == [7, 9]
+    assert table.cks == {} and table.committable(("g", "t", 0)) == 10
 
 
 def test_fifo_reset_moves_the_cursor_back_and_keeps_the_attempt() -> None:

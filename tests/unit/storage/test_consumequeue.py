@@ -110,6 +110,7 @@ def test_rebuild_after_deleting_consume_queues(tmp_path: Path) -> None:
     with MessageStore(config) as store:
         for i in range(120):
             store.put_message(msg(i, queue_id=i % 3, tags=str(i)))
+        store.flush()  # (a new queue's first file is written by the consume queue flush)
         before = {q: cq_entries(tmp_path / "s", "TopicA", q) for q in range(3)}
     shutil.rmtree(tmp_path / "s" / "consumequeue")
     with MessageStore(config) as store:
@@ -178,3 +179,38 @@ def test_delete_topic(open_store: StoreFactory, tmp_path: Path) -> None:
 def test_cq_entry_layout() -> None:
     assert ENTRY.size == 20
     assert ENTRY.pack(1, 2, -3) == struct.pack(">q", 1) + struct.pack(">i", 2) + struct.pack(">q", -3)
+
+
+def test_a_new_queue_is_readable_before_its_file_is_written(tmp_path: Path) -> None:
+    """A new queue's first file is created by the consume queue flush, off the send path: its
+    entries are served from memory until then, and the file holds them after."""
+    root = tmp_path / "s"
+    config = small_config(root, flush_interval_consume_queue=3_600_000)  # flushes only when asked
+    with MessageStore(config) as store:
+        puts = [store.put_message(msg(i, topic="Fresh")) for i in range(5)]
+        assert not (root / "consumequeue" / "Fresh").exists()
+        got = store.get_messages("Fresh", 0, 0, 32)
+        assert [m.body for m in got.messages] == [msg(i, topic="Fresh").body for i in range(5)]
+        store.flush()
+        assert cq_entries(root, "Fresh", 0) == [
+            (r.physical_offsets[0], r.wrote_bytes, 0) for r in puts]
+        puts += [store.put_message(msg(i, topic="Fresh")) for i in range(5, 8)]  # into the file now
+        store.flush()
+        assert [e[0] for e in cq_entries(root, "Fresh", 0)] == [r.physical_offsets[0] for r in puts]
+        # More entries than one file holds before any flush: the file is written when it fills.
+        many = [store.put_message(msg(i, topic="Big", queue_id=1)) for i in range(120)]
+        assert store.max_queue_offset("Big", 1) == 120
+        offset, seen = 0, []
+        while offset < 120:
+            got = store.get_messages("Big", 1, offset, 32)
+            seen += [m.physical_offset for m in got.messages]
+            offset = got.next_begin_offset
+        assert seen == [r.physical_offsets[0] for r in many]
+        # A topic deleted before its queue file was written leaves nothing behind.
+        store.put_message(msg(0, topic="Doomed"))
+        assert store.delete_topic("Doomed") == 1
+        store.flush()
+        assert not (root / "consumequeue" / "Doomed").exists()
+    with MessageStore(config) as store:  # written at shutdown: all there after a restart
+        assert store.max_queue_offset("Big", 1) == 120 and store.max_queue_offset("Fresh", 0) == 8
+        assert [e[0] for e in cq_entries(root, "Big", 1)] == [r.physical_offsets[0] for r in many]

@@ -8,8 +8,9 @@ import os
 import time
 from pathlib import Path
 
-import numpy as np
+import pytest
 
+from services.broker.storage import index as index_module
 from services.broker.storage.index import IndexFile, record_keys
 from services.broker.storage.record import Message
 from services.broker.storage.store import MessageStore
@@ -174,23 +175,40 @@ def test_record_keys_parses_only_whole_property_names() -> None:
     assert record_keys(b"TAGS\x01t\x02") == []
 
 
-def test_vectorised_put_chains_entries_of_one_slot(tmp_path: Path) -> None:
+@pytest.mark.parametrize("vector_min", [1, 10**9], ids=["numpy", "loop"])
+def test_put_chains_entries_of_one_slot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                        vector_min: int) -> None:
+    monkeypatch.setattr(index_module, "VECTOR_MIN", vector_min)
     f = IndexFile(str(tmp_path / "00000000000000000000"), 4, 100, create_at=(0, 1_000_000))
-    hashes = np.array([1, 5, 9, 2, 1, 13], dtype=np.uint32)  # slots 1 1 1 2 1 1
-    offsets = np.arange(6, dtype=np.int64) * 100
-    stamps = np.full(6, 1_000_000, dtype=np.int64)
+    hashes = [1, 5, 9, 2, 1, 13]  # slots 1 1 1 2 1 1
+    offsets = [i * 100 for i in range(6)]
+    stamps = [1_000_000] * 5 + [1_003_500]
     assert f.put(hashes, offsets, stamps, 0) == 6
-    assert f.put(hashes[:1], offsets[:1] + 1000, stamps[:1], 0) == 1  # chained onto the last batch
+    assert f.put(hashes[:1], [1000], [1_004_000], 0) == 1  # chained onto the last batch
     out: list[int] = []
     f.lookup(1, 0, 2**62, 10, out)
     assert out == [1000, 400, 0]
     out = []
     f.lookup(13, 0, 2**62, 10, out)
     assert out == [500]
+    out = []
+    f.lookup(13, 1_003_000, 1_003_999, 10, out)  # to the second
+    assert out == [500]
+    out = []
+    f.lookup(1, 1_004_000, 2**62, 10, out)
+    assert out == [1000]
+    assert f.end_ts == 1_004_000
     f.close()
     reopened = IndexFile(str(tmp_path / "00000000000000000000"), 999, 999)  # keeps its geometry
     assert (reopened.slots, reopened.capacity, reopened.count) == (4, 100, 8)
     reopened.close()
+
+
+def test_a_file_fills_up_and_the_next_continues(tmp_path: Path) -> None:
+    f = IndexFile(str(tmp_path / "00000000000000000000"), 4, 10, create_at=(0, 0))
+    assert f.put(list(range(15)), list(range(15)), [0] * 15, 0) == 10
+    assert f.full and f.put([1], [1], [0], 0) == 0
+    f.close()
 
 
 def test_the_offset_of_a_message_read_from_the_index_matches_the_send(open_store: StoreFactory) -> None:

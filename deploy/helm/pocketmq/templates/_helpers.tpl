@@ -167,7 +167,7 @@ pocketmq.io/cluster: {{ .ctx.Values.broker.clusterName | quote }}
 
 {{/* Keys the chart owns in broker.conf; broker.config may not set them. */}}
 {{- define "pocketmq.broker.reservedKeys" -}}
-brokerClusterName brokerName brokerId brokerRole brokerIP1 namesrvAddr listenHost listenPort haListenPort metricsPort storePathRootDir flushDiskType haAuthSecret
+brokerClusterName brokerName brokerId brokerRole brokerIP1 namesrvAddr listenHost listenPort haListenPort metricsPort storePathRootDir flushDiskType haAuthSecret {{ include "pocketmq.tlsKeys" . }}
 {{- end -}}
 
 {{/*
@@ -212,7 +212,10 @@ haListenPort={{ int64 $v.containerPorts.ha }}
 metricsPort={{ if .ctx.Values.metrics.enabled }}{{ int64 $v.containerPorts.metrics }}{{ else }}0{{ end }}
 storePathRootDir=/data/store
 flushDiskType={{ $v.flushDiskType }}
-{{- $reserved := splitList " " (include "pocketmq.broker.reservedKeys" .) }}
+{{- with include "pocketmq.tlsConf" (dict "ctx" .ctx "health" $v.containerPorts.health "broker" true) }}
+{{ . }}
+{{- end }}
+{{- $reserved := splitList " " (include "pocketmq.broker.reservedKeys" .ctx) }}
 {{- range $key, $value := $v.config }}
 {{- if eq $key "haAuthSecret" }}
 {{- fail "broker.config.haAuthSecret would put the secret in a ConfigMap; use broker.haAuth (a Secret) instead" }}
@@ -226,9 +229,13 @@ flushDiskType={{ $v.flushDiskType }}
 {{/* namesrv.conf (listen and metricsPort are command-line flags). */}}
 {{- define "pocketmq.namesrv.conf" -}}
 # namesrv.conf, rendered by the pocketmq chart. listen and metricsPort are set by flags.
+{{- $tlsKeys := splitList " " (include "pocketmq.tlsKeys" .) }}
 {{- range $key, $value := .Values.namesrv.config }}
 {{- if has $key (list "listen" "metricsPort") }}
 {{- fail (printf "namesrv.config.%s is set by the chart; use namesrv.containerPorts instead" $key) }}
+{{- end }}
+{{- if has $key $tlsKeys }}
+{{- fail (printf "namesrv.config.%s is set by the chart; use the tls values instead" $key) }}
 {{- end }}
 {{- if eq $key "readinessWarmUpMills" }}
 {{- fail "namesrv.config.readinessWarmUpMills is set by the chart; use namesrv.readinessWarmUpSeconds instead" }}
@@ -236,9 +243,66 @@ flushDiskType={{ $v.flushDiskType }}
 {{ $key }}={{ include "pocketmq.confValue" $value }}
 {{- end }}
 readinessWarmUpMills={{ mul (int64 .Values.namesrv.readinessWarmUpSeconds) 1000 }}
+{{- with include "pocketmq.tlsConf" (dict "ctx" . "health" .Values.namesrv.containerPorts.health "broker" false) }}
+{{ . }}
+{{- end }}
 {{- end -}}
 
 {{/* ----- Pod-spec pieces ----- */}}
+
+{{/* The keys tls.* sets (reserved in broker.config / namesrv.config). */}}
+{{- define "pocketmq.tlsKeys" -}}
+tlsEnable tlsServerMode tlsListenPort tlsServerCertPath tlsServerKeyPath tlsServerNeedClientAuth tlsServerTrustCertPath tlsClientTrustCertPath tlsClientCertPath tlsClientKeyPath tlsClientServerName healthListenPort haTlsEnable
+{{- end -}}
+
+{{/* Where the tls.existingSecret is mounted. */}}
+{{- define "pocketmq.tlsDir" -}}/etc/pocketmq-tls{{- end -}}
+
+{{/* The name certificates are checked for (tls.serverName, default the fullname). */}}
+{{- define "pocketmq.tlsServerName" -}}
+{{- default (include "pocketmq.fullname" .) .Values.tls.serverName -}}
+{{- end -}}
+
+{{/* conf lines of tls.*: (dict "ctx" $ "health" <port> "broker" true|false). */}}
+{{- define "pocketmq.tlsConf" -}}
+{{- $t := .ctx.Values.tls -}}
+{{- if $t.enabled -}}
+{{- if not $t.existingSecret }}{{ fail "tls.enabled needs tls.existingSecret (a Secret with tls.crt, tls.key and ca.crt)" }}{{ end -}}
+{{- $dir := include "pocketmq.tlsDir" . }}
+tlsEnable=true
+tlsServerMode=enforcing
+tlsServerCertPath={{ $dir }}/tls.crt
+tlsServerKeyPath={{ $dir }}/tls.key
+tlsServerTrustCertPath={{ $dir }}/ca.crt
+tlsServerNeedClientAuth={{ if $t.requireClientCert }}require{{ else }}none{{ end }}
+tlsClientServerName={{ include "pocketmq.tlsServerName" .ctx }}
+healthListenPort={{ int64 .health }}
+{{- if and .broker $t.ha }}
+haTlsEnable=true
+{{- end }}
+{{- end -}}
+{{- end -}}
+
+{{/* The tls.existingSecret volume and its mount (nothing without tls.enabled). */}}
+{{- define "pocketmq.tlsVolume" -}}
+{{- if .Values.tls.enabled -}}
+- name: tls
+  secret:
+    secretName: {{ .Values.tls.existingSecret }}
+{{- end -}}
+{{- end -}}
+{{- define "pocketmq.tlsVolumeMount" -}}
+{{- if .Values.tls.enabled -}}
+- name: tls
+  mountPath: {{ include "pocketmq.tlsDir" . }}
+  readOnly: true
+{{- end -}}
+{{- end -}}
+
+{{/* The port probes use: the plaintext health port with TLS on, else the gRPC port. (dict "ctx" $ "v" <component values>) */}}
+{{- define "pocketmq.probePort" -}}
+{{- if .ctx.Values.tls.enabled }}{{ int64 .v.containerPorts.health }}{{ else }}{{ int64 .v.containerPorts.grpc }}{{ end -}}
+{{- end -}}
 
 {{/* A native gRPC probe on grpc.health.v1: (dict "probe" <values> "port" N ["service" name]) */}}
 {{- define "pocketmq.grpcProbe" -}}
