@@ -27,10 +27,9 @@ import mmap
 import struct
 import threading
 import time
-import zlib
 from collections.abc import Callable, Iterable, Sequence
 from time import time_ns
-from typing import NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from pocketmq.wire.record import header_format
 from services.broker.storage.record import (
@@ -52,6 +51,7 @@ from services.broker.storage.record import (
     PreparedRecord,
     ReadableBuffer,
     RecordError,
+    body_crc,
     check_record,
     checked_body,
     decode_record,
@@ -73,6 +73,9 @@ from services.broker.storage.segment import (
 from services.broker.storage.segment_queue import SegmentQueue
 from services.broker.storage.status import PutMessageStatus, PutResult
 
+if TYPE_CHECKING:  # (the batch path imports its module on first use)
+    from services.broker.storage.dispatch import DispatchBatch, Scanner
+
 log = logging.getLogger(__name__)
 
 _BLANK_HEADER = PREFIX
@@ -93,6 +96,17 @@ PREFETCH_SIZE = 4 * 1024 * 1024
 BULK_WINDOW_S = 0.05
 #: Records the reput dispatcher indexes per lock acquisition before it lets others run.
 REPUT_BATCH = 256
+#: The dispatcher validates and indexes records a batch at a time (:mod:`.dispatch`) when at
+#: least this many undispatched bytes are there (a slave catching up, recovery); below, one at
+#: a time: a batch has a fixed cost of about 0.15 ms, which the few records of a steady
+#: stream do not pay back.
+BATCH_DISPATCH_MIN = 256 * 1024
+#: ... and when at least this many records may be dispatched in the call.
+BATCH_RECORDS_MIN = 128
+#: Bytes one dispatch batch reads and validates at most.
+SCAN_BYTES = 2 * 1024 * 1024
+#: A slave keeps the last this many replicated bytes in memory for its dispatcher.
+DISPATCH_RING = 32 * 1024 * 1024
 
 # TOTALSIZE and MAGICCODE: the dispatcher's first look at a record.
 _PREFIX = PREFIX.unpack_from
@@ -131,6 +145,11 @@ class Dispatcher(Protocol):
 
     def create(self, topic: str, queue_id: int) -> QueueIndex:
         """The index of (topic, queue id), created if needed."""
+        ...
+
+    def dispatch_batch(self, batch: DispatchBatch) -> None:
+        """Index a run of validated records at once (replicated data, recovery): the same
+        effect as ``put`` on each dispatchable row's queue, in commit log order."""
         ...
 
 
@@ -234,6 +253,11 @@ class CommitLog:
         self._populate_size = populate_size
         #: ... writable (MADV_POPULATE_WRITE: no fault at all, but dirty) or read-only.
         self._populate_write = populate_write
+        #: The writer appends through the mapping (a master): :meth:`warm_ahead` maps pages
+        #: ahead of it.
+        self._prefault_wanted = False
+        #: False once :meth:`Segment.prefault` failed (then the writer maps pages itself).
+        self._prefault_ok = True
         #: :meth:`warm_ahead` keeps this many bytes past the writer in the page cache.
         self._warm_size = warm_size
         #: :meth:`append_data` writes the whole blocks of large appends direct, through this
@@ -264,6 +288,20 @@ class CommitLog:
         self._dispatch_cond = threading.Condition(threading.Lock())
         self._dispatch_waiters = 0
         self._topic_names: dict[bytes, str] = {}
+        self._scanner_: Scanner | None = None
+        self._batch_ok = True
+        #: Batch dispatch reads the records it validates into this buffer (see
+        #: :meth:`Segment.read_into`), at most this much per batch.
+        self._scan_buf = memoryview(bytearray(SCAN_BYTES))
+        #: ... and the reput thread, outside the lock, into this one.
+        self._reput_buf = memoryview(bytearray(SCAN_BYTES))
+        #: Replicated bytes ``[_ring_from, _ring_end)`` kept for the dispatcher (see
+        #: :meth:`_keep_for_dispatch`; made on the first bulk append).
+        self._ring: mmap.mmap | None = None
+        self._ring_from = 0
+        self._ring_end = 0
+        #: Bumped whenever written bytes are cut away (a scan made outside the lock is void).
+        self._generation = 0
         self.closed = False
 
     # -- state ---------------------------------------------------------------------------------
@@ -350,7 +388,7 @@ class CommitLog:
         size = HEADER_SIZE + body_len + len(tail)
         if size > max_size or size > self._max_record:
             raise MessageTooLargeError(size, min(max_size, self._max_record))
-        body_crc = zlib.crc32(body)
+        crc = body_crc(body)
         try:
             born = _born_hosts[born_host]
         except (KeyError, TypeError):
@@ -367,8 +405,8 @@ class CommitLog:
             if self._dispatched != seg.start + pos:  # replicated records not yet dispatched
                 self._dispatch_locked(None, True)
             end = pos + size
-            if end > seg.populated_pos and self._populate_size:
-                self._populate(seg, end)
+            if end > seg.refill_pos:
+                self._refill(seg, end)
             physical_offset = seg.start + pos
             ts = time_ns() // 1_000_000
             if ts < self._last_store_ts:  # keep store timestamps monotonic for lookup by time
@@ -384,7 +422,7 @@ class CommitLog:
             mm = seg.mm
             try:  # straight into the mapping: header, then body, then topic and properties
                 _PACK_HEADER(
-                    mm, pos, size, MAGIC_CODE, body_crc, queue_id, flag, queue_offset, physical_offset,
+                    mm, pos, size, MAGIC_CODE, crc, queue_id, flag, queue_offset, physical_offset,
                     sys_flag, born_ts or ts, born, ts, self._store_host_bytes, reconsume_times,
                     prepared_tx, body_len)
             except struct.error as exc:
@@ -449,14 +487,15 @@ class CommitLog:
                         physical_offsets.append(first + total)
                         total += prepared[j].size
                         j += 1
-                    if seg.write_pos + total > seg.populated_pos and self._populate_size:
-                        self._populate(seg, seg.write_pos + total)
+                    if seg.write_pos + total > seg.refill_pos:
+                        self._refill(seg, seg.write_pos + total)
                     seg.append(encode_batch(prepared[i:j], queue_offsets[i:j], first, ts,
                                             self._store_ip, self._store_port))
                     i = j
             except BaseException:
                 if rollback_to is not None:
                     self._queue.truncate(rollback_to)
+                    self._generation += 1
                 raise
             wrote = 0
             for p, target, queue_offset, physical_offset in zip(prepared, indexes, queue_offsets,
@@ -520,13 +559,21 @@ class CommitLog:
             bulk = end - start_offset >= DIRECT_MIN
             if bulk:
                 self._last_bulk_append = time.monotonic()
-            stage = self._staging() if self._direct_write and bulk else None
+            # Bulk bytes go through the dispatch ring (they are written from there, direct
+            # where they can be, and the dispatcher reads them there), else through ``stage``.
+            in_ring = bulk and self._keep_for_dispatch(start_offset, pieces, end)
+            stage = self._staging() if self._direct_write and bulk and not in_ring else None
             direct = 0
-            for run_start, run in runs:
+            for i, (run_start, run) in enumerate(runs):
                 seg = last if last is not None and run_start < last.end else self._new_segment(run_start)
                 if last is None:
                     self._dispatched = run_start
-                direct += seg.write_at(run_start - seg.start, run, stage)
+                if in_ring:
+                    run_end = runs[i + 1][0] if i + 1 < len(runs) else end
+                    direct += seg.write_at(run_start - seg.start, self._ring_views(run_start, run_end),
+                                           aligned=self._direct_write)
+                else:
+                    direct += seg.write_at(run_start - seg.start, run, stage)
                 last = seg
             if direct:
                 self._last_direct_append = self._last_bulk_append
@@ -543,10 +590,80 @@ class CommitLog:
                 wakeup()
         return new_max
 
+    def _keep_for_dispatch(self, start: int, pieces: Sequence[ReadableBuffer], end: int) -> bool:
+        """Copy replicated bytes ``[start, end)`` into the dispatch ring (hold the lock; the
+        slave's transient store), so the reput thread validates them from memory instead of
+        reading back what went to the disk direct (see :meth:`_read_undispatched`), and the
+        direct writes take them from there (page-aligned: no staging copy). Only while the
+        dispatcher is less than the ring's size behind: bytes it has not read yet are never
+        overwritten. Returns whether the bytes are in the ring."""
+        if end - self._dispatched > DISPATCH_RING - SCAN_BYTES:
+            self._ring_from = end  # too far behind: the ring starts again later
+            return False
+        if self._ring is None:
+            self._ring = mmap.mmap(-1, DISPATCH_RING)
+            self._ring_from = start
+        if self._ring_end != start:
+            self._ring_from = start
+        ring = self._ring
+        at = start % DISPATCH_RING
+        for piece in pieces:
+            view = memoryview(piece)
+            while len(view):
+                n = min(len(view), DISPATCH_RING - at)
+                ring[at:at + n] = view[:n]
+                view = view[n:]
+                at = (at + n) % DISPATCH_RING
+        self._ring_end = end
+        return True
+
+    def _ring_views(self, start: int, end: int) -> list[memoryview]:
+        """Views of the ring holding log bytes ``[start, end)`` (two where it wraps)."""
+        assert self._ring is not None
+        view = memoryview(self._ring)
+        at = start % DISPATCH_RING
+        first = min(end - start, DISPATCH_RING - at)
+        views = [view[at:at + first]]
+        if first < end - start:
+            views.append(view[:end - start - first])
+        return views
+
+    def _read_undispatched(self, seg: Segment, offset: int, buf: memoryview) -> int:
+        """Bytes from ``offset`` into ``buf`` (at most to the segment's write position): from
+        the dispatch ring if it holds them, else from the file. Returns how many."""
+        n = min(len(buf), seg.write_pos - (offset - seg.start))
+        ring = self._ring
+        if ring is not None and self._ring_from <= offset and offset + n <= self._ring_end:
+            at = offset % DISPATCH_RING
+            first = min(n, DISPATCH_RING - at)
+            buf[:first] = ring[at:at + first]
+            if first < n:
+                buf[first:n] = ring[:n - first]
+            # (the writer only overwrites bytes more than a ring behind the dispatcher)
+            if self._ring_from <= offset:
+                return n
+        return seg.read_into(offset - seg.start, buf[:n])
+
     def _staging(self) -> memoryview:
         if self._stage is None:
             self._stage = mmap.mmap(-1, DIRECT_STAGE)
         return memoryview(self._stage)
+
+    def _refill(self, seg: Segment, end: int) -> None:
+        """The writer is about to write up to ``end``, past ``seg.refill_pos``: wake the warmer
+        to map more pages ahead (:meth:`warm_ahead`), or, if it fell behind (``end`` is past
+        the mapped pages), map the next chunk on this thread. Hold the lock."""
+        if not self._populate_size:
+            seg.refill_pos = seg.size
+            return
+        if end > seg.populated_pos:
+            self._populate(seg, end)
+        elif self._prefault_ok:
+            wakeup = self.warm_wakeup
+            if wakeup is not None:
+                wakeup()
+        self._prefault_wanted = self._prefault_ok
+        seg.refill_pos = seg.populated_pos
 
     def _populate(self, seg: Segment, end: int) -> None:
         if not seg.populate(end, min(self._populate_size, POPULATE_STEP), write=self._populate_write):
@@ -563,13 +680,25 @@ class CommitLog:
         return _within_bulk_window(self._last_bulk_append)
 
     def warm_ahead(self) -> None:
-        """Put the pages of the next ``warm_size`` bytes past the writer in the page cache
-        (:meth:`Segment.warm`), so the writer's populate finds them allocated and zeroed. For
-        a background thread: takes no lock and releases the GIL while the kernel works. Not
-        while bulk appends go direct: the direct writes would only drop those pages again."""
-        size = self._warm_size
+        """For a background thread (takes no lock, and releases the GIL while the kernel
+        works): map the pages of the next ``populate_size`` bytes past a master's writer into
+        the process (:meth:`Segment.prefault`: the writer then takes no page fault and makes no
+        ``madvise`` call itself; it only wakes this thread when it gets within half of that of
+        the end), and put the pages of the next ``warm_size`` bytes in the page cache
+        (:meth:`Segment.warm`), so mapping finds them allocated and zeroed. No warming while
+        bulk appends go direct: the direct writes would only drop those pages again."""
         seg = self._queue.active
-        if not size or seg is None or self.closed:
+        if seg is None or self.closed:
+            return
+        populate = self._populate_size
+        if populate and self._prefault_wanted:
+            if seg.prefault(seg.write_pos + populate, write=self._populate_write):
+                seg.refill_pos = seg.populated_pos - populate // 2
+            else:
+                log.info("madvise through ctypes is not available here; the writer maps pages itself")
+                self._prefault_ok = self._prefault_wanted = False
+        size = self._warm_size
+        if not size:
             return
         if _within_bulk_window(self._last_direct_append):
             return
@@ -618,11 +747,15 @@ class CommitLog:
         acquisition: call it in a loop, letting other threads run in between). An invalid
         record stops dispatching for good: it is logged, reported in :attr:`dispatch_error`
         and never indexed. Returns the records dispatched (0: nothing more to do for now)."""
+        before = self._dispatched
+        count = self._reput_batch(max_records) if max_records >= BATCH_RECORDS_MIN else 0
         with self.lock:
             if self.closed or self._dispatch_error is not None:
-                return 0
-            before = self._dispatched
-            count, reason = self._dispatch_locked(max_records, self.reput_check_crc)
+                return count
+            reason = ""
+            if count < max_records:
+                more, reason = self._dispatch_locked(max_records - count, self.reput_check_crc)
+                count += more
             offset = self._dispatched
             if reason:
                 self._dispatch_error = (offset, reason)
@@ -637,6 +770,56 @@ class CommitLog:
             if listener is not None:
                 listener(offset)
         return count
+
+    @property
+    def _scanner(self) -> Scanner | None:
+        """The batch validator, or None where NumPy is not installed (then every record goes
+        one at a time)."""
+        if self._scanner_ is None and self._batch_ok:
+            try:
+                from services.broker.storage.dispatch import Scanner
+            except ImportError:
+                log.info("NumPy is not installed: replicated records are dispatched one at a time")
+                self._batch_ok = False
+                return None
+            self._scanner_ = Scanner()
+        return self._scanner_
+
+    def _reput_batch(self, max_records: int) -> int:
+        """The batch path of :meth:`reput` with the expensive part outside the lock: read and
+        validate the records past :attr:`dispatched_offset` (immutable bytes: a slave only
+        appends past them, and a truncation bumps ``_generation``), then, under the lock and
+        only if nothing moved meanwhile, index them. So the appending thread is not held up
+        while the records are checked. Returns the records dispatched (0: the locked path
+        takes over, e.g. for a blank, an incomplete or an invalid record)."""
+        offset = self._dispatched
+        generation = self._generation
+        seg = self._queue.find(offset)
+        if seg is None or self.closed or self._dispatch_error is not None or not seg.hold():
+            return 0
+        try:
+            pos = offset - seg.start
+            available = seg.write_pos - pos
+            if available < BATCH_DISPATCH_MIN:
+                return 0
+            scanner = self._scanner
+            if scanner is None:
+                return 0
+            buf = self._reput_buf
+            got = self._read_undispatched(seg, offset, buf[:available])
+            batch = scanner.scan(buf, offset, got, seg.size - pos, max_records, self.reput_check_crc)
+        finally:
+            seg.release()
+        if batch is None:
+            return 0
+        with self.lock:
+            if self.closed or self._dispatched != offset or self._generation != generation:
+                return 0
+            self._dispatcher.dispatch_batch(batch)
+            self._dispatched = batch.end_offset
+            if batch.max_store_timestamp > self._last_store_ts:
+                self._last_store_ts = batch.max_store_timestamp
+        return len(batch)
 
     def wait_dispatched(self, offset: int, timeout: float) -> bool:
         """Block until :attr:`dispatched_offset` reaches ``offset`` (True) or ``timeout``
@@ -673,8 +856,10 @@ class CommitLog:
         reason = ""
         find, create = self._find, self._create
         topics = self._topic_names
+        dispatch_batch = self._dispatcher.dispatch_batch
+        scan_buf = self._scan_buf
         last_ts = self._last_store_ts
-        crc32 = zlib.crc32
+        crc32 = body_crc
         while offset < end and count != limit:
             seg = queue.find(offset)
             if seg is None:
@@ -693,8 +878,25 @@ class CommitLog:
             size = seg.size
             mm = seg.mm
             view = seg.view
+            try_batch = True
             while pos < write_pos and count != limit:
                 available = write_pos - pos
+                scanner = self._scanner if try_batch and available >= BATCH_DISPATCH_MIN and (
+                    limit < 0 or limit - count >= BATCH_RECORDS_MIN) else None
+                if scanner is not None:
+                    got = self._read_undispatched(seg, base + pos, scan_buf[:available])
+                    batch = scanner.scan(scan_buf, base + pos, got, size - pos,
+                                         limit - count if limit > 0 else got, check_crc)
+                    if batch is not None:
+                        dispatch_batch(batch)
+                        count += len(batch)
+                        pos = batch.end_offset - base
+                        if batch.max_store_timestamp > last_ts:
+                            last_ts = batch.max_store_timestamp
+                        continue
+                    try_batch = False  # this record goes one at a time (it may be the last)
+                    continue
+                try_batch = True
                 if available < END_FILE_MIN_BLANK_LENGTH:
                     break
                 total, magic = _PREFIX(mm, pos)
@@ -838,6 +1040,8 @@ class CommitLog:
         """Cut the log back to ``offset`` (hold :attr:`lock`; the caller fixes the consume
         queues)."""
         self._queue.truncate(offset)
+        self._generation += 1
+        self._ring_end = self._ring_from = 0
         self._dispatched = min(self._dispatched, self.max_offset)
         error = self._dispatch_error
         if error is not None and error[0] >= self.max_offset:
@@ -923,4 +1127,8 @@ class CommitLog:
             if self._stage is not None:
                 self._stage.close()
                 self._stage = None
+            if self._ring is not None:
+                with contextlib.suppress(BufferError):  # (a view still referenced somewhere)
+                    self._ring.close()
+                self._ring = None
 

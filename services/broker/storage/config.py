@@ -63,10 +63,11 @@ class StoreConfig:
     max_transfer_count_on_message_in_memory: int = 32
     #: ... and at most this many bytes (at least one message is always returned).
     max_transfer_bytes_on_message_in_memory: int = 256 * 1024
-    #: Ours: when the commit log writer reaches the end of the pages mapped so far, it maps
-    #: this many more bytes with one ``madvise(MADV_POPULATE_READ)`` rather than taking a page
-    #: fault per 4 KiB page (several times cheaper per byte; the role of RocketMQ's
-    #: ``warmMapedFileEnable``). 0 disables; ignored where the kernel lacks it (< 5.14).
+    #: Ours: a background thread keeps this many bytes past the commit log writer mapped into
+    #: the process with ``madvise(MADV_POPULATE_READ)`` (through ctypes: the GIL is released),
+    #: so the writer takes no page fault per 4 KiB page and makes no ``madvise`` call itself
+    #: (the role of RocketMQ's ``warmMapedFileEnable``); the writer maps the next 256 KiB itself
+    #: only if that thread fell behind. 0 disables; ignored where the kernel lacks it (< 5.14).
     #: Under ASYNC_FLUSH the pages are mapped writable (``MADV_POPULATE_WRITE``: no fault at
     #: all when the writer reaches them; they are dirty, so the next flush writes at most this
     #: many bytes of zeros); under SYNC_FLUSH read-only, so a sync never waits for them.

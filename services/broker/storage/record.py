@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import enum
 import struct
-import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import NamedTuple
+
+from isal.isal_zlib import crc32 as _isal_crc32
 
 from pocketmq.wire.msgid import Host, host_bytes, offset_msg_id, parse_offset_msg_id
 from pocketmq.wire.record import (
@@ -112,6 +113,11 @@ __all__ = [  # the wire package's names, re-exported for the store's modules
 
 _PREFIX = PREFIX
 _U16 = U16
+
+#: BODYCRC of a body: zlib's CRC-32 (the record format's checksum), computed with ISA-L, which
+#: gives the same value an order of magnitude faster than zlib on message-sized bodies (it is
+#: computed once per message written and once per record a slave or a recovery validates).
+body_crc: Callable[[ReadableBuffer], int] = _isal_crc32
 
 _EMPTY_PROPERTIES: Mapping[str, str] = MappingProxyType({})
 
@@ -292,7 +298,7 @@ def prepare(msg: Message) -> PreparedRecord:
     if type(body) is not bytes or queue_id < 0 or sys_flag & HOST_V6_FLAGS:
         body = checked_body(body, queue_id, sys_flag)
     return _new_prepared(PreparedRecord, (
-        HEADER_SIZE + len(body) + len(tail), topic, queue_id, body, tail, zlib.crc32(body), flag,
+        HEADER_SIZE + len(body) + len(tail), topic, queue_id, body, tail, body_crc(body), flag,
         sys_flag, born_timestamp, host_bytes(born_host[0]), born_host[1], reconsume_times,
         prepared_transaction_offset, tags_code,
     ))
@@ -310,7 +316,7 @@ def prepared_record(
     by every message of a batch with one topic, queue and property set; ``body`` is bytes and
     ``queue_id`` >= 0. The bulk form of :func:`prepare` (no :class:`Message` per record)."""
     return _new_prepared(PreparedRecord, (
-        HEADER_SIZE + len(body) + len(tail), topic, queue_id, body, tail, zlib.crc32(body), flag, 0,
+        HEADER_SIZE + len(body) + len(tail), topic, queue_id, body, tail, body_crc(body), flag, 0,
         born_timestamp, born_ip, born_port, 0, 0, tags_code,
     ))
 
@@ -452,7 +458,7 @@ def check_record(
     (props_len,) = _U16.unpack_from(buf, props_at)
     if props_at + 2 + props_len != end:
         return RecordCheck(CheckKind.CORRUPT, 0, None, "field sizes do not add up to TOTALSIZE")
-    if check_crc and zlib.crc32(buf[pos + HEADER_SIZE:body_end]) != crc:
+    if check_crc and body_crc(buf[pos + HEADER_SIZE:body_end]) != crc:
         return RecordCheck(CheckKind.CORRUPT, 0, None, "body CRC mismatch")
     try:
         topic = bytes(buf[body_end + 1:props_at]).decode()

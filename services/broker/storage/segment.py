@@ -20,6 +20,7 @@ of a segment that keeps it held until released.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import logging
 import mmap
@@ -51,6 +52,22 @@ DIRECT_ALIGN = 4096
 #: A :meth:`Segment.write_at` with a staging buffer writes its whole aligned blocks directly
 #: only if they add up to at least this much; smaller appends go through the page cache.
 DIRECT_MIN = 64 * 1024
+
+
+
+def _libc_madvise() -> Callable[[int, int, int], int] | None:
+    """libc's ``madvise`` through ctypes, which releases the GIL during the call (the mmap
+    module's ``madvise`` holds it); None where it cannot be loaded."""
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).madvise
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    fn.restype = ctypes.c_int
+    return fn  # type: ignore[no-any-return]
+
+
+_madvise_nogil = _libc_madvise()
 
 SyncFn = Callable[[int], None]
 #: Data sync of a file descriptor (``os.fdatasync`` where it exists).
@@ -84,8 +101,9 @@ class SegmentError(OSError):
 class Segment:
     """A mapped file covering log offsets ``[start, start + size)``."""
 
-    __slots__ = ("_available", "_direct_fd", "_fd", "_flush_lock", "_ref_lock", "_refs", "flushed_pos", "mm",
-                 "path", "populated_pos", "size", "start", "view", "warmed_pos", "write_pos")
+    __slots__ = ("_addr", "_available", "_direct_fd", "_fd", "_flush_lock", "_ref_lock", "_refs",
+                 "flushed_pos", "mm", "path", "populated_pos", "refill_pos", "size", "start", "view",
+                 "warmed_pos", "write_pos")
 
     def __init__(self, path: str, start: int, size: int, *, create: bool = False,
                  keep_fd: bool = True) -> None:
@@ -131,6 +149,11 @@ class Segment:
         self.flushed_pos = 0
         #: Pages mapped ahead of the writer (see :meth:`populate`).
         self.populated_pos = 0
+        #: The writer asks for more pages to be mapped (see :meth:`prefault`) once it writes
+        #: past this position (set by whoever maps them).
+        self.refill_pos = 0
+        #: Address of the mapping (for :meth:`prefault`; 0: not looked up yet).
+        self._addr = 0
         #: Bytes put in the page cache ahead of the writer by :meth:`warm`.
         self.warmed_pos = 0
         self._refs = 1  # the owner's reference
@@ -170,7 +193,8 @@ class Segment:
         self.write_pos = end
         return pos
 
-    def write_at(self, pos: int, pieces: Sequence[ReadableBuffer], stage: memoryview | None = None) -> int:
+    def write_at(self, pos: int, pieces: Sequence[ReadableBuffer], stage: memoryview | None = None,
+                 *, aligned: bool = False) -> int:
         """Write ``pieces`` back to back at ``pos`` and move the write position to their end,
         which must not pass the end of the segment. For bulk appends of bytes that already
         exist elsewhere (a slave's replicated log). Returns how many bytes went direct.
@@ -178,7 +202,9 @@ class Segment:
         The bytes go through the page cache with ``pwritev`` (the kernel allocates the pages,
         so the writer takes no page fault, and the shared mapping sees the bytes at once) ...
 
-        ... unless ``stage`` (a page-aligned buffer, a multiple of :data:`DIRECT_ALIGN` long)
+        ... unless ``stage`` (a page-aligned buffer, a multiple of :data:`DIRECT_ALIGN` long;
+        or ``aligned``: the pieces themselves are slices of such a buffer, cut at block
+        boundaries of the file, and are written direct without the copy)
         is given and the whole 4 KiB blocks of the write add up to :data:`DIRECT_MIN`: those
         are copied through ``stage`` and written with ``O_DIRECT``, past the page cache, and
         only the partial blocks at either end take the page cache. A block is thus always
@@ -196,10 +222,10 @@ class Segment:
         direct = 0
         lo = -(-pos // DIRECT_ALIGN) * DIRECT_ALIGN
         hi = end // DIRECT_ALIGN * DIRECT_ALIGN
-        if stage is not None and hi - lo >= DIRECT_MIN and self._direct_fd is not None:
+        if (stage is not None or aligned) and hi - lo >= DIRECT_MIN and self._direct_fd is not None:
             head, middle, tail = split_views(views, lo - pos, hi - pos)
             self._pwritev(pos, head)
-            if self._pwrite_direct(lo, middle, stage):
+            if self._pwritev_direct(lo, middle) if stage is None else self._pwrite_direct(lo, middle, stage):
                 direct = hi - lo
             else:
                 self._pwritev(lo, middle)
@@ -209,7 +235,7 @@ class Segment:
         self.write_pos = max(self.write_pos, end)
         return direct
 
-    def write_through(self, pos: int, data: bytes) -> None:
+    def write_through(self, pos: int, data: bytes | memoryview) -> None:
         """Write ``data`` at ``pos`` with ``pwrite`` (the write position is not moved). For a
         small write that touches a page of the file for the first time: the kernel fills the
         page cache without the mapping's write fault, which on a sparse file costs milliseconds
@@ -270,6 +296,25 @@ class Segment:
                     filled = 0
         return not filled or self._pwrite_stage(fd, stage[:filled], at)
 
+    def _pwritev_direct(self, at: int, views: list[memoryview]) -> bool:
+        """Write ``views`` (each at a page-aligned address, whole blocks long: a caller's
+        ``aligned=True``) at the block-aligned ``at`` with ``O_DIRECT``, without copying them
+        through a staging buffer. False if the file system refuses direct I/O."""
+        fd = self._open_direct()
+        if fd is None:
+            return False
+        try:
+            self._pwritev_fd(fd, at, views)
+        except OSError as exc:
+            if exc.errno != errno.EINVAL:
+                raise
+            log.info("direct writes refused in %s (%s); writing through the page cache",
+                     self.path, exc.strerror)
+            self._close_direct()
+            self._direct_fd = None
+            return False
+        return True
+
     def _pwrite_stage(self, fd: int, data: memoryview, at: int) -> bool:
         """One staged direct write; False if the file system refuses direct I/O (EINVAL: the
         caller then writes the same range through the page cache, which is always safe)."""
@@ -324,6 +369,7 @@ class Segment:
             os.ftruncate(fd, pos)
             os.ftruncate(fd, self.size)
         self.populated_pos = min(self.populated_pos, pos)
+        self.refill_pos = min(self.refill_pos, pos)
 
     def truncate_to(self, pos: int, *, sparse: bool = False) -> None:
         """Cut the written data back to ``pos`` and zero what follows."""
@@ -380,6 +426,34 @@ class Segment:
         self.populated_pos = stop
         return True
 
+    def prefault(self, end: int, *, write: bool = False) -> bool:
+        """:meth:`populate` up to ``end`` from a background thread, so the writer finds the
+        pages mapped: ``madvise`` is called through ctypes, which releases the GIL (the writer
+        goes on appending meanwhile), with the segment held. Returns False if the kernel or the
+        platform does not support it."""
+        start = self.populated_pos
+        stop = min(self.size, end)
+        if stop <= start:
+            return True
+        if _madvise_nogil is None:
+            return False
+        if not self.hold():
+            return True  # closed or deleted meanwhile
+        try:
+            if not self._addr:
+                anchor = ctypes.c_char.from_buffer(self.mm)
+                self._addr = ctypes.addressof(anchor)
+                del anchor  # (releases its export of the mapping)
+            aligned = start // PAGE_SIZE * PAGE_SIZE
+            advice = MADV_POPULATE_WRITE if write else MADV_POPULATE_READ
+            if _madvise_nogil(self._addr + aligned, stop - aligned, advice) != 0:
+                return False
+        finally:
+            self.release()
+        if stop > self.populated_pos:
+            self.populated_pos = stop
+        return True
+
     def warm(self, end: int, chunk: int) -> bool:
         """Bring the pages of ``[max(warmed_pos, write_pos), end)`` into the page cache with
         ``posix_fadvise(POSIX_FADV_WILLNEED)``, ``chunk`` bytes per call (RocketMQ's
@@ -417,6 +491,20 @@ class Segment:
         return True
 
     # -- reading -------------------------------------------------------------------------------
+
+    def read_into(self, pos: int, buf: memoryview) -> int:
+        """Copy the file's bytes from ``pos`` into ``buf`` with ``preadv`` (the GIL is released
+        and no page of the mapping is faulted in: cheaper than reading the mapping for bytes
+        read once, such as those a slave's dispatcher validates). Returns the bytes read."""
+        size = min(len(buf), self.size - pos)
+        done = 0
+        with self._file() as fd:
+            while done < size:
+                n = os.preadv(fd, [buf[done:size]], pos + done)
+                if n <= 0:
+                    break
+                done += n
+        return done
 
     def slice(self, pos: int, size: int) -> SegmentSlice | None:
         """A held, zero-copy view of ``[pos, pos + size)``; None if the segment is gone."""

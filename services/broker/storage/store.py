@@ -64,16 +64,19 @@ log = logging.getLogger(__name__)
 MAX_FILTER_SCAN = 16_000
 #: Records the reput thread dispatches per lock acquisition while replicated data keeps
 #: arriving (~50 us of work for 1 KiB ones: the appending thread waits at most that long for
-#: the GIL and the lock) ...
+#: the GIL and the lock; the acks, which SYNC_MASTER producers wait for, come first) ...
 REPUT_BATCH_STREAMING = 16
 #: ... and how long it sleeps between those batches (the appender gets the GIL back at once) ...
 REPUT_PAUSE_S = 0.0002
 #: ... or, while the slave receives in bulk (``CommitLog.receiving_in_bulk``: it is catching
 #: up), this long: the commit log, which the ack counts, comes first, and the consume queues
-#: catch up when the stream slows down ...
+#: catch up when the stream slows down, then in large batches (``storage/dispatch.py``:
+#: about 0.5 us of CPU a 1 KiB record). (Dispatching in large batches while a catch-up streams
+#: in made the consume queues keep up, but slowed the catch-up and SYNC_MASTER acks on a busy
+#: machine.) ...
 REPUT_PAUSE_BULK_S = 0.002
 #: ... and per lock acquisition once the stream pauses (catching up at full speed).
-REPUT_BATCH_IDLE = 256
+REPUT_BATCH_IDLE = 8192
 
 AppendListener = Callable[[int], None]
 DispatchListener = Callable[[int], None]
@@ -206,7 +209,7 @@ class MessageStore:
                 notify(offset)
 
             self._log.on_dispatched = on_reput_dispatched
-        if cfg.warm_ahead_size:
+        if cfg.warm_ahead_size or cfg.populate_ahead_size:
             self._warmer = ServiceThread("CommitLogWarmer", 1.0, self._log.warm_ahead)
             self._log.warm_wakeup = self._warmer.wakeup
             self._warmer.start()

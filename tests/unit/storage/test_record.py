@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import struct
 import zlib
 
@@ -302,3 +303,11 @@ def test_encoded_tails_are_cached_by_content_not_identity() -> None:
     assert ("CacheTopic", ("TAGS", "x"), ("UNIQ_KEY", "0A0B")) not in _tail_cache
     with pytest.raises(RecordError):
         encode_tail("CacheTopic", {"TAGS": ["unhashable"]})  # type: ignore[dict-item]
+
+
+def test_body_crc_is_zlibs_crc32() -> None:
+    rng = random.Random(9)
+    for size in (0, 1, 7, 100, 1024, 4097, 70_000):
+        data = rng.randbytes(size)
+        assert rec.body_crc(data) == zlib.crc32(data)
+        assert rec.body_crc(memoryview(bytearray(data))[1:]) == zlib.crc32(data[1:])

@@ -216,14 +216,33 @@ def test_async_flush_runs_in_the_background(open_store: StoreFactory) -> None:
     assert store.flushed_offset >= end
 
 
-def test_pages_are_mapped_ahead_of_the_writer(open_store: StoreFactory) -> None:
+def test_pages_are_mapped_ahead_of_the_writer(open_store: StoreFactory,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    prefaulted_by: list[str] = []
+    prefault = segment_module.Segment.prefault
+
+    def recording(self: segment_module.Segment, end: int, *, write: bool = False) -> bool:
+        prefaulted_by.append(threading.current_thread().name)
+        return prefault(self, end, write=write)
+
+    monkeypatch.setattr(segment_module.Segment, "prefault", recording)
     store = open_store(populate_ahead_size=8192)
     store.put_message(msg(0))
     segment = store._log.segments[-1]
-    assert segment.populated_pos == 8192
+    # The first write maps the first chunk itself (the warmer thread may have mapped more).
+    assert segment.write_pos < segment.populated_pos <= segment.write_pos + 8192
     for i in range(1, 60):
         store.put_message(msg(i))
-    assert segment.write_pos <= segment.populated_pos < segment.write_pos + 8192 + 4096
+        assert segment.write_pos <= segment.populated_pos < segment.write_pos + 8192 + 4096
+    # The warmer thread maps pages ahead of the writer (no GIL held), woken whenever the writer
+    # gets within half of populate_ahead_size of the end of the mapped pages (the writer maps
+    # the next chunk itself only when the warmer has not kept up, e.g. on a busy machine).
+    deadline = time.monotonic() + 10
+    while (not prefaulted_by or segment.populated_pos < segment.write_pos + 4096) \
+            and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert segment.write_pos + 4096 <= segment.populated_pos <= segment.write_pos + 8192
+    assert set(prefaulted_by) == {"CommitLogWarmer"}
     assert [m.body for m in store.get_messages("TopicA", 0, 0, 60, max_bytes=10**9).messages[:3]] == \
         [msg(i).body for i in range(3)]
 

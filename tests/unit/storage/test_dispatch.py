@@ -1,0 +1,166 @@
+"""Batch dispatch of replicated records (storage/dispatch.py): the same consume queues as the
+one-record-at-a-time path, and the same refusal, at the same record, of anything invalid."""
+
+from __future__ import annotations
+
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+from services.broker.storage import commitlog
+from services.broker.storage import store as store_module
+from services.broker.storage.consumequeue import ConsumeQueueStore
+from services.broker.storage.dispatch import DispatchBatch
+from services.broker.storage.record import HEADER_SIZE, TRANSACTION_PREPARED_TYPE, Message
+from services.broker.storage.store import MessageStore
+from tests.unit.storage.conftest import StoreFactory, msg
+
+SEGMENT = 1024 * 1024
+
+
+def put_varied(store: MessageStore, n: int, seed: int) -> list[tuple[Message, int]]:
+    """Runs of same-sized records (the stride path) and of random sizes (the walk), over
+    three topics (one not ASCII) and four queues, with and without TAGS / UNIQ_KEY, and a few
+    prepared transaction messages (stored, never indexed). Returns (message, physical offset)."""
+    rng = random.Random(seed)
+    sent: list[tuple[Message, int]] = []
+    i = 0
+    while i < n:
+        same = rng.random() < 0.5
+        size = rng.randrange(0, 2000)
+        batch = []
+        for _ in range(min(rng.choice([1, 20, 64]), n - i)):
+            props: dict[str, str] = {}
+            if rng.random() < 0.4:
+                props["TAGS"] = rng.choice(["a", "TagB", "é"])
+            if rng.random() < 0.2:
+                props["UNIQ_KEY"] = f"K{i}"
+            sys_flag = TRANSACTION_PREPARED_TYPE if rng.random() < 0.02 else 0
+            body = bytes([i % 251]) * (size if same else rng.randrange(0, 2000))
+            batch.append(Message(rng.choice(["TopicA", "TopicB", "Töpic"]), body, rng.randrange(4),
+                                 properties=props, sys_flag=sys_flag))
+            i += 1
+        result = store.put_messages(batch)
+        assert result.ok, result
+        sent.extend(zip(batch, result.physical_offsets, strict=True))
+    return sent
+
+
+def replicate(master: MessageStore, slave: MessageStore, chunk: int) -> None:
+    offset = slave.max_offset
+    while offset < master.max_offset:
+        with master.get_data(offset, chunk) as piece:  # type: ignore[union-attr]
+            offset = slave.append_data(offset, piece.data)
+    assert slave.wait_dispatched(master.max_offset, 30), slave.dispatch_error
+
+
+@pytest.fixture
+def batched_rows(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Rows indexed through the batch interface (so a test knows that path ran)."""
+    rows: list[int] = []
+    dispatch = ConsumeQueueStore.dispatch_batch
+
+    def counting(self: ConsumeQueueStore, batch: DispatchBatch) -> None:
+        rows.append(len(batch))
+        dispatch(self, batch)
+
+    monkeypatch.setattr(ConsumeQueueStore, "dispatch_batch", counting)
+    return rows
+
+
+def queue_files(root: Path) -> dict[str, bytes]:
+    base = root / "consumequeue"
+    return {str(p.relative_to(base)): p.read_bytes() for p in sorted(base.rglob("*")) if p.is_file()}
+
+
+def test_batches_index_exactly_as_one_by_one(open_store: StoreFactory, tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch,
+                                             batched_rows: list[int]) -> None:
+    config = {"mapped_file_size_commit_log": SEGMENT, "mapped_file_size_consume_queue": 300 * 20}
+    master = open_store(tmp_path / "master", **config)
+    sent = put_varied(master, 3000, seed=3)
+    assert master.max_offset > 2 * SEGMENT  # crosses segment ends (blank records)
+    batched = open_store(tmp_path / "batched", **config)
+    replicate(master, batched, 700_000)
+    assert sum(batched_rows) > len(sent) * 0.9
+    monkeypatch.setattr(commitlog, "BATCH_DISPATCH_MIN", 1 << 62)  # one record at a time
+    single = open_store(tmp_path / "single", **config)
+    replicate(master, single, 700_000)
+    for store in (master, batched, single):
+        store.flush()
+    expected = queue_files(tmp_path / "master")
+    assert expected and queue_files(tmp_path / "batched") == expected
+    assert queue_files(tmp_path / "single") == expected
+    # Prepared messages are stored but not indexed; everything else is readable.
+    indexed = [(m, p) for m, p in sent if not m.sys_flag & TRANSACTION_PREPARED_TYPE]
+    assert len(indexed) < len(sent)
+    assert sum(batched.max_queue_offset(t, q) for t in ("TopicA", "TopicB", "Töpic") for q in range(4)) \
+        == len(indexed)
+    last, _ = indexed[-1]
+    newest = batched.max_queue_offset(last.topic, last.queue_id) - 1
+    got = batched.get_messages(last.topic, last.queue_id, newest)
+    assert [m.body for m in got.messages] == [last.body]
+    assert batched._log.last_store_timestamp == master._log.last_store_timestamp
+
+
+# Where a byte of record number BAD is spoiled (relative to the record), and the reason the
+# dispatcher gives: the batch must stop right before it, like the one-by-one path.
+SPOILED = [(4, "bad magic code"), (0, "bad record size"), (28, "PHYSICALOFFSET"),
+           (HEADER_SIZE + 10, "body CRC mismatch"), (-1, "field sizes do not add up"),
+           ("topic", "topic is not UTF-8"), ("topic_len", "")]
+BAD = 150
+
+
+@pytest.mark.parametrize(("where", "reason"), SPOILED)
+def test_an_invalid_record_inside_a_batch_stops_it_there(open_store: StoreFactory, tmp_path: Path,
+                                                         where: int | str, reason: str,
+                                                         batched_rows: list[int],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(commitlog, "BATCH_DISPATCH_MIN", 16 * 1024)
+    master = open_store(tmp_path / "master", mapped_file_size_commit_log=SEGMENT)
+    slave = open_store(tmp_path / "slave", mapped_file_size_commit_log=SEGMENT)
+    results = [master.put_message(msg(i, size=300, tags="t")) for i in range(300)]
+    assert all(r.ok for r in results)
+    bad_at = results[BAD].physical_offsets[0]
+    total = master.max_offset
+    with master.get_data(0, total) as piece:  # type: ignore[union-attr]
+        data = bytearray(piece.data)
+    record = results[BAD].wrote_bytes
+    if where == "topic":
+        data[bad_at + HEADER_SIZE + 300 + 1] = 0xFF  # first byte of TOPIC
+    elif where == "topic_len":
+        data[bad_at + HEADER_SIZE + 300] = 0  # TOPICLENGTH 0
+    elif where == -1:
+        data[bad_at + record - 2] ^= 0x40  # last property byte: PROPERTIESLENGTH no longer fits ...
+        data[bad_at + HEADER_SIZE + 300 + 1 + len("TopicA") + 1] ^= 0x01  # ... its low byte changed
+    else:
+        assert isinstance(where, int)
+        data[bad_at + where] ^= 0x7F
+    assert len(data) > commitlog.BATCH_DISPATCH_MIN
+    assert slave.append_data(0, data) == total
+    assert not slave.wait_dispatched(total, 3)
+    error = slave.dispatch_error
+    assert error is not None and error[0] == bad_at and reason in error[1], error
+    assert slave.dispatched_offset == bad_at
+    assert slave.max_queue_offset("TopicA", 0) == BAD  # every record before it, none after
+    # (the reput thread's first small batch goes one record at a time)
+    assert sum(batched_rows) >= BAD - store_module.REPUT_BATCH_STREAMING
+    got = slave.get_messages("TopicA", 0, BAD - 1, 10)
+    assert [m.body for m in got.messages] == [msg(BAD - 1, size=300).body]
+
+
+def test_without_numpy_records_go_one_at_a_time(open_store: StoreFactory, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The container image has no NumPy: the slave then dispatches every record one by one."""
+    monkeypatch.setitem(sys.modules, "services.broker.storage.dispatch", None)  # import fails
+    config = {"mapped_file_size_commit_log": SEGMENT}
+    master = open_store(tmp_path / "master", **config)
+    sent = put_varied(master, 1500, seed=5)
+    slave = open_store(tmp_path / "slave", **config)
+    replicate(master, slave, 700_000)
+    assert slave._log._scanner is None
+    indexed = sum(1 for m, _ in sent if not m.sys_flag & TRANSACTION_PREPARED_TYPE)
+    assert sum(slave.max_queue_offset(t, q) for t in ("TopicA", "TopicB", "Töpic") for q in range(4)) \
+        == indexed
