@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import ctypes
 import dataclasses
 import errno
 import importlib.util
@@ -41,10 +40,9 @@ import shutil
 import signal
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
-from services.common.lifecycle import run_service
+from services.common.lifecycle import die_with_parent, run_service
 from services.common.logs import setup_logging
 from services.common.ports import bind_error, join_host_port, port_holder, reason_of
 from services.common.tls import generate_ca, issue_certificate
@@ -52,7 +50,6 @@ from services.common.tls import generate_ca, issue_certificate
 STOP_TIMEOUT_S = 30.0
 #: How long a SIGKILLed child may take to disappear before we stop waiting for it.
 KILL_WAIT_S = 5.0
-PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,10 +119,11 @@ def cluster_specs(data_dir: Path, host: str, namesrv_port: int, broker_port: int
     specs = [
         ChildSpec(
             "namesrv", "services.namesrv",
-            ("--listen", namesrv, "--metrics-port", str(namesrv_port + 1), *tls_args),
+            ("--listen", namesrv, "--metrics-port", str(namesrv_port + 1),
+             "--console-port", str(namesrv_port + 2), *tls_args),
             (("gRPC", namesrv), ("metrics", f"{scheme}://{host}:{namesrv_port + 1}/metrics"),
-             ("tls", "on" if tls else "off")),
-            ports=(("gRPC", namesrv_port), ("metrics", namesrv_port + 1)),
+             ("console", f"http://{host}:{namesrv_port + 2}/"), ("tls", "on" if tls else "off")),
+            ports=(("gRPC", namesrv_port), ("metrics", namesrv_port + 1), ("console", namesrv_port + 2)),
         )
     ]
     members: tuple[tuple[int, int], ...] = ((0, broker_port), (1, broker_port + 10))
@@ -187,23 +185,6 @@ def busy_port(specs: list[ChildSpec], host: str) -> str | None:
     return None
 
 
-def die_with_parent() -> Callable[[], None] | None:
-    """A ``preexec_fn`` asking the kernel to SIGKILL the child when this process dies (Linux
-    ``prctl(PR_SET_PDEATHSIG)``); ``None`` where that is not available."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    parent = os.getpid()
-
-    def preexec() -> None:
-        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent:  # the parent died before prctl took effect
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    return preexec
 
 
 def gone(pid: int) -> bool:

@@ -226,7 +226,7 @@ class BrokerApp:
             replication_wait=self.wait_replicated,
         )
         self.pull = PullService(cfg, self.store_config, self.store, self.topics, self.groups, self.offsets,
-                                self.notifier, self.metrics, self.ensure_group)
+                                self.notifier, self.metrics, self.ensure_group, resets=self.consumers)
         self.metrics.add_gauges(self._gauges)
         self.pop = PopService(
             store=self.store, topics=self.topics, offsets=self.offsets, notifier=self.notifier,
@@ -463,7 +463,17 @@ class BrokerApp:
 
     def _topic_snapshot(self) -> tuple[common_pb2.DataVersion, list[common_pb2.TopicConfig]]:
         version, topics = self.topics.snapshot()
-        return version.to_proto(), [t.to_proto() for t in topics]
+        configs = [t.to_proto() for t in topics]
+        mask = self.broker_config.broker_permission | v.PERM_INHERIT
+        if mask != v.PERM_READ | v.PERM_WRITE | v.PERM_INHERIT:
+            for config in configs:  # brokerPermission: registered as this broker serves them
+                config.perm &= mask
+        return version.to_proto(), configs
+
+    def republish_topics(self) -> None:
+        """Register the topics with every NameServer again now (brokerPermission changed)."""
+        self.topics.changed()
+        self._topics_changed()
 
     def _topics_changed(self) -> None:
         """Persist topic changes and publish them to the NameServers soon (coalesced)."""

@@ -125,6 +125,10 @@ class BrokerConfig(TlsSettings):
     #: false they are refused with NOT_FOUND until created by subscription group admin.
     auto_create_subscription_group: bool = True
     default_topic_queue_nums: int = 4
+    #: RocketMQ's brokerPermission: 6 (read and write), 4 (read-only: drained of writes, every
+    #: topic is registered without its write bit and sends are refused) or 2 (write-only).
+    #: Changed live by ``pocketmq broker drain`` / ``undrain``.
+    broker_permission: int = 6
     message_delay_level: str = DEFAULT_DELAY_LEVELS
     long_polling_enable: bool = True
     #: How often changed consumer offsets / delay offsets are persisted (ms).
@@ -194,6 +198,8 @@ class BrokerConfig(TlsSettings):
         require(self.ha_housekeeping_interval > self.ha_send_heartbeat_interval, "haHousekeepingInterval",
                 "must be greater than haSendHeartbeatInterval")
         require(1 <= self.default_topic_queue_nums <= 1024, "defaultTopicQueueNums", "must be 1..1024")
+        require(self.broker_permission in (2, 4, 6), "brokerPermission",
+                "must be 6 (read and write), 4 (read-only) or 2 (write-only)")
         require(self.slave_sync_interval > 0, "slaveSyncInterval", "must be > 0")
         require(self.default_invisible_time_mills >= 1000, "defaultInvisibleTimeMills", "must be >= 1000")
         require(0 < self.renew_ahead_time_millis < self.default_invisible_time_mills, "renewAheadTimeMillis",

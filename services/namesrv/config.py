@@ -45,6 +45,10 @@ class NamesrvConfig(TlsSettings):
     #: service lets clients ask it for routes (ms; 0 = ready at once). Brokers look for new
     #: NameServers every 5 s; the Helm chart sets 15000.
     readiness_warm_up_mills: int = 0
+    #: Port of the web console (clusters, topics, groups, message lookup and a few confirmed
+    #: write actions) on the listen host; 0 = off. It has no login of its own: reach it through
+    #: ``kubectl port-forward`` (or a private network), never expose it publicly.
+    console_port: int = 0
 
     def __post_init__(self) -> None:
         split_listen(self.listen)
@@ -55,6 +59,7 @@ class NamesrvConfig(TlsSettings):
         require(self.shutdown_grace_period >= 0, "shutdownGracePeriod", "must be >= 0")
         require(self.relay_timeout_mills > 0, "relayTimeoutMills", "must be > 0")
         require(self.readiness_warm_up_mills >= 0, "readinessWarmUpMills", "must be >= 0")
+        require(0 <= self.console_port < 65536, "consolePort", "must be 0..65535 (0 = off)")
         self.check_tls()
 
     @property

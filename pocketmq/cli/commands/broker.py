@@ -1,4 +1,4 @@
-"""``pocketmq broker``: broker status and replication (HA) status."""
+"""``pocketmq broker``: broker status, replication (HA) status, drain / undrain and live config."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from pocketmq.cli.common import ACCESS, BROKER, CLUSTER, Conn, FailedError, connected, results_rows
-from pocketmq.cli.output import human_bytes, ms_to_iso, print_json, stdout_console, table
+from pocketmq.cli.output import human_bytes, ms_to_iso, print_json, stderr_console, stdout_console, table
 from pocketmq.wire.dcs import LEADER, SWITCHOVER, group_key
 
 app = typer.Typer(help="Broker status and replication.", no_args_is_help=True)
@@ -137,3 +137,121 @@ async def _switchover(endpoint: str, cluster: str, group: str, to: int, limit_s:
         raise FailedError
     finally:
         await client.close()
+
+
+def _drain(broker_name: str, conn: Conn, undo: bool) -> None:
+    outcome = conn.call(lambda admin: (admin.undrain_broker if undo else admin.drain_broker)(broker_name))
+    rows, _ = results_rows(outcome.brokers)
+    if conn.json:
+        print_json({"broker": broker_name, "writable": undo, "brokers": rows, "namesrvs": [
+            {"namesrv": r.namesrv, "topics_changed": r.topics_changed,
+             **({"error": r.error.to_dict()} if r.error else {})} for r in outcome.namesrvs]})
+    else:
+        out, err = stdout_console(), stderr_console()
+        for b in outcome.brokers:
+            if b.error is not None:
+                err.print(f"[red]{b.target.broker_name} {b.target.addr}:[/red] {b.error}")
+            else:
+                out.print(f"{b.target.broker_name} id {b.target.broker_id} {b.target.addr}: brokerPermission="
+                          f"{'6 (read and write)' if undo else '4 (read-only)'}")
+        for r in outcome.namesrvs:
+            if r.error is not None:
+                err.print(f"[red]{r.namesrv}:[/red] {r.error}")
+            else:
+                verb = "write permission restored on" if undo else "write permission wiped from"
+                out.print(f"NameServer {r.namesrv}: {verb} {r.topics_changed} topic(s) of {broker_name}")
+    if not outcome.ok:
+        raise FailedError
+
+
+@app.command("drain")
+@connected(ACCESS)
+def broker_drain(
+    broker_name: Annotated[str, typer.Argument(help="Broker group name (brokerName).")],
+    *,
+    conn: Conn,
+) -> None:
+    """Take a broker group out of writes (mqadmin wipeWritePerm; brokerPermission=4 on its
+    members, kept over restarts and re-registered with every NameServer): producers move to the
+    other groups at their next route refresh; consumers keep reading it."""
+    _drain(broker_name, conn, undo=False)
+
+
+@app.command("undrain")
+@connected(ACCESS)
+def broker_undrain(
+    broker_name: Annotated[str, typer.Argument(help="Broker group name (brokerName).")],
+    *,
+    conn: Conn,
+) -> None:
+    """Give a drained broker group its write permission back (mqadmin addWritePerm)."""
+    _drain(broker_name, conn, undo=True)
+
+
+config_app = typer.Typer(help="Live broker configuration.", no_args_is_help=True)
+app.add_typer(config_app, name="config")
+
+
+def _config_rows(results: list[Any], only_live: bool = False) -> None:
+    console = stdout_console()
+    for r in results:
+        if r.error is not None:
+            stderr_console().print(f"[red]{r.target.broker_name} {r.target.addr}:[/red] {r.error}")
+            continue
+        console.print(table(f"{r.target.broker_name} (id {r.target.broker_id}) {r.target.addr}",
+                            ["key", "value", "live", "overridden"],
+                            ([e.key, e.value, "yes" if e.live else "", "yes" if e.overridden else ""]
+                             for e in r.value.entries if e.live or not only_live)))
+
+
+@config_app.command("get")
+@connected(ACCESS)
+def broker_config_get(
+    broker: Annotated[str, typer.Argument(help="Broker group name (all members) or host:port.")],
+    keys: Annotated[list[str] | None, typer.Argument(help="Only these keys.")] = None,
+    live: Annotated[bool, typer.Option("--live", help="Only the keys that can be changed live.")] = False,
+    *,
+    conn: Conn,
+) -> None:
+    """The effective configuration of a broker (secrets not shown); 'live' keys can be set."""
+    results = conn.call(lambda admin: admin.broker_config(broker))
+    if keys:
+        for r in results:
+            if r.value is not None:
+                kept = [e for e in r.value.entries if e.key in keys]
+                del r.value.entries[:]
+                r.value.entries.extend(kept)
+    rows, ok = results_rows(results, "config")
+    if conn.json:
+        print_json({"brokers": rows})
+    else:
+        _config_rows(results, only_live=live)
+    if not ok:
+        raise FailedError
+
+
+@config_app.command("set")
+@connected(ACCESS)
+def broker_config_set(
+    broker: Annotated[str, typer.Argument(help="Broker group name (all members) or host:port.")],
+    assignments: Annotated[list[str], typer.Argument(help="key=value (RocketMQ key names).")],
+    *,
+    conn: Conn,
+) -> None:
+    """Change live-safe keys without a restart; each broker validates them like broker.conf and
+    keeps them in its store directory (applied over broker.conf at its next start). Other keys
+    are refused with the reason."""
+    changes: dict[str, str] = {}
+    for item in assignments:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise typer.BadParameter(f"{item!r}: expected key=value")
+        changes[key.strip()] = value.strip()
+    results = conn.call(lambda admin: admin.set_broker_config(broker, changes))
+    rows, ok = results_rows(results, "config")
+    if conn.json:
+        print_json({"brokers": rows})
+    else:
+        _config_rows(results)
+    if not ok:
+        raise FailedError
