@@ -11,8 +11,9 @@ SDK_STAMP := $(SDK_VENV)/.installed
 NODE_SDK := tests/sdk/node
 NODE_STAMP := $(NODE_SDK)/node_modules/.installed
 # Debian packages the tests and benchmarks run for real (installed only when missing); podman,
-# runc and mmdebstrap build and run the container image where there is no Docker engine.
-APT_PACKAGES ?= redis-server prometheus podman runc mmdebstrap
+# runc and mmdebstrap build and run the container image where there is no Docker engine; chromium
+# and chromium-driver run the web console tests (Selenium, headless).
+APT_PACKAGES ?= redis-server prometheus podman runc mmdebstrap chromium chromium-driver etcd-server
 PYTEST_ARGS ?=
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
@@ -44,7 +45,7 @@ apt:
 	@bash scripts/ensure-apt.sh $(APT_PACKAGES)
 
 run: setup
-	$(PY) -m services.local_cluster
+	$(PY) -m services.local_cluster $(RUN_ARGS)
 
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -23,3 +23,6 @@ for svc in redis-server prometheus; do
     (service "$svc" stop || systemctl stop "$svc") >/dev/null 2>&1 || true
   fi
 done
+if [[ " ${missing[*]} " == *" etcd-server "* ]]; then
+  (service etcd stop || systemctl stop etcd) >/dev/null 2>&1 || true
+fi

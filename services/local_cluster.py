@@ -16,8 +16,14 @@ kernel kills it if this process dies (even of SIGKILL). Before starting anything
 that every port it will use is free, and if one is not, prints one line naming the port and the
 process holding it, and exits with status 1.
 
+With ``--failover`` (``make run RUN_ARGS=--failover``) the group runs under automatic failover
+instead (docs/failover.md): Debian's ``etcd`` on ``--etcd-port`` (data under ``./data/etcd``)
+and three members, brokerIds 1-3, SYNC_MASTER while leading, ``controllerMode=etcd``. Kill the
+master (its pid is printed) and watch another take over within seconds.
+
     python -m services.local_cluster [--data-dir ./data] [--namesrv-port 9876] [--broker-port 10911]
-                                     [--ha-auth-secret SECRET] [--no-tls]
+                                     [--ha-auth-secret SECRET] [--no-tls] [--failover]
+                                     [--etcd-port 2379]
 """
 
 from __future__ import annotations
@@ -25,19 +31,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import ctypes
 import dataclasses
 import errno
 import importlib.util
 import os
 import secrets
+import shutil
 import signal
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
-from services.common.lifecycle import run_service
+from services.common.lifecycle import die_with_parent, run_service
 from services.common.logs import setup_logging
 from services.common.ports import bind_error, join_host_port, port_holder, reason_of
 from services.common.tls import generate_ca, issue_certificate
@@ -45,7 +50,6 @@ from services.common.tls import generate_ca, issue_certificate
 STOP_TIMEOUT_S = 30.0
 #: How long a SIGKILLed child may take to disappear before we stop waiting for it.
 KILL_WAIT_S = 5.0
-PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +62,8 @@ class ChildSpec:
     env: tuple[tuple[str, str], ...] = ()
     #: The ports it listens on, with what for (``gRPC``, ``HA``, ``metrics``).
     ports: tuple[tuple[str, int], ...] = ()
+    #: A program to run instead of ``python -m module`` (etcd).
+    command: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,31 +108,50 @@ def connect_notes(namesrv: str, pki: LocalPki | None, metrics: str) -> list[str]
 
 
 def cluster_specs(data_dir: Path, host: str, namesrv_port: int, broker_port: int,
-                  ha_auth_secret: str = "", tls: LocalPki | None = None) -> list[ChildSpec]:
+                  ha_auth_secret: str = "", tls: LocalPki | None = None,
+                  failover_etcd_port: int = 0) -> list[ChildSpec]:
     """The processes of the local cluster, in start order. ``tls``: every gRPC and metrics port
-    speaks TLS only with this certificate."""
+    speaks TLS only with this certificate. ``failover_etcd_port``: run etcd there and the group
+    as three members under controllerMode=etcd."""
     namesrv = f"{host}:{namesrv_port}"
     tls_args = tls.args() if tls else ()
     scheme = "https" if tls else "http"
     specs = [
         ChildSpec(
             "namesrv", "services.namesrv",
-            ("--listen", namesrv, "--metrics-port", str(namesrv_port + 1), *tls_args),
+            ("--listen", namesrv, "--metrics-port", str(namesrv_port + 1),
+             "--console-port", str(namesrv_port + 2), *tls_args),
             (("gRPC", namesrv), ("metrics", f"{scheme}://{host}:{namesrv_port + 1}/metrics"),
-             ("tls", "on" if tls else "off")),
-            ports=(("gRPC", namesrv_port), ("metrics", namesrv_port + 1)),
+             ("console", f"http://{host}:{namesrv_port + 2}/"), ("tls", "on" if tls else "off")),
+            ports=(("gRPC", namesrv_port), ("metrics", namesrv_port + 1), ("console", namesrv_port + 2)),
         )
     ]
-    for broker_id, port in ((0, broker_port), (1, broker_port + 10)):
-        role = "ASYNC_MASTER" if broker_id == 0 else "SLAVE"
+    members: tuple[tuple[int, int], ...] = ((0, broker_port), (1, broker_port + 10))
+    controller: tuple[str, ...] = ()
+    if failover_etcd_port:
+        etcd = f"http://{host}:{failover_etcd_port}"
+        peer = f"http://{host}:{failover_etcd_port + 1}"
+        specs.append(ChildSpec(
+            "etcd", "etcd", (), (("client", etcd),), ports=(("client", failover_etcd_port),
+                                                            ("peer", failover_etcd_port + 1)),
+            command=("etcd", "--name", "local", "--data-dir", str(data_dir / "etcd"),
+                     "--listen-client-urls", etcd, "--advertise-client-urls", etcd,
+                     "--listen-peer-urls", peer,
+                     "--initial-advertise-peer-urls", peer, "--initial-cluster", f"local={peer}")))
+        members = tuple((i, broker_port + 10 * (i - 1)) for i in (1, 2, 3))
+        controller = ("--controller-mode", "etcd", "--controller-etcd-endpoints",
+                      f"{host}:{failover_etcd_port}")
+    for broker_id, port in members:
+        role = "SYNC_MASTER" if controller else ("ASYNC_MASTER" if broker_id == 0 else "SLAVE")
         specs.append(ChildSpec(
             f"broker-a-{broker_id}", "services.broker",
-            ("--broker-cluster-name", "DefaultCluster", "--broker-name", "broker-a",
+            (*controller, "--broker-cluster-name", "DefaultCluster", "--broker-name", "broker-a",
              "--broker-id", str(broker_id), "--broker-role", role, "--namesrv-addr", namesrv,
              "--broker-ip1", host, "--listen-host", host, "--listen-port", str(port),
              "--store-path-root-dir", str(data_dir / f"broker-a-{broker_id}"), *tls_args),
             (("gRPC", f"{host}:{port}"), ("HA", f"{host}:{port + 1}"),
-             ("metrics", f"{scheme}://{host}:{port + 2}/metrics"), ("role", role),
+             ("metrics", f"{scheme}://{host}:{port + 2}/metrics"),
+             ("role", "elected (etcd)" if controller else role),
              ("ha-auth", "on" if ha_auth_secret else "off"), ("tls", "on" if tls else "off")),
             (("POCKETMQ_HA_AUTH_SECRET", ha_auth_secret),),
             (("gRPC", port), ("HA", port + 1), ("metrics", port + 2)),
@@ -135,6 +160,8 @@ def cluster_specs(data_dir: Path, host: str, namesrv_port: int, broker_port: int
 
 
 def available(spec: ChildSpec) -> bool:
+    if spec.command:
+        return shutil.which(spec.command[0]) is not None
     return importlib.util.find_spec(f"{spec.module}.__main__") is not None
 
 
@@ -158,23 +185,6 @@ def busy_port(specs: list[ChildSpec], host: str) -> str | None:
     return None
 
 
-def die_with_parent() -> Callable[[], None] | None:
-    """A ``preexec_fn`` asking the kernel to SIGKILL the child when this process dies (Linux
-    ``prctl(PR_SET_PDEATHSIG)``); ``None`` where that is not available."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    parent = os.getpid()
-
-    def preexec() -> None:
-        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent:  # the parent died before prctl took effect
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    return preexec
 
 
 def gone(pid: int) -> bool:
@@ -242,8 +252,9 @@ async def _run_cluster(specs: list[ChildSpec], stop: asyncio.Event, children: Ch
         if not available(spec):
             print(f"{spec.name}: {spec.module} is not built yet, skipped", flush=True)
             continue
+        argv = spec.command or (sys.executable, "-m", spec.module, *spec.args)
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", spec.module, *spec.args,
+            *argv,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env={**env, **dict(spec.env)},
             start_new_session=True,  # Ctrl-C reaches only us; we stop children in order
             preexec_fn=preexec,  # and they die with us
@@ -300,13 +311,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-tls", action="store_true",
                         help="plaintext on every port (default: TLS only, with a local CA under "
                              "<data-dir>/tls)")
+    parser.add_argument("--failover", action="store_true",
+                        help="etcd and three members under controllerMode=etcd (automatic failover)")
+    parser.add_argument("--etcd-port", type=int, default=2379, help="etcd's client port with --failover")
     args = parser.parse_args(argv)
     secret = secrets.token_hex(16) if args.ha_auth_secret is None else args.ha_auth_secret
     tls_dir = args.data_dir.resolve() / "tls"
     planned = None if args.no_tls else LocalPki(tls_dir / "ca.crt", tls_dir / "server.crt",
                                                 tls_dir / "server.key")
     specs = cluster_specs(args.data_dir.resolve(), args.host, args.namesrv_port, args.broker_port, secret,
-                          planned)
+                          planned, args.etcd_port if args.failover else 0)
     busy = busy_port(specs, args.host)
     if busy is not None:
         print(busy, file=sys.stderr, flush=True)

@@ -1,5 +1,6 @@
-"""The ``pocketmq`` command: cluster, topic, group, send, consume, consumer progress, dead letters,
-broker status / HA status, message lookup (``message get/find/browse``) and benchmarks.
+"""The ``pocketmq`` command: cluster, topic, group, send, consume, consumer progress / reset /
+connections, dead letters, broker status / HA status / drain / live config, message lookup
+(``message get/find/browse``), the web console and benchmarks.
 
 Every command takes ``--namesrv host:port[;host:port]`` (env ``POCKETMQ_NAMESRV``, default
 127.0.0.1:9876) and ``--output table|json`` (env ``POCKETMQ_OUTPUT``). Broker calls of the admin
@@ -19,6 +20,7 @@ from __future__ import annotations
 import typer
 
 from pocketmq.cli.commands import acl, bench, broker, cluster, consumer, dlq, group, lookup, messages, topic
+from pocketmq.cli.commands.console import console
 
 app = typer.Typer(
     name="pocketmq",
@@ -38,6 +40,7 @@ app.add_typer(lookup.app, name="message")
 app.add_typer(acl.app, name="acl")
 app.command("send")(messages.send)
 app.command("consume")(messages.consume)
+app.command("console")(console)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,6 +18,7 @@ from typing import Any, Generic, NamedTuple, TypeVar
 
 from pocketmq.broker.v1 import broker_pb2
 from pocketmq.client import loop as _loop
+from pocketmq.client.admin_ops import OpsMixin
 from pocketmq.client.allocate import allocation_table
 from pocketmq.client.core import ClientCore
 from pocketmq.client.lookup import MessageLookup
@@ -81,9 +82,10 @@ class QueueProgress:
                 "consumer_offset": self.consumer_offset, "lag": self.lag, "client": self.client}
 
 
-class AsyncAdmin(MessageLookup):
+class AsyncAdmin(MessageLookup, OpsMixin):
     """Admin calls (asyncio); message lookup (``get_message``, ``find_messages``, ``browse``)
-    comes from :class:`~pocketmq.client.lookup.MessageLookup`.
+    comes from :class:`~pocketmq.client.lookup.MessageLookup`, operator actions (offset resets,
+    connections, drain, live config) from :class:`~pocketmq.client.admin_ops.OpsMixin`.
 
     ``relay``: "auto" (default: through the NameServer, direct when it
     has no relay), "relay" (NameServer only) or "direct" (connect to broker addresses).

@@ -246,11 +246,12 @@ class AsyncConsumer:
                                        route_refresh_interval=self._route_refresh_interval, relay=self._relay,
                                        tls=self.tls or False, credentials=self._credentials)
         failover = Failover(core.routes, core.caller, self.master_retry_interval, self.request_timeout)
-        self._offsets = OffsetTracker(settings, core.caller, failover)
+        self._offsets = OffsetTracker(settings, core.caller, failover, self._state.reset_generations)
         self._fetcher = Fetcher(settings, self._state, core.routes, core.caller, failover, self._offsets,
                                 self._deliver, stream_pulls=self._stream_pulls)
         self._coordinator = GroupCoordinator(settings, self._state, core.routes, core.caller, failover,
                                              self._add, self._drop)
+        self._state.on_reset = self._on_reset
         self._started = True
         core.start_route_refresh()
         await self._coordinator.heartbeat_all()
@@ -400,9 +401,19 @@ class AsyncConsumer:
             pq.consume_task = loop.create_task(self._redelivery.consume_loop(pq, self._handler),
                                                name=f"pocketmq-consume-{queue}")
 
-    async def _drop(self, pq: ProcessQueue, timeout: float) -> None:  # noqa: ASYNC109
+    def _on_reset(self, topic: str) -> None:
+        """An operator reset the group's offsets of ``topic``: re-read its owned queues."""
+        if self._closed:
+            return
+        # Kept with the consumer's tasks (close() cancels them); resets are rare, finished ones
+        # are dropped here.
+        self._tasks = [t for t in self._tasks if not t.done()]
+        self._tasks.append(asyncio.get_running_loop().create_task(
+            self._coordinator.restart_topic(topic), name=f"pocketmq-reset-{topic}"))
+
+    async def _drop(self, pq: ProcessQueue, timeout: float, commit: bool = True) -> None:  # noqa: ASYNC109
         """Stop a queue: no more pulls, the handler finishes its current message, offsets are
-        committed."""
+        committed (unless ``commit`` is False: the group's offsets were reset)."""
         pq.dropped = True
         if pq.pull_task is not None:
             if not pq.started.is_set():
@@ -429,7 +440,7 @@ class AsyncConsumer:
         if self._last_pq is pq:
             # Not processed for sure: the next owner re-delivers it.
             self._last_yielded = self._last_pq = None
-        if pq.initialized:
+        if pq.initialized and commit:
             await self._offsets.commit(pq)
 
     async def _deliver(self, pq: ProcessQueue, messages: list[ReceivedMessage]) -> None:

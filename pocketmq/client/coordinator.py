@@ -10,6 +10,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
+from pocketmq import __version__
 from pocketmq.broker.v1 import broker_pb2
 from pocketmq.client.allocate import allocate_averagely
 from pocketmq.client.failover import UNREACHABLE, Failover
@@ -23,6 +24,10 @@ log = logging.getLogger("pocketmq.client")
 
 __all__ = ["GroupCoordinator"]
 
+#: What this client library calls itself in heartbeats (``pocketmq consumer connections``).
+CLIENT_LANGUAGE = "pocketmq-python"
+CLIENT_VERSION = __version__
+
 
 class GroupCoordinator:
     """Heartbeats and rebalances of one consumer. ``add(queue)`` starts following a queue the
@@ -31,7 +36,7 @@ class GroupCoordinator:
 
     def __init__(self, settings: ConsumerSettings, state: SubscriptionState, routes: RouteCache,
                  caller: BrokerCaller, failover: Failover, add: Callable[[MessageQueue], None],
-                 drop: Callable[[ProcessQueue, float], Awaitable[None]]) -> None:
+                 drop: Callable[[ProcessQueue, float, bool], Awaitable[None]]) -> None:
         self.settings = settings
         self.state = state
         self.routes = routes
@@ -49,7 +54,8 @@ class GroupCoordinator:
         return broker_pb2.ConsumerHeartbeatRequest(
             consumer_group=self.settings.group, client_id=self.settings.client_id,
             subscriptions=[broker_pb2.Subscription(topic=t, expression=f.expression)
-                           for t, f in sorted(self.state.subs.items())])
+                           for t, f in sorted(self.state.subs.items())],
+            language=CLIENT_LANGUAGE, version=CLIENT_VERSION)
 
     async def _broker_addrs(self) -> set[str]:
         addrs: set[str] = set()
@@ -67,9 +73,12 @@ class GroupCoordinator:
 
         async def one(addr: str) -> None:
             try:
-                await self.caller.consumer_heartbeat(addr, request, self.settings.request_timeout)
+                reply = await self.caller.consumer_heartbeat(addr, request, self.settings.request_timeout)
             except PocketMQError as exc:
                 log.debug("heartbeat failed", extra={"broker": addr, "error": str(exc)})
+                return
+            for topic, generation in reply.reset_generations.items():
+                self.state.learn_reset(topic, generation)
 
         await asyncio.gather(*(one(a) for a in await self._broker_addrs()))
 
@@ -111,6 +120,19 @@ class GroupCoordinator:
                     continue
                 return sorted(client_ids)
         raise last or NoRouteError(f"topic {topic!r} has no broker to ask for members")
+
+    async def restart_topic(self, topic: str) -> None:
+        """The group's offsets of ``topic`` were reset: stop the owned queues of the topic without
+        committing (what they hold is dropped) and follow them again from the broker's offsets."""
+        async with self._lock:
+            pqs = self.state.pqs
+            queues = sorted(q for q in pqs if q.topic == topic)
+            await asyncio.gather(*(self._drop(pqs.pop(q), 10.0, False) for q in queues))
+            for queue in queues:
+                self._add(queue)
+        log.info("offsets reset by an operator; reading again from the reset offsets", extra={
+            "group": self.settings.group, "topic": topic, "queues": len(queues),
+            "generation": self.state.reset_generations.get(topic, 0)})
 
     # -- rebalance --------------------------------------------------------------------------------
 
@@ -164,7 +186,7 @@ class GroupCoordinator:
         drops = []
         for queue in removed:
             pq = pqs.pop(queue)
-            drops.append(self._drop(pq, 10.0))
+            drops.append(self._drop(pq, 10.0, True))
         await asyncio.gather(*drops)
         for queue in added:
             self._add(queue)

@@ -91,13 +91,17 @@ class Fetcher:
             consumer_group=s.group, topic=q.topic, queue_id=q.queue_id, queue_offset=pq.next_offset,
             max_msg_nums=s.pull_batch_size, subscription=filt.expression,
             suspend_timeout_ms=int(s.long_poll_timeout * 1000), raw_records=True,
-            commit_offset=self.offsets.pull_commit(pq))
+            commit_offset=self.offsets.pull_commit(pq),
+            reset_generation=self.state.reset_generations.get(q.topic, 0))
 
     async def _apply_reply(self, pq: ProcessQueue, filt: TagFilter,
                            reply: broker_pb2.PullMessageResponse) -> bool:
         """Deliver what a pull reply (unary or streamed) found; False when its offset was
         illegal (the queue's offset was corrected: pull again from there)."""
         status = reply.status
+        if reply.reset_generation > self.state.reset_generations.get(pq.queue.topic, 0):
+            self.state.learn_reset(pq.queue.topic, reply.reset_generation)  # restarts this queue
+            return False
         if status in _ACCEPTED:
             messages = self.accept(pq, filt, reply)
             if messages:

@@ -21,10 +21,13 @@ __all__ = ["OffsetTracker"]
 class OffsetTracker:
     """Initial offsets and commits of a consumer's queues."""
 
-    def __init__(self, settings: ConsumerSettings, caller: BrokerCaller, failover: Failover) -> None:
+    def __init__(self, settings: ConsumerSettings, caller: BrokerCaller, failover: Failover,
+                 reset_generations: Mapping[str, int] | None = None) -> None:
         self.settings = settings
         self.caller = caller
         self.failover = failover
+        #: Topic -> offset-reset generation applied (SubscriptionState.reset_generations).
+        self.reset_generations: Mapping[str, int] = reset_generations if reset_generations is not None else {}
 
     async def initial_offset(self, pq: ProcessQueue) -> int:
         """The offset a newly owned queue starts at; a decision not based on a committed offset
@@ -63,7 +66,7 @@ class OffsetTracker:
         while (previous := pq.commit_task) is not None and not previous.done():
             await asyncio.wait((previous,))  # not cancelled with this caller
         offset = pq.commit_offset()
-        if offset < 0 or (offset == pq.committed and not force):
+        if offset < 0 or (offset == pq.committed and not force) or pq.reset:
             return
         task = pq.commit_task = asyncio.ensure_future(self._send(pq, offset))
         await asyncio.shield(task)
@@ -73,10 +76,11 @@ class OffsetTracker:
         # A pull carrying an older commit may still reach the broker after this call: then what
         # the broker holds is not known, and the next commit is sent even if unchanged.
         racing_pull = pq.pull_commit_unconfirmed
+        generation = self.reset_generations.get(q.topic, 0)
         try:
             await self.failover.call_group(
                 pq, lambda addr: caller.update_consumer_offset(addr, s.group, q.topic, q.queue_id, offset,
-                                                               s.request_timeout),
+                                                               s.request_timeout, generation),
                 master_only=True)
         except PocketMQError as exc:
             log.warning("offset commit failed", extra={"queue": str(q), "offset": offset, "error": str(exc)})
@@ -90,7 +94,7 @@ class OffsetTracker:
         (:meth:`pull_committed`)."""
         offset = pq.commit_offset()
         task = pq.commit_task
-        if offset <= pq.committed or (task is not None and not task.done()):
+        if offset <= pq.committed or (task is not None and not task.done()) or pq.reset:
             return -1
         pq.pull_commit_unconfirmed = True
         return offset

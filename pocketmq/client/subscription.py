@@ -7,6 +7,7 @@ import asyncio
 import collections
 import dataclasses
 import enum
+from collections.abc import Callable
 
 from pocketmq.client.message import MessageQueue, ReceivedMessage
 from pocketmq.client.tags import TagFilter
@@ -49,8 +50,8 @@ class ProcessQueue:
     what was committed."""
 
     __slots__ = ("buffer", "commit_task", "committed", "consume_task", "dropped", "inflight", "initialized",
-                 "last_addr", "next_offset", "pull_commit_unconfirmed", "pull_task", "queue", "started",
-                 "suggested_id")
+                 "last_addr", "next_offset", "pull_commit_unconfirmed", "pull_task", "queue", "reset",
+                 "started", "suggested_id")
 
     def __init__(self, queue: MessageQueue, buffer_batches: int) -> None:
         self.queue = queue
@@ -65,6 +66,8 @@ class ProcessQueue:
         #: Set once the starting offset is decided and recorded on the broker.
         self.started = asyncio.Event()
         self.dropped = False
+        #: The group's offsets were reset under this queue: it commits nothing more.
+        self.reset = False
         #: Offsets delivered to the application and not processed yet, ascending.
         self.inflight: collections.deque[int] = collections.deque()
         self.buffer: asyncio.Queue[list[ReceivedMessage] | None] = asyncio.Queue(buffer_batches)
@@ -92,6 +95,24 @@ class SubscriptionState:
     def __init__(self) -> None:
         self.subs: dict[str, TagFilter] = {}
         self.pqs: dict[MessageQueue, ProcessQueue] = {}
+        #: Topic -> the offset-reset generation of the group this member has applied (see
+        #: ``ResetConsumerOffset``); sent with commits, so the broker ignores those made before a
+        #: reset this member has not applied yet.
+        self.reset_generations: dict[str, int] = {}
+        #: Called with a topic whose owned queues must be read again from the broker's offsets.
+        self.on_reset: Callable[[str], None] | None = None
+
+    def learn_reset(self, topic: str, generation: int) -> None:
+        """A broker reported ``topic``'s reset generation; a newer one than applied makes the
+        member re-read the topic's owned queues from the reset offsets."""
+        if generation <= self.reset_generations.get(topic, 0):
+            return
+        self.reset_generations[topic] = generation
+        affected = [pq for q, pq in self.pqs.items() if q.topic == topic]
+        for pq in affected:  # stop at once: nothing of the old position may be committed now
+            pq.dropped = pq.reset = True
+        if affected and self.on_reset is not None:
+            self.on_reset(topic)
 
     def assignment(self) -> frozenset[MessageQueue]:
         return frozenset(q for q, pq in self.pqs.items() if not pq.dropped)

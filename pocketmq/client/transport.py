@@ -308,13 +308,19 @@ class BrokerCaller:
         return int(reply.offset)
 
     async def update_consumer_offset(self, address: str, group: str, topic: str, queue_id: int,
-                                     offset: int, timeout: float) -> None:  # noqa: ASYNC109
+                                     offset: int, timeout: float,  # noqa: ASYNC109
+                                     reset_generation: int | None = None) -> None:
+        """``reset_generation``: the group's offset-reset generation this client applied (the
+        broker ignores the commit when it is older than its own)."""
         await self.call(address, "UpdateConsumerOffset", broker_pb2.UpdateConsumerOffsetRequest(
-            consumer_group=group, topic=topic, queue_id=queue_id, offset=offset), timeout)
+            consumer_group=group, topic=topic, queue_id=queue_id, offset=offset,
+            reset_generation=reset_generation), timeout)
 
     async def consumer_heartbeat(self, address: str, request: broker_pb2.ConsumerHeartbeatRequest,
-                                 timeout: float) -> None:  # noqa: ASYNC109
-        await self.call(address, "ConsumerHeartbeat", request, timeout)
+                                 timeout: float) -> broker_pb2.ConsumerHeartbeatResponse:  # noqa: ASYNC109
+        reply: broker_pb2.ConsumerHeartbeatResponse = await self.call(address, "ConsumerHeartbeat", request,
+                                                                      timeout)
+        return reply
 
     async def unregister_consumer(self, address: str, group: str, client_id: str,
                                   timeout: float) -> None:  # noqa: ASYNC109

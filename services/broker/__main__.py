@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 from services.broker.app import run_broker
 from services.broker.config import BrokerConfig, mask_secrets
+from services.broker.liveconfig import load_overrides
 from services.broker.replication.service import create_replication_service
 from services.broker.storage.config import StoreConfig
 from services.common.config import ConfigError, add_arguments, from_arguments, to_properties
@@ -43,6 +44,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_logging("broker")
     try:
         broker_config, store_config = from_arguments(args, SECTIONS)
+        # Keys changed live (pocketmq broker config set) before this start.
+        broker_config, store_config, _ = load_overrides(broker_config, store_config)
     except ConfigError as exc:
         log.error("invalid configuration", extra={"key": exc.key, "error": str(exc)})
         return 2
@@ -50,6 +53,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         # A set haAuthSecret is printed as a comment: the output may end up in logs or tickets.
         sys.stdout.write(mask_secrets(to_properties([broker_config, store_config])))
         return 0
+    if broker_config.controller_mode == "etcd":
+        from services.broker.controller.runner import run_controlled_broker  # (needs aetcd)
+
+        return run_service(lambda stop: run_controlled_broker(broker_config, store_config, stop,
+                                                              ha_factory=create_replication_service))
     return run_service(lambda stop: run_broker(broker_config, store_config, stop,
                                                ha_factory=create_replication_service))
 

@@ -27,6 +27,7 @@ from pocketmq.wire.address import AddressError, parse_host_port
 from services.broker import validation as v
 from services.broker.acl_api import AclAdminMixin
 from services.broker.metadata import SubscriptionGroupConfig, TopicConfig
+from services.broker.ops_api import OpsMethods
 from services.broker.pop import batched as pop_batched
 from services.broker.pop.service import RETRY_PREFIX
 from services.broker.send import SendOutcome
@@ -63,7 +64,7 @@ def _host_of_peer(peer: str) -> record.Host:
     return "127.0.0.1", 0
 
 
-class BrokerServicer(AclAdminMixin, broker_pb2_grpc.BrokerServicer):  # type: ignore[misc]
+class BrokerServicer(AclAdminMixin, OpsMethods, broker_pb2_grpc.BrokerServicer):  # type: ignore[misc]
     def __init__(self, app: BrokerApp) -> None:
         self.app = app
         self.cfg = app.broker_config
@@ -230,6 +231,11 @@ class BrokerServicer(AclAdminMixin, broker_pb2_grpc.BrokerServicer):  # type: ig
         self._queue(request.topic, request.queue_id)
         v.validate_offset(request.offset, "consumer offset")
         self.app.ensure_group(group)
+        if request.HasField("reset_generation") and self.app.consumers.stale_commit(
+                group, request.topic, request.reset_generation):
+            log.debug("commit from before an offset reset ignored", extra={
+                "group": group, "topic": request.topic, "queue_id": request.queue_id})
+            return pb.UpdateConsumerOffsetResponse()
         self.app.offsets.commit(group, request.topic, request.queue_id, request.offset)
         return pb.UpdateConsumerOffsetResponse()
 
@@ -248,8 +254,10 @@ class BrokerServicer(AclAdminMixin, broker_pb2_grpc.BrokerServicer):  # type: ig
         self.app.ensure_group(group)
         if RETRY_PREFIX + group in subs:
             self.app.ensure_retry_topic(group)
-        self.app.consumers.heartbeat(group, request.client_id, subs)
-        return pb.ConsumerHeartbeatResponse()
+        host, port = peer_host(context)
+        self.app.consumers.heartbeat(group, request.client_id, subs, addr=f"{host}:{port}" if port else host,
+                                     language=request.language, version=request.version)
+        return pb.ConsumerHeartbeatResponse(reset_generations=self.app.consumers.reset_generations(group))
 
     @grpc_method
     async def UnregisterConsumer(
@@ -372,6 +380,7 @@ class BrokerServicer(AclAdminMixin, broker_pb2_grpc.BrokerServicer):  # type: ig
             commit_log_max_offset=app.store.max_offset, topic_count=len(app.topics),
             put_total=app.metrics.put_total, get_total=app.metrics.get_total,
             start_timestamp=app.start_timestamp, master_addr=app.master_addr, version=VERSION,
+            broker_permission=app.broker_config.broker_permission,
         )
         status.timer_pending = app.timers.pending
         status.transaction_half_pending = app.transactions.pending

@@ -75,6 +75,15 @@ REGISTER_DEBOUNCE_S = 0.2
 CONSUMER_SCAN_INTERVAL_S = 5.0
 
 
+class ControllerView(Protocol):
+    """What the app shows of a failover controller (services.broker.controller)."""
+
+    problem: str
+    failovers: int
+
+    def sync_state_members(self) -> list[int]: ...
+
+
 class ReplicationService(Protocol):
     """What the app needs from replication (master: serve slaves; slave: follow the master)."""
 
@@ -140,6 +149,11 @@ class BrokerApp:
         self.metrics = BrokerMetrics(cfg.broker_cluster_name, cfg.broker_name, cfg.broker_id, registry)
         self.consumers = ConsumerManager(cfg.consumer_channel_expired_time / 1000)
         self.ha: ReplicationService | None = None
+        #: Fencing under a failover controller: while it returns True this master must not
+        #: acknowledge a write (its leader lease may be about to expire).
+        self.write_fence: Callable[[], bool] | None = None
+        #: The failover controller running this broker (None: static roles).
+        self.controller: ControllerView | None = None
         self.start_timestamp = 0
         self._stopping = False
         self._master_addr = ""
@@ -217,7 +231,7 @@ class BrokerApp:
             replication_wait=self.wait_replicated,
         )
         self.pull = PullService(cfg, self.store_config, self.store, self.topics, self.groups, self.offsets,
-                                self.notifier, self.metrics, self.ensure_group)
+                                self.notifier, self.metrics, self.ensure_group, resets=self.consumers)
         self.metrics.add_gauges(self._gauges)
         self.pop = PopService(
             store=self.store, topics=self.topics, offsets=self.offsets, notifier=self.notifier,
@@ -340,9 +354,10 @@ class BrokerApp:
 
     # -- stop -------------------------------------------------------------------------------
 
-    async def stop(self) -> None:
+    async def stop(self, grace_s: float | None = None) -> None:
         """Graceful stop: refuse new work, let in-flight requests finish (long polls return at
-        once), persist metadata, flush and close the store, unregister from the NameServers."""
+        once; for ``grace_s``, default shutdownGracePeriod), persist metadata, flush and close the
+        store, unregister from the NameServers."""
         if self._stopping:
             return
         self._stopping = True
@@ -359,7 +374,7 @@ class BrokerApp:
         if hasattr(self, "notifier"):
             self.notifier.close()
         if self._grpc is not None:
-            await self._grpc.stop(cfg.shutdown_grace_period / 1000)
+            await self._grpc.stop(cfg.shutdown_grace_period / 1000 if grace_s is None else grace_s)
         if self.v2 is not None:
             await self.v2.stop()
         if self._sync is not None:
@@ -389,7 +404,11 @@ class BrokerApp:
         """The single point where SYNC_MASTER sends wait for a slave."""
         if self.ha is None:
             return PutMessageStatus.SLAVE_NOT_AVAILABLE
-        return await self.ha.wait_replicated(end_offset, self.broker_config.slave_timeout / 1000)
+        status = await self.ha.wait_replicated(end_offset, self.broker_config.slave_timeout / 1000)
+        fence = self.write_fence
+        if fence is not None and fence():
+            return PutMessageStatus.SLAVE_NOT_AVAILABLE  # stored, but this master may be deposed
+        return status
 
     def ensure_retry_topic(self, group: str) -> None:
         """The group's retry topic (RocketMQ creates it when a consumer of the group shows up)."""
@@ -456,7 +475,17 @@ class BrokerApp:
 
     def _topic_snapshot(self) -> tuple[common_pb2.DataVersion, list[common_pb2.TopicConfig]]:
         version, topics = self.topics.snapshot()
-        return version.to_proto(), [t.to_proto() for t in topics]
+        configs = [t.to_proto() for t in topics]
+        mask = self.broker_config.broker_permission | v.PERM_INHERIT
+        if mask != v.PERM_READ | v.PERM_WRITE | v.PERM_INHERIT:
+            for config in configs:  # brokerPermission: registered as this broker serves them
+                config.perm &= mask
+        return version.to_proto(), configs
+
+    def republish_topics(self) -> None:
+        """Register the topics with every NameServer again now (brokerPermission changed)."""
+        self.topics.changed()
+        self._topics_changed()
 
     def _acl_snapshot(self) -> common_pb2.AclTable | None:
         """What registrations carry of the ACL table: a master's, when access control is on."""

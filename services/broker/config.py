@@ -127,6 +127,10 @@ class BrokerConfig(TlsSettings):
     #: false they are refused with NOT_FOUND until created by subscription group admin.
     auto_create_subscription_group: bool = True
     default_topic_queue_nums: int = 4
+    #: RocketMQ's brokerPermission: 6 (read and write), 4 (read-only: drained of writes, every
+    #: topic is registered without its write bit and sends are refused) or 2 (write-only).
+    #: Changed live by ``pocketmq broker drain`` / ``undrain``.
+    broker_permission: int = 6
     message_delay_level: str = DEFAULT_DELAY_LEVELS
     long_polling_enable: bool = True
     #: How often changed consumer offsets / delay offsets are persisted (ms).
@@ -168,6 +172,18 @@ class BrokerConfig(TlsSettings):
     default_invisible_time_mills: int = 60_000
     renew_ahead_time_millis: int = 10_000
     renew_max_time_millis: int = 3 * 3600 * 1000
+    #: Automatic failover (docs/failover.md): ``none`` (static roles) or ``etcd``.
+    #: With a controller, brokerId is the member's id (> 0) and brokerRole the role it takes
+    #: while it holds the group's leader lease (ASYNC_MASTER or SYNC_MASTER); it registers as
+    #: brokerId 0 while master.
+    controller_mode: str = "none"
+    #: etcd endpoints, ``host:port;host:port`` (the first reachable one is used).
+    controller_etcd_endpoints: str = "127.0.0.1:2379"
+    #: Leader lease TTL (ms) and how often the master renews it (ms).
+    controller_lease_ttl: int = 3_000
+    controller_renew_interval: int = 500
+    #: A slave whose acknowledgement is older than this (ms) leaves the SyncStateSet (RocketMQ 5).
+    ha_max_time_slave_not_catchup: int = 15_000
 
     def __post_init__(self) -> None:
         for key, name in (("brokerClusterName", self.broker_cluster_name), ("brokerName", self.broker_name)):
@@ -177,6 +193,8 @@ class BrokerConfig(TlsSettings):
         require(self.broker_id >= 0, "brokerId", "must be >= 0")
         if self.broker_role is BrokerRole.SLAVE:
             require(self.broker_id > 0, "brokerId", "a SLAVE needs brokerId > 0")
+        elif self.controller_mode != "none":
+            require(self.broker_id > 0, "brokerId", "with a controller, brokerId is the member id (> 0)")
         else:
             require(self.broker_id == 0, "brokerRole",
                     f"{self.broker_role.name} needs brokerId=0 (got {self.broker_id}); slaves use SLAVE")
@@ -192,6 +210,8 @@ class BrokerConfig(TlsSettings):
         require(self.ha_housekeeping_interval > self.ha_send_heartbeat_interval, "haHousekeepingInterval",
                 "must be greater than haSendHeartbeatInterval")
         require(1 <= self.default_topic_queue_nums <= 1024, "defaultTopicQueueNums", "must be 1..1024")
+        require(self.broker_permission in (2, 4, 6), "brokerPermission",
+                "must be 6 (read and write), 4 (read-only) or 2 (write-only)")
         require(self.slave_sync_interval > 0, "slaveSyncInterval", "must be > 0")
         require(self.default_invisible_time_mills >= 1000, "defaultInvisibleTimeMills", "must be >= 1000")
         require(0 < self.renew_ahead_time_millis < self.default_invisible_time_mills, "renewAheadTimeMillis",
@@ -221,6 +241,16 @@ class BrokerConfig(TlsSettings):
         require(self.transaction_time_out > 0, "transactionTimeOut", "must be > 0")
         require(self.transaction_check_interval > 0, "transactionCheckInterval", "must be > 0")
         require(self.transaction_check_max > 0, "transactionCheckMax", "must be > 0")
+        require(self.controller_mode in ("none", "etcd"), "controllerMode",
+                f"must be none or etcd (got {self.controller_mode!r}; kubernetes Leases are not "
+                "implemented yet)")
+        require(self.controller_lease_ttl >= 2000, "controllerLeaseTtl", "must be >= 2000 (etcd's minimum)")
+        require(0 < self.controller_renew_interval * 2 < self.controller_lease_ttl, "controllerRenewInterval",
+                "must be > 0 and below half of controllerLeaseTtl")
+        require(self.ha_max_time_slave_not_catchup > 0, "haMaxTimeSlaveNotCatchup", "must be > 0")
+        for addr in self.controller_etcd_endpoints.split(";"):
+            if addr.strip():
+                parse_address(addr.strip(), "controllerEtcdEndpoints")
 
     @property
     def is_master(self) -> bool:

@@ -3,6 +3,10 @@
 Consumers heartbeat every few seconds with their subscriptions; a member silent for longer than
 ``consumerChannelExpiredTime`` is dropped by :meth:`ConsumerManager.scan_expired`. Clients
 rebalance a topic's queues among the sorted member list of their group (GetConsumerList).
+
+Offset resets (``ResetConsumerOffset``) bump the (group, topic) reset generation kept here:
+members learn it from heartbeat and pull replies and read the topic again from the reset
+offsets; commits that carry an older generation are ignored meanwhile.
 """
 
 from __future__ import annotations
@@ -22,6 +26,11 @@ class ConsumerMember:
     last_heartbeat: float
     #: topic -> tag expression.
     subscriptions: dict[str, str]
+    addr: str = ""
+    language: str = ""
+    version: str = ""
+    #: time.time() of the last heartbeat (ms), for display.
+    last_heartbeat_ms: int = 0
 
 
 class ConsumerManager:
@@ -29,19 +38,26 @@ class ConsumerManager:
         self.expiry_s = expiry_s
         self._clock = clock
         self._groups: dict[str, dict[str, ConsumerMember]] = {}
+        #: (group, topic) -> reset generation (ms since the epoch of the last reset, increasing).
+        self._resets: dict[tuple[str, str], int] = {}
 
-    def heartbeat(self, group: str, client_id: str, subscriptions: Mapping[str, str]) -> bool:
+    def heartbeat(self, group: str, client_id: str, subscriptions: Mapping[str, str], *,
+                  addr: str = "", language: str = "", version: str = "") -> bool:
         """Record a heartbeat; True when ``client_id`` joined the group (or its subscriptions
         changed), i.e. members should rebalance."""
         members = self._groups.setdefault(group, {})
         member = members.get(client_id)
         now = self._clock()
+        wall_ms = int(time.time() * 1000)
         if member is None:
-            members[client_id] = ConsumerMember(client_id, now, dict(subscriptions))
+            members[client_id] = ConsumerMember(client_id, now, dict(subscriptions), addr, language, version,
+                                                wall_ms)
             log.info("consumer joined", extra={"group": group, "client_id": client_id,
-                                               "members": len(members)})
+                                               "members": len(members), "addr": addr})
             return True
         member.last_heartbeat = now
+        member.last_heartbeat_ms = wall_ms
+        member.addr, member.language, member.version = addr or member.addr, language, version
         if member.subscriptions != subscriptions:
             member.subscriptions = dict(subscriptions)
             return True
@@ -59,6 +75,30 @@ class ConsumerManager:
     def members(self, group: str) -> list[str]:
         """Client ids of the live members, sorted (every member computes the same assignment)."""
         return sorted(self._groups.get(group, {}))
+
+    def member_details(self, group: str) -> list[ConsumerMember]:
+        return [self._groups[group][c] for c in sorted(self._groups.get(group, {}))]
+
+    # -- offset resets ----------------------------------------------------------------------------
+
+    def record_reset(self, group: str, topic: str) -> int:
+        """A reset of (group, topic) happened: its new generation (greater than any before)."""
+        key = (group, topic)
+        generation = max(int(time.time() * 1000), self._resets.get(key, 0) + 1)
+        self._resets[key] = generation
+        return generation
+
+    def reset_generation(self, group: str, topic: str) -> int:
+        """0 when (group, topic) was never reset on this broker (since it started)."""
+        return self._resets.get((group, topic), 0) if self._resets else 0
+
+    def reset_generations(self, group: str) -> dict[str, int]:
+        return {t: g for (grp, t), g in self._resets.items() if grp == group}
+
+    def stale_commit(self, group: str, topic: str, generation: int | None) -> bool:
+        """A commit carrying ``generation`` (None: a client that does not track resets) predates
+        the last reset of (group, topic) and must be ignored."""
+        return generation is not None and generation < self.reset_generation(group, topic)
 
     def subscriptions(self, group: str) -> dict[str, dict[str, str]]:
         return {cid: dict(m.subscriptions) for cid, m in self._groups.get(group, {}).items()}

@@ -23,6 +23,7 @@ from typing import NamedTuple
 from pocketmq.broker.v1 import broker_pb2
 from services.broker import validation as v
 from services.broker.config import BrokerConfig
+from services.broker.consumers import ConsumerManager
 from services.broker.longpoll import QueueNotifier
 from services.broker.metadata import (
     ConsumerOffsetManager,
@@ -126,6 +127,7 @@ class PullService:
         notifier: QueueNotifier,
         metrics: BrokerMetrics,
         ensure_group: EnsureGroup,
+        resets: ConsumerManager | None = None,
     ) -> None:
         self.config = broker_config
         self.store_config = store_config
@@ -136,6 +138,8 @@ class PullService:
         self.notifier = notifier
         self.metrics = metrics
         self.ensure_group = ensure_group
+        #: Offset-reset generations of (group, topic) (see services.broker.consumers).
+        self.resets = resets
         #: Pulls parked on the notifier right now (the ``pulls_suspended`` gauge).
         self.parked = 0
 
@@ -166,7 +170,9 @@ class PullService:
             # consumer committed further (or closed) must not take the group back. Moving back is
             # UpdateConsumerOffset's job (offset resets).
             stored = self.offsets.query(group, topic, request.queue_id)
-            if stored is None or request.commit_offset > stored:
+            stale = self.resets is not None and request.HasField("reset_generation") and \
+                self.resets.stale_commit(group, topic, request.reset_generation)
+            if not stale and (stored is None or request.commit_offset > stored):
                 self.offsets.commit(group, topic, request.queue_id, request.commit_offset)
         max_count = request.max_msg_nums if request.max_msg_nums > 0 else \
             self.store_config.max_transfer_count_on_message_in_memory
@@ -207,6 +213,8 @@ class PullService:
         deadline = time.monotonic() + suspend_s
         offset = q.offset
         long_poll = self.config.long_polling_enable and suspend_s > 0
+        resets = self.resets
+        generation = resets.reset_generation(q.group, q.topic) if resets is not None and q.group else 0
         while True:
             result = self._get(q, offset)
             if result.status is GetMessageStatus.FOUND or not long_poll or result.status not in _WAITABLE:
@@ -223,6 +231,8 @@ class PullService:
                 await self.notifier.wait(q.topic, q.queue_id, offset, remaining)
             finally:
                 self.parked -= 1
+            if generation != (resets.reset_generation(q.group, q.topic) if resets is not None else 0):
+                break  # the group was reset: answer now, so the consumer learns it
         reply = self.reply(q, result)
         self.metrics.get(broker_pb2.PullStatus.Name(reply.status), _count(result),
                          time.perf_counter() - started)
@@ -243,6 +253,8 @@ class PullService:
                             f"({result.status.name}); continue from {result.next_begin_offset}")
         elif status == broker_pb2.FOUND and self.config.is_master and q.group:
             reply.suggest_which_broker_id = self._suggest_broker(q.group, result)
+        if self.resets is not None and q.group:
+            reply.reset_generation = self.resets.reset_generation(q.group, q.topic)
         return reply
 
     def _suggest_broker(self, group: str, result: GetResult | RawResult) -> int:

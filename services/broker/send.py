@@ -118,6 +118,10 @@ class SendService:
     # -- checks -----------------------------------------------------------------------------
 
     def check_writable_broker(self) -> None:
+        if not self.config.broker_permission & v.PERM_WRITE:
+            raise PermissionDeniedError(
+                f"broker {self.config.broker_name} is drained of writes (brokerPermission="
+                f"{self.config.broker_permission}); send to another broker group")
         if not self.config.is_master:
             master = self.master_addr() or "unknown yet (not learned from the NameServer)"
             raise FailedPreconditionError(

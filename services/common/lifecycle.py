@@ -8,9 +8,11 @@ shutting down exits at once.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import logging
 import os
 import signal
+import sys
 from collections.abc import Awaitable, Callable
 
 from services.common.ports import ListenError
@@ -58,3 +60,25 @@ def run_service(main: ServiceMain, on_second_signal: Callable[[], None] | None =
         log.exception("fatal error")
         return 1
     return 0
+
+
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` asking the kernel to SIGKILL the child when this process dies (Linux
+    ``prctl(PR_SET_PDEATHSIG)``); ``None`` where that is not available."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return preexec

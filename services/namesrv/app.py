@@ -12,14 +12,17 @@ from grpc_health.v1 import health_pb2
 
 from apache.rocketmq.v2 import service_pb2_grpc as v2_grpc
 from pocketmq.namesrv.v1 import namesrv_pb2_grpc
+from pocketmq.wire.address import join_host_port
 from services.broker.v2.status import SERVICE_NAME as V2_SERVICE
 from services.common.acl.setup import build_interceptor
 from services.common.config import to_properties
 from services.common.grpcserver import GrpcServer, start_grpc_server
 from services.common.metrics import MetricsServer
+from services.common.ports import ListenError, bind_error, reason_of
 from services.namesrv import kvconfig
 from services.namesrv.api import SERVICE_NAME, NameServerServicer
 from services.namesrv.config import NamesrvConfig
+from services.namesrv.console import ConsoleProcess
 from services.namesrv.metrics import NamesrvMetrics
 from services.namesrv.v2api import NamesrvMessagingServicer
 
@@ -40,6 +43,8 @@ class NamesrvApp:
         self._metrics_server: MetricsServer | None = None
         self._scan_task: asyncio.Task[None] | None = None
         self._warm_up_task: asyncio.Task[None] | None = None
+        #: The web console (``consolePort``), when on.
+        self.console: ConsoleProcess | None = None
 
     @property
     def ready(self) -> bool:
@@ -78,6 +83,14 @@ class NamesrvApp:
         except RuntimeError:
             await self._grpc.stop(0)
             raise
+        if self.config.console_port:
+            try:
+                await self._start_console()
+            except ListenError:
+                if self._metrics_server is not None:
+                    self._metrics_server.stop()
+                await self._grpc.stop(0)
+                raise
         self._scan_task = asyncio.create_task(self._scan_loop(), name="namesrv-scan")
         warm_up = self.config.readiness_warm_up_mills / 1000
         if warm_up > 0:
@@ -85,6 +98,18 @@ class NamesrvApp:
             self._warm_up_task = asyncio.create_task(self._warm_up(warm_up), name="namesrv-warm-up")
             log.info("namesrv warming up: serving, but reporting NOT_SERVING so brokers register first",
                      extra={"service": SERVICE_NAME, "warm_up_ms": self.config.readiness_warm_up_mills})
+
+    async def _start_console(self) -> None:
+        host = self.config.listen_host
+        # A taken port fails the start with one line, as the gRPC and metrics ports do (the
+        # console process binds it a moment later).
+        failed = bind_error(host, self.config.console_port)
+        if failed is not None:
+            raise ListenError(join_host_port(host, self.config.console_port), reason_of(failed), "console")
+        local = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
+        self.console = ConsoleProcess(join_host_port(local, self.port),
+                                      join_host_port(host, self.config.console_port))
+        self.console.start()
 
     async def _warm_up(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
@@ -114,6 +139,9 @@ class NamesrvApp:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._scan_task
             self._scan_task = None
+        if self.console is not None:
+            await self.console.stop()
+            self.console = None
         if self._grpc is not None:
             await self._grpc.stop(self.config.shutdown_grace_period / 1000)
             self._grpc = None
@@ -131,6 +159,7 @@ async def serve(config: NamesrvConfig, stop: asyncio.Event) -> None:
         "namesrv started",
         extra={
             "listen": config.listen, "port": app.port, "metrics_port": app.metrics_port,
+            "console_port": config.console_port,
             "config": to_properties([config]).strip().replace("\n", " "),
         },
     )

@@ -52,6 +52,10 @@ class NamesrvConfig(TlsSettings):
     acl_config_file: str = ""
     #: A signed request is accepted this long before or after its x-mq-date-time (ms).
     acl_signature_window_mills: int = DEFAULT_SIGNATURE_WINDOW_MS
+    #: Port of the web console (clusters, topics, groups, message lookup and a few confirmed
+    #: write actions) on the listen host; 0 = off. It has no login of its own: reach it through
+    #: ``kubectl port-forward`` (or a private network), never expose it publicly.
+    console_port: int = 0
 
     def __post_init__(self) -> None:
         split_listen(self.listen)
@@ -62,6 +66,7 @@ class NamesrvConfig(TlsSettings):
         require(self.shutdown_grace_period >= 0, "shutdownGracePeriod", "must be >= 0")
         require(self.relay_timeout_mills > 0, "relayTimeoutMills", "must be > 0")
         require(self.readiness_warm_up_mills >= 0, "readinessWarmUpMills", "must be >= 0")
+        require(0 <= self.console_port < 65536, "consolePort", "must be 0..65535 (0 = off)")
         self.check_tls()
         check_acl_keys(self.acl_enable, self.acl_config_file, self.acl_signature_window_mills)
 

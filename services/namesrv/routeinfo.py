@@ -199,6 +199,9 @@ class RouteTable:
         self._groups: dict[str, _Group] = {}
         #: Incremented whenever membership or routes change (not on a plain heartbeat).
         self.generation = 0
+        #: Broker groups whose write permission was wiped (drained): topics the master registers
+        #: later lose it too, until add_write_perm.
+        self.drained: set[str] = set()
 
     # ---------------------------------------------------------------- registration
 
@@ -299,8 +302,9 @@ class RouteTable:
         for tc in configs:
             name = tc.topic_name
             seen.add(name)
+            perm = tc.perm & ~PERM_WRITE if broker_name in self.drained else tc.perm
             self.topic_queue_table.setdefault(name, {})[broker_name] = QueueData(
-                broker_name, tc.read_queue_nums, tc.write_queue_nums, tc.perm, tc.topic_sys_flag,
+                broker_name, tc.read_queue_nums, tc.write_queue_nums, perm, tc.topic_sys_flag,
                 tc.attributes.get(MESSAGE_TYPE_ATTRIBUTE, ""),
             )
         for gone in meta.topics - seen:
@@ -413,11 +417,16 @@ class RouteTable:
     # ---------------------------------------------------------------- permissions
 
     def wipe_write_perm(self, broker_name: str) -> int:
-        """Clear the write bit of the group's queues; return how many topics had it."""
+        """Clear the write bit of the group's queues; return how many topics had it. The group
+        stays drained (topics registered later lose it too) until :meth:`add_write_perm`."""
+        if broker_name in self._groups:
+            self.drained.add(broker_name)
         return self._change_perm(broker_name, lambda p: p & ~PERM_WRITE)
 
     def add_write_perm(self, broker_name: str) -> int:
-        """Set the write bit of the group's queues again; return how many topics lacked it."""
+        """Set the write bit of the group's queues again; return how many topics lacked it.
+        (Topics the broker itself registered read-only get it too, as with RocketMQ.)"""
+        self.drained.discard(broker_name)
         return self._change_perm(broker_name, lambda p: p | PERM_WRITE)
 
     def _change_perm(self, broker_name: str, change: Callable[[int], int]) -> int:

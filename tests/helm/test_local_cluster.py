@@ -187,6 +187,7 @@ def test_rendered_alert_rules_load_and_are_quiet_on_a_healthy_cluster(cluster: L
     rules = wait_for(loaded, 20, "rules evaluated")
     assert {r["name"] for r in rules} == {"PocketMQReplicationLagHigh", "PocketMQSlaveNotAvailable",
                                           "PocketMQFlushSlaveTimeout", "PocketMQHAAuthFailures",
+                                          "PocketMQNoInSyncSlave", "PocketMQFailover",
                                           "PocketMQBrokerMissingFromNameServer"}
     assert all(r["health"] == "ok" for r in rules), rules
     wait_for(lambda: prometheus.query('up{job="namesrv"}'), 20, "NameServers scraped")

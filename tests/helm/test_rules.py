@@ -34,7 +34,7 @@ def test_rendered_rules_pass_promtool_check(value_set: str, tmp_path: Path) -> N
     path = tmp_path / "rules.yaml"
     path.write_text(yaml.safe_dump({"groups": rule_groups(VALUE_SETS[value_set])}))
     out = promtool("check", "rules", str(path), cwd=tmp_path)
-    assert "SUCCESS: 5 rules found" in out
+    assert "SUCCESS: 7 rules found" in out
 
 
 def test_alert_names_and_severities() -> None:
@@ -44,9 +44,12 @@ def test_alert_names_and_severities() -> None:
         "PocketMQSlaveNotAvailable": "warning",
         "PocketMQFlushSlaveTimeout": "warning",
         "PocketMQHAAuthFailures": "warning",
+        "PocketMQNoInSyncSlave": "warning",
+        "PocketMQFailover": "warning",
         "PocketMQBrokerMissingFromNameServer": "critical",
     }
-    assert all(r["for"] == "5m" for r in group["rules"])
+    fast = {"PocketMQNoInSyncSlave": "1m", "PocketMQFailover": "0m"}
+    assert all(r["for"] == fast.get(r["alert"], "5m") for r in group["rules"])
 
 
 def broker_series(metric: str, values: str, **labels: str) -> dict[str, str]:
@@ -86,6 +89,13 @@ def test_alerts_fire_on_exported_series(tmp_path: Path) -> None:
                 broker_series("pocketmq_ha_flush_slave_timeout_total", "0x14"),
                 # a slave with the wrong haAuthSecret retries every few seconds
                 broker_series("pocketmq_ha_auth_failures_total", "0+12x14"),
+                # controllerMode=etcd: member 2 is master, alone in its SyncStateSet from minute 5;
+                # member 1 took the lease once at minute 2
+                broker_series("pocketmq_controller_is_master", "1x14", member="2"),
+                broker_series("pocketmq_controller_sync_state_set_size", "3x4 1x10", member="2"),
+                broker_series("pocketmq_controller_is_master", "0x14", member="1"),
+                broker_series("pocketmq_controller_sync_state_set_size", "1x14", member="1"),
+                broker_series("pocketmq_controller_failovers_total", "0 0 1x12", member="1"),
                 # NameServer -0 sees both brokers, -1 only one, -2 none (its gauge has no cluster series)
                 {"series": f'pocketmq_namesrv_live_brokers{{namespace="{NAMESPACE}", job="namesrv", '
                            'cluster="DefaultCluster", instance="10.0.1.10:9877"}', "values": "2x14"},
@@ -104,6 +114,13 @@ def test_alerts_fire_on_exported_series(tmp_path: Path) -> None:
                 {"eval_time": "3m", "alertname": "PocketMQHAAuthFailures", "exp_alerts": []},
                 {"eval_time": "10m", "alertname": "PocketMQHAAuthFailures", "exp_alerts": [
                     {"exp_labels": {**group, "severity": "warning"}}]},
+                {"eval_time": "4m", "alertname": "PocketMQNoInSyncSlave", "exp_alerts": []},
+                {"eval_time": "7m", "alertname": "PocketMQNoInSyncSlave", "exp_alerts": [
+                    {"exp_labels": {**group, "severity": "warning"}}]},
+                {"eval_time": "1m", "alertname": "PocketMQFailover", "exp_alerts": []},
+                {"eval_time": "3m", "alertname": "PocketMQFailover", "exp_alerts": [
+                    {"exp_labels": {**group, "severity": "warning"}}]},
+                {"eval_time": "14m", "alertname": "PocketMQFailover", "exp_alerts": []},
                 {"eval_time": "10m", "alertname": "PocketMQBrokerMissingFromNameServer", "exp_alerts": [
                     {"exp_labels": {**namesrv, "cluster": "DefaultCluster", "instance": "10.0.1.11:9877"}},
                     {"exp_labels": {**namesrv, "instance": "10.0.1.12:9877"}}]},
@@ -128,6 +145,9 @@ def test_healthy_cluster_raises_no_alert(tmp_path: Path) -> None:
             broker_series("pocketmq_ha_slave_not_available_total", "0x14"),
             broker_series("pocketmq_ha_flush_slave_timeout_total", "0x14"),
             broker_series("pocketmq_ha_auth_failures_total", "0x14"),
+            broker_series("pocketmq_controller_is_master", "1x14", member="1"),
+            broker_series("pocketmq_controller_sync_state_set_size", "2x14", member="1"),
+            broker_series("pocketmq_controller_failovers_total", "1x14", member="1"),
             *({"series": f'pocketmq_namesrv_live_brokers{{namespace="{NAMESPACE}", job="namesrv", '
                          f'cluster="DefaultCluster", instance="{i}"}}', "values": "2x14"}
               for i in ("10.0.1.10:9877", "10.0.1.11:9877")),
@@ -135,7 +155,8 @@ def test_healthy_cluster_raises_no_alert(tmp_path: Path) -> None:
         ],
         "alert_rule_test": [{"eval_time": "12m", "alertname": name, "exp_alerts": []} for name in (
             "PocketMQReplicationLagHigh", "PocketMQSlaveNotAvailable", "PocketMQFlushSlaveTimeout",
-            "PocketMQHAAuthFailures", "PocketMQBrokerMissingFromNameServer")],
+            "PocketMQHAAuthFailures", "PocketMQNoInSyncSlave", "PocketMQFailover",
+            "PocketMQBrokerMissingFromNameServer")],
     }]}
     (tmp_path / "tests.yaml").write_text(yaml.safe_dump(tests, sort_keys=False))
     assert "SUCCESS" in promtool("test", "rules", "tests.yaml", cwd=tmp_path)

@@ -25,6 +25,9 @@ def held() -> Iterator[socket.socket]:
 
 def _args(service: str, listener: str, port: int, tmp_path: Path) -> list[str]:
     if service == "services.namesrv":
+        if listener == "console":
+            return ["--listen", f"127.0.0.1:{free_port()}", "--metrics-port", "0",
+                    "--console-port", str(port)]
         grpc_port, metrics_port = (port, 0) if listener == "gRPC" else (free_port(), port)
         return ["--listen", f"127.0.0.1:{grpc_port}", "--metrics-port", str(metrics_port)]
     grpc_port = port if listener == "gRPC" else free_port()
@@ -37,6 +40,7 @@ def _args(service: str, listener: str, port: int, tmp_path: Path) -> list[str]:
 @pytest.mark.parametrize(("service", "listener", "level"), [
     ("services.namesrv", "gRPC", "INFO"),
     ("services.namesrv", "metrics", "DEBUG"),
+    ("services.namesrv", "console", "INFO"),
     ("services.broker", "gRPC", "INFO"),
     ("services.broker", "HA", "INFO"),
 ])

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slow
 
 
 def cluster_ports(namesrv: int, broker: int) -> list[int]:
-    return [namesrv, namesrv + 1, *range(broker, broker + 3), *range(broker + 10, broker + 13)]
+    return [namesrv, namesrv + 1, namesrv + 2, *range(broker, broker + 3), *range(broker + 10, broker + 13)]
 
 
 def pick_ports() -> tuple[int, int]:

@@ -175,7 +175,7 @@ class SendMessageBatchResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[PutStatus, str]] = ..., msg_ids: _Optional[_Iterable[str]] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., remark: _Optional[str] = ..., request_id: _Optional[int] = ...) -> None: ...
 
 class PullMessageRequest(_message.Message):
-    __slots__ = ("consumer_group", "topic", "queue_id", "queue_offset", "max_msg_nums", "subscription", "suspend_timeout_ms", "raw_records", "commit_offset", "max_bytes")
+    __slots__ = ("consumer_group", "topic", "queue_id", "queue_offset", "max_msg_nums", "subscription", "suspend_timeout_ms", "raw_records", "commit_offset", "max_bytes", "reset_generation")
     CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -186,6 +186,7 @@ class PullMessageRequest(_message.Message):
     RAW_RECORDS_FIELD_NUMBER: _ClassVar[int]
     COMMIT_OFFSET_FIELD_NUMBER: _ClassVar[int]
     MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    RESET_GENERATION_FIELD_NUMBER: _ClassVar[int]
     consumer_group: str
     topic: str
     queue_id: int
@@ -196,10 +197,11 @@ class PullMessageRequest(_message.Message):
     raw_records: bool
     commit_offset: int
     max_bytes: int
-    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., max_msg_nums: _Optional[int] = ..., subscription: _Optional[str] = ..., suspend_timeout_ms: _Optional[int] = ..., raw_records: _Optional[bool] = ..., commit_offset: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
+    reset_generation: int
+    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., max_msg_nums: _Optional[int] = ..., subscription: _Optional[str] = ..., suspend_timeout_ms: _Optional[int] = ..., raw_records: _Optional[bool] = ..., commit_offset: _Optional[int] = ..., max_bytes: _Optional[int] = ..., reset_generation: _Optional[int] = ...) -> None: ...
 
 class PullMessageResponse(_message.Message):
-    __slots__ = ("status", "next_begin_offset", "min_offset", "max_offset", "messages", "records", "suggest_which_broker_id", "remark")
+    __slots__ = ("status", "next_begin_offset", "min_offset", "max_offset", "messages", "records", "suggest_which_broker_id", "remark", "reset_generation")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     NEXT_BEGIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
     MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
@@ -208,6 +210,7 @@ class PullMessageResponse(_message.Message):
     RECORDS_FIELD_NUMBER: _ClassVar[int]
     SUGGEST_WHICH_BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     REMARK_FIELD_NUMBER: _ClassVar[int]
+    RESET_GENERATION_FIELD_NUMBER: _ClassVar[int]
     status: PullStatus
     next_begin_offset: int
     min_offset: int
@@ -216,7 +219,8 @@ class PullMessageResponse(_message.Message):
     records: bytes
     suggest_which_broker_id: int
     remark: str
-    def __init__(self, status: _Optional[_Union[PullStatus, str]] = ..., next_begin_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[MessageExt, _Mapping]]] = ..., records: _Optional[bytes] = ..., suggest_which_broker_id: _Optional[int] = ..., remark: _Optional[str] = ...) -> None: ...
+    reset_generation: int
+    def __init__(self, status: _Optional[_Union[PullStatus, str]] = ..., next_begin_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[MessageExt, _Mapping]]] = ..., records: _Optional[bytes] = ..., suggest_which_broker_id: _Optional[int] = ..., remark: _Optional[str] = ..., reset_generation: _Optional[int] = ...) -> None: ...
 
 class QueueRequest(_message.Message):
     __slots__ = ("topic", "queue_id")
@@ -253,30 +257,36 @@ class QueryConsumerOffsetRequest(_message.Message):
     def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ...) -> None: ...
 
 class UpdateConsumerOffsetRequest(_message.Message):
-    __slots__ = ("consumer_group", "topic", "queue_id", "offset")
+    __slots__ = ("consumer_group", "topic", "queue_id", "offset", "reset_generation")
     CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
+    RESET_GENERATION_FIELD_NUMBER: _ClassVar[int]
     consumer_group: str
     topic: str
     queue_id: int
     offset: int
-    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+    reset_generation: int
+    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., reset_generation: _Optional[int] = ...) -> None: ...
 
 class UpdateConsumerOffsetResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class ConsumerHeartbeatRequest(_message.Message):
-    __slots__ = ("consumer_group", "client_id", "subscriptions")
+    __slots__ = ("consumer_group", "client_id", "subscriptions", "language", "version")
     CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
+    LANGUAGE_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
     consumer_group: str
     client_id: str
     subscriptions: _containers.RepeatedCompositeFieldContainer[Subscription]
-    def __init__(self, consumer_group: _Optional[str] = ..., client_id: _Optional[str] = ..., subscriptions: _Optional[_Iterable[_Union[Subscription, _Mapping]]] = ...) -> None: ...
+    language: str
+    version: str
+    def __init__(self, consumer_group: _Optional[str] = ..., client_id: _Optional[str] = ..., subscriptions: _Optional[_Iterable[_Union[Subscription, _Mapping]]] = ..., language: _Optional[str] = ..., version: _Optional[str] = ...) -> None: ...
 
 class Subscription(_message.Message):
     __slots__ = ("topic", "expression")
@@ -287,8 +297,17 @@ class Subscription(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., expression: _Optional[str] = ...) -> None: ...
 
 class ConsumerHeartbeatResponse(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("reset_generations",)
+    class ResetGenerationsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    RESET_GENERATIONS_FIELD_NUMBER: _ClassVar[int]
+    reset_generations: _containers.ScalarMap[str, int]
+    def __init__(self, reset_generations: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class UnregisterConsumerRequest(_message.Message):
     __slots__ = ("consumer_group", "client_id")
@@ -423,7 +442,7 @@ class GetBrokerStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class BrokerStatus(_message.Message):
-    __slots__ = ("cluster_name", "broker_name", "broker_id", "broker_role", "flush_disk_type", "broker_addr", "ha_server_addr", "commit_log_min_offset", "commit_log_max_offset", "topic_count", "put_total", "get_total", "start_timestamp", "master_addr", "version", "timer_pending", "transaction_half_pending")
+    __slots__ = ("cluster_name", "broker_name", "broker_id", "broker_role", "flush_disk_type", "broker_addr", "ha_server_addr", "commit_log_min_offset", "commit_log_max_offset", "topic_count", "put_total", "get_total", "start_timestamp", "master_addr", "version", "timer_pending", "transaction_half_pending", "broker_permission")
     CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
     BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -441,6 +460,7 @@ class BrokerStatus(_message.Message):
     VERSION_FIELD_NUMBER: _ClassVar[int]
     TIMER_PENDING_FIELD_NUMBER: _ClassVar[int]
     TRANSACTION_HALF_PENDING_FIELD_NUMBER: _ClassVar[int]
+    BROKER_PERMISSION_FIELD_NUMBER: _ClassVar[int]
     cluster_name: str
     broker_name: str
     broker_id: int
@@ -458,14 +478,122 @@ class BrokerStatus(_message.Message):
     version: str
     timer_pending: int
     transaction_half_pending: int
-    def __init__(self, cluster_name: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., broker_role: _Optional[str] = ..., flush_disk_type: _Optional[str] = ..., broker_addr: _Optional[str] = ..., ha_server_addr: _Optional[str] = ..., commit_log_min_offset: _Optional[int] = ..., commit_log_max_offset: _Optional[int] = ..., topic_count: _Optional[int] = ..., put_total: _Optional[int] = ..., get_total: _Optional[int] = ..., start_timestamp: _Optional[int] = ..., master_addr: _Optional[str] = ..., version: _Optional[str] = ..., timer_pending: _Optional[int] = ..., transaction_half_pending: _Optional[int] = ...) -> None: ...
+    broker_permission: int
+    def __init__(self, cluster_name: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., broker_role: _Optional[str] = ..., flush_disk_type: _Optional[str] = ..., broker_addr: _Optional[str] = ..., ha_server_addr: _Optional[str] = ..., commit_log_min_offset: _Optional[int] = ..., commit_log_max_offset: _Optional[int] = ..., topic_count: _Optional[int] = ..., put_total: _Optional[int] = ..., get_total: _Optional[int] = ..., start_timestamp: _Optional[int] = ..., master_addr: _Optional[str] = ..., version: _Optional[str] = ..., timer_pending: _Optional[int] = ..., transaction_half_pending: _Optional[int] = ..., broker_permission: _Optional[int] = ...) -> None: ...
 
 class GetHAStatusRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class ResetConsumerOffsetRequest(_message.Message):
+    __slots__ = ("consumer_group", "topic", "timestamp_ms", "offset", "earliest", "latest")
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    EARLIEST_FIELD_NUMBER: _ClassVar[int]
+    LATEST_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    topic: str
+    timestamp_ms: int
+    offset: int
+    earliest: bool
+    latest: bool
+    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., timestamp_ms: _Optional[int] = ..., offset: _Optional[int] = ..., earliest: _Optional[bool] = ..., latest: _Optional[bool] = ...) -> None: ...
+
+class QueueOffsetChange(_message.Message):
+    __slots__ = ("queue_id", "old_offset", "new_offset")
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OLD_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    NEW_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    queue_id: int
+    old_offset: int
+    new_offset: int
+    def __init__(self, queue_id: _Optional[int] = ..., old_offset: _Optional[int] = ..., new_offset: _Optional[int] = ...) -> None: ...
+
+class ResetConsumerOffsetResponse(_message.Message):
+    __slots__ = ("queues", "reset_generation")
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    RESET_GENERATION_FIELD_NUMBER: _ClassVar[int]
+    queues: _containers.RepeatedCompositeFieldContainer[QueueOffsetChange]
+    reset_generation: int
+    def __init__(self, queues: _Optional[_Iterable[_Union[QueueOffsetChange, _Mapping]]] = ..., reset_generation: _Optional[int] = ...) -> None: ...
+
+class GetConsumerConnectionsRequest(_message.Message):
+    __slots__ = ("consumer_group",)
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    def __init__(self, consumer_group: _Optional[str] = ...) -> None: ...
+
+class ConsumerConnection(_message.Message):
+    __slots__ = ("client_id", "addr", "language", "version", "protocol", "client_type", "subscriptions", "last_heartbeat_ms")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    ADDR_FIELD_NUMBER: _ClassVar[int]
+    LANGUAGE_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_TYPE_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
+    LAST_HEARTBEAT_MS_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    addr: str
+    language: str
+    version: str
+    protocol: str
+    client_type: str
+    subscriptions: _containers.RepeatedCompositeFieldContainer[Subscription]
+    last_heartbeat_ms: int
+    def __init__(self, client_id: _Optional[str] = ..., addr: _Optional[str] = ..., language: _Optional[str] = ..., version: _Optional[str] = ..., protocol: _Optional[str] = ..., client_type: _Optional[str] = ..., subscriptions: _Optional[_Iterable[_Union[Subscription, _Mapping]]] = ..., last_heartbeat_ms: _Optional[int] = ...) -> None: ...
+
+class GetConsumerConnectionsResponse(_message.Message):
+    __slots__ = ("connections",)
+    CONNECTIONS_FIELD_NUMBER: _ClassVar[int]
+    connections: _containers.RepeatedCompositeFieldContainer[ConsumerConnection]
+    def __init__(self, connections: _Optional[_Iterable[_Union[ConsumerConnection, _Mapping]]] = ...) -> None: ...
+
+class GetBrokerConfigRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class BrokerConfigEntry(_message.Message):
+    __slots__ = ("key", "value", "live", "overridden")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    LIVE_FIELD_NUMBER: _ClassVar[int]
+    OVERRIDDEN_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    value: str
+    live: bool
+    overridden: bool
+    def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ..., live: _Optional[bool] = ..., overridden: _Optional[bool] = ...) -> None: ...
+
+class GetBrokerConfigResponse(_message.Message):
+    __slots__ = ("entries",)
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedCompositeFieldContainer[BrokerConfigEntry]
+    def __init__(self, entries: _Optional[_Iterable[_Union[BrokerConfigEntry, _Mapping]]] = ...) -> None: ...
+
+class UpdateBrokerConfigRequest(_message.Message):
+    __slots__ = ("changes",)
+    class ChangesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    CHANGES_FIELD_NUMBER: _ClassVar[int]
+    changes: _containers.ScalarMap[str, str]
+    def __init__(self, changes: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class UpdateBrokerConfigResponse(_message.Message):
+    __slots__ = ("entries",)
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedCompositeFieldContainer[BrokerConfigEntry]
+    def __init__(self, entries: _Optional[_Iterable[_Union[BrokerConfigEntry, _Mapping]]] = ...) -> None: ...
+
 class HASlaveStatus(_message.Message):
-    __slots__ = ("slave_addr", "request_offset", "ack_offset", "lag_bytes", "connected_since_ms", "transferred_bytes", "last_ack_timestamp_ms")
+    __slots__ = ("slave_addr", "request_offset", "ack_offset", "lag_bytes", "connected_since_ms", "transferred_bytes", "last_ack_timestamp_ms", "broker_id", "broker_addr", "epoch")
     SLAVE_ADDR_FIELD_NUMBER: _ClassVar[int]
     REQUEST_OFFSET_FIELD_NUMBER: _ClassVar[int]
     ACK_OFFSET_FIELD_NUMBER: _ClassVar[int]
@@ -473,6 +601,9 @@ class HASlaveStatus(_message.Message):
     CONNECTED_SINCE_MS_FIELD_NUMBER: _ClassVar[int]
     TRANSFERRED_BYTES_FIELD_NUMBER: _ClassVar[int]
     LAST_ACK_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ADDR_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
     slave_addr: str
     request_offset: int
     ack_offset: int
@@ -480,10 +611,13 @@ class HASlaveStatus(_message.Message):
     connected_since_ms: int
     transferred_bytes: int
     last_ack_timestamp_ms: int
-    def __init__(self, slave_addr: _Optional[str] = ..., request_offset: _Optional[int] = ..., ack_offset: _Optional[int] = ..., lag_bytes: _Optional[int] = ..., connected_since_ms: _Optional[int] = ..., transferred_bytes: _Optional[int] = ..., last_ack_timestamp_ms: _Optional[int] = ...) -> None: ...
+    broker_id: int
+    broker_addr: str
+    epoch: int
+    def __init__(self, slave_addr: _Optional[str] = ..., request_offset: _Optional[int] = ..., ack_offset: _Optional[int] = ..., lag_bytes: _Optional[int] = ..., connected_since_ms: _Optional[int] = ..., transferred_bytes: _Optional[int] = ..., last_ack_timestamp_ms: _Optional[int] = ..., broker_id: _Optional[int] = ..., broker_addr: _Optional[str] = ..., epoch: _Optional[int] = ...) -> None: ...
 
 class HAStatus(_message.Message):
-    __slots__ = ("broker_role", "commit_log_max_offset", "push2slave_max_offset", "slaves", "master_ha_addr", "client_max_offset", "last_data_timestamp_ms", "reconnects", "connected")
+    __slots__ = ("broker_role", "commit_log_max_offset", "push2slave_max_offset", "slaves", "master_ha_addr", "client_max_offset", "last_data_timestamp_ms", "reconnects", "connected", "epoch", "problem", "sync_state_set", "failovers")
     BROKER_ROLE_FIELD_NUMBER: _ClassVar[int]
     COMMIT_LOG_MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
     PUSH2SLAVE_MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
@@ -493,6 +627,10 @@ class HAStatus(_message.Message):
     LAST_DATA_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
     RECONNECTS_FIELD_NUMBER: _ClassVar[int]
     CONNECTED_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    PROBLEM_FIELD_NUMBER: _ClassVar[int]
+    SYNC_STATE_SET_FIELD_NUMBER: _ClassVar[int]
+    FAILOVERS_FIELD_NUMBER: _ClassVar[int]
     broker_role: str
     commit_log_max_offset: int
     push2slave_max_offset: int
@@ -502,7 +640,11 @@ class HAStatus(_message.Message):
     last_data_timestamp_ms: int
     reconnects: int
     connected: bool
-    def __init__(self, broker_role: _Optional[str] = ..., commit_log_max_offset: _Optional[int] = ..., push2slave_max_offset: _Optional[int] = ..., slaves: _Optional[_Iterable[_Union[HASlaveStatus, _Mapping]]] = ..., master_ha_addr: _Optional[str] = ..., client_max_offset: _Optional[int] = ..., last_data_timestamp_ms: _Optional[int] = ..., reconnects: _Optional[int] = ..., connected: _Optional[bool] = ...) -> None: ...
+    epoch: int
+    problem: str
+    sync_state_set: _containers.RepeatedScalarFieldContainer[int]
+    failovers: int
+    def __init__(self, broker_role: _Optional[str] = ..., commit_log_max_offset: _Optional[int] = ..., push2slave_max_offset: _Optional[int] = ..., slaves: _Optional[_Iterable[_Union[HASlaveStatus, _Mapping]]] = ..., master_ha_addr: _Optional[str] = ..., client_max_offset: _Optional[int] = ..., last_data_timestamp_ms: _Optional[int] = ..., reconnects: _Optional[int] = ..., connected: _Optional[bool] = ..., epoch: _Optional[int] = ..., problem: _Optional[str] = ..., sync_state_set: _Optional[_Iterable[int]] = ..., failovers: _Optional[int] = ...) -> None: ...
 
 class GetAllTopicConfigRequest(_message.Message):
     __slots__ = ()

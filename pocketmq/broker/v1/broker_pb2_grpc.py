@@ -175,6 +175,26 @@ class BrokerStub:
                 request_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.DeleteAclPolicyRequest.SerializeToString,
                 response_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.PutAclUserResponse.FromString,
                 _registered_method=True)
+        self.ResetConsumerOffset = channel.unary_unary(
+                '/pocketmq.broker.v1.Broker/ResetConsumerOffset',
+                request_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.ResetConsumerOffsetRequest.SerializeToString,
+                response_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.ResetConsumerOffsetResponse.FromString,
+                _registered_method=True)
+        self.GetConsumerConnections = channel.unary_unary(
+                '/pocketmq.broker.v1.Broker/GetConsumerConnections',
+                request_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.GetConsumerConnectionsRequest.SerializeToString,
+                response_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.GetConsumerConnectionsResponse.FromString,
+                _registered_method=True)
+        self.GetBrokerConfig = channel.unary_unary(
+                '/pocketmq.broker.v1.Broker/GetBrokerConfig',
+                request_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.GetBrokerConfigRequest.SerializeToString,
+                response_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.GetBrokerConfigResponse.FromString,
+                _registered_method=True)
+        self.UpdateBrokerConfig = channel.unary_unary(
+                '/pocketmq.broker.v1.Broker/UpdateBrokerConfig',
+                request_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.UpdateBrokerConfigRequest.SerializeToString,
+                response_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.UpdateBrokerConfigResponse.FromString,
+                _registered_method=True)
         self.PopMessages = channel.unary_unary(
                 '/pocketmq.broker.v1.Broker/PopMessages',
                 request_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.PopMessagesRequest.SerializeToString,
@@ -394,6 +414,42 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ResetConsumerOffset(self, request, context):
+        """Move a consumer group's offsets of a topic (masters only; RocketMQ's resetOffsetByTime):
+        to the first message stored at or after a time, to an offset, to the earliest or the
+        latest. Running members notice the new reset generation (heartbeat and pull replies),
+        drop what they hold of the topic and read again from the new offsets; until then their
+        commits carrying an older generation are ignored. POP (v2) consumers read from there too.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetConsumerConnections(self, request, context):
+        """The live members of a consumer group on this broker: own clients (heartbeats) and
+        RocketMQ 5 clients (Telemetry settings), with address, version, language, subscriptions.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetBrokerConfig(self, request, context):
+        """The broker's effective configuration (secrets masked) and which keys may be changed live.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateBrokerConfig(self, request, context):
+        """Change keys that are safe to change while running; validated like the config file, stored
+        in the store directory's overrides file (applied over broker.conf at the next start).
+        INVALID_ARGUMENT naming the key and why when any key is unknown, not live-safe or invalid
+        (then nothing changes).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def PopMessages(self, request, context):
         """POP consumption for PocketMQ's own consumer (masters only; see docs/pop.md): pop up to
         max_msg_nums messages, invisible to the group until acked or invisible_time_ms ran out;
@@ -569,6 +625,26 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.DeleteAclPolicy,
                     request_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.DeleteAclPolicyRequest.FromString,
                     response_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.PutAclUserResponse.SerializeToString,
+            ),
+            'ResetConsumerOffset': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResetConsumerOffset,
+                    request_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.ResetConsumerOffsetRequest.FromString,
+                    response_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.ResetConsumerOffsetResponse.SerializeToString,
+            ),
+            'GetConsumerConnections': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetConsumerConnections,
+                    request_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.GetConsumerConnectionsRequest.FromString,
+                    response_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.GetConsumerConnectionsResponse.SerializeToString,
+            ),
+            'GetBrokerConfig': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetBrokerConfig,
+                    request_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.GetBrokerConfigRequest.FromString,
+                    response_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.GetBrokerConfigResponse.SerializeToString,
+            ),
+            'UpdateBrokerConfig': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateBrokerConfig,
+                    request_deserializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.UpdateBrokerConfigRequest.FromString,
+                    response_serializer=pocketmq_dot_broker_dot_v1_dot_broker__pb2.UpdateBrokerConfigResponse.SerializeToString,
             ),
             'PopMessages': grpc.unary_unary_rpc_method_handler(
                     servicer.PopMessages,
@@ -1347,6 +1423,114 @@ class Broker:
             '/pocketmq.broker.v1.Broker/DeleteAclPolicy',
             pocketmq_dot_broker_dot_v1_dot_broker__pb2.DeleteAclPolicyRequest.SerializeToString,
             pocketmq_dot_broker_dot_v1_dot_broker__pb2.PutAclUserResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResetConsumerOffset(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/pocketmq.broker.v1.Broker/ResetConsumerOffset',
+            pocketmq_dot_broker_dot_v1_dot_broker__pb2.ResetConsumerOffsetRequest.SerializeToString,
+            pocketmq_dot_broker_dot_v1_dot_broker__pb2.ResetConsumerOffsetResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetConsumerConnections(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/pocketmq.broker.v1.Broker/GetConsumerConnections',
+            pocketmq_dot_broker_dot_v1_dot_broker__pb2.GetConsumerConnectionsRequest.SerializeToString,
+            pocketmq_dot_broker_dot_v1_dot_broker__pb2.GetConsumerConnectionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetBrokerConfig(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/pocketmq.broker.v1.Broker/GetBrokerConfig',
+            pocketmq_dot_broker_dot_v1_dot_broker__pb2.GetBrokerConfigRequest.SerializeToString,
+            pocketmq_dot_broker_dot_v1_dot_broker__pb2.GetBrokerConfigResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateBrokerConfig(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/pocketmq.broker.v1.Broker/UpdateBrokerConfig',
+            pocketmq_dot_broker_dot_v1_dot_broker__pb2.UpdateBrokerConfigRequest.SerializeToString,
+            pocketmq_dot_broker_dot_v1_dot_broker__pb2.UpdateBrokerConfigResponse.FromString,
             options,
             channel_credentials,
             insecure,

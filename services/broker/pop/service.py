@@ -345,6 +345,13 @@ class PopService:
             raise UnavailableError(f"cannot store pop state: {result.error or result.status.name}")
         return int(result.queue_offsets[0])
 
+    def reset_queue(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """The group's offset of the queue was reset: POP consumers read from ``offset`` next
+        (messages popped and not acked are dropped; their receipts become invalid)."""
+        qk: QueueKey = (group, topic, queue_id)
+        if qk in self.inflight.cursors or self.inflight.busy(qk):
+            self.inflight.drop_queue(qk, offset)
+
     def _commit(self, qk: QueueKey) -> None:
         offset = self.inflight.committable(qk)
         if offset is not None:

@@ -205,6 +205,15 @@ class InFlight:
         ck = self.live(key[0], key[1], key[2], ck_id)
         return ck is not None and bool(self.discard(ck, (key[3],)))
 
+    def drop_queue(self, qk: QueueKey, cursor: int) -> int:
+        """An offset reset: forget the queue's in-flight messages (their receipt handles become
+        invalid) and pop from ``cursor`` next; returns how many were dropped."""
+        dropped = 0
+        for ck in list(self._by_queue.get(qk, {}).values()):
+            dropped += len(self.discard(ck, list(ck.pending)))
+        self.cursors[qk] = cursor
+        return dropped
+
     def busy(self, qk: QueueKey) -> bool:
         return qk in self._by_queue
 

@@ -21,6 +21,9 @@ __all__ = [
     "DEFAULT_MAX_BODY_SIZE",
     "HARD_MAX_BODY_SIZE",
     "HEADER",
+    "HELLO_MAGIC",
+    "HELLO_MAGIC_HIGH",
+    "HELLO_VERSION",
     "MAX_OFFSET",
     "TRANSFER_HEADER_SIZE",
     "Buffer",
@@ -54,6 +57,12 @@ AUTH_MAC_SIZE: Final = 32
 AUTH_CONTEXT: Final = b"pocketmq-ha"
 #: A transfer header whose offset has these top 32 bits is the master's challenge.
 AUTH_MAGIC_HIGH: Final = int.from_bytes(AUTH_MAGIC, "big")
+
+#: The identity handshake (``hello.py``): its magic and version.  An 8-byte ack or a transfer
+#: header whose top 32 bits are the magic is a hello (no real offset comes near 2**62).
+HELLO_MAGIC: Final = b"PMQH"
+HELLO_MAGIC_HIGH: Final = int.from_bytes(HELLO_MAGIC, "big")
+HELLO_VERSION: Final = 1
 
 #: The ack: int64 offset.
 ACK: Final = struct.Struct(">q")

@@ -25,6 +25,7 @@ from typing import Final
 
 from services.broker.config import BrokerConfig
 from services.broker.replication.auth import MasterAuthenticator, handshake_timeout_s
+from services.broker.replication.epochfile import EpochFile
 from services.broker.replication.errors import (
     AuthenticationError,
     ProtocolError,
@@ -36,6 +37,14 @@ from services.broker.replication.framing import (
     AUTH_NONCE_SIZE,
     encode_heartbeat,
     encode_transfer_header,
+)
+from services.broker.replication.hello import (
+    HELLO_HEAD_SIZE,
+    MasterHello,
+    SlaveHello,
+    decode_hello_head,
+    decode_slave_hello,
+    encode_master_hello,
 )
 from services.broker.replication.protocol import MasterConnectionProtocol
 from services.broker.replication.tls import HaTls, accept_tls, ha_tls
@@ -86,6 +95,9 @@ class MasterSettings:
     auth_secret: bytes = dataclasses.field(default=_BROKER.ha_auth_secret.encode(), repr=False)
     #: How long a peer has to answer the challenge.
     auth_timeout_s: float = handshake_timeout_s(_BROKER.ha_housekeeping_interval / 1000)
+    #: brokerName and brokerId this master gives in its hello.
+    broker_name: str = _BROKER.broker_name
+    broker_id: int = 0
     #: haTlsEnable: TLS with a client certificate of the CA required (None = plaintext).
     tls: HaTls | None = None
 
@@ -98,7 +110,8 @@ class MasterSettings:
                    heartbeat_interval_s=cfg.ha_send_heartbeat_interval / 1000,
                    housekeeping_interval_s=housekeeping_s, fall_behind_max=cfg.ha_slave_fallbehind_max,
                    auth_secret=cfg.ha_auth_secret.encode(),
-                   auth_timeout_s=handshake_timeout_s(housekeeping_s), tls=ha_tls(cfg))
+                   auth_timeout_s=handshake_timeout_s(housekeeping_s), broker_name=cfg.broker_name,
+                   broker_id=cfg.broker_id, tls=ha_tls(cfg))
 
 
 @dataclass(frozen=True)
@@ -111,6 +124,17 @@ class SlaveInfo:
     connected_since_ms: int
     transferred_bytes: int
     last_ack_ms: int
+    #: From the slave's hello: its brokerId (-1: an original slave that sent none), gRPC address
+    #: and newest epoch.
+    broker_id: int = -1
+    broker_addr: str = ""
+    epoch: int = 0
+
+    @property
+    def label(self) -> str:
+        """The slave's name in metrics and status: its brokerId, or its connection address for
+        a slave that did not say who it is."""
+        return str(self.broker_id) if self.broker_id >= 0 else self.slave
 
 
 class _ProgressHistory:
@@ -167,12 +191,27 @@ class SlaveConnection:
         self.close_reason = ""
         self._loop = loop
         self._announced = False
+        #: The slave's hello (None: an original slave, or not received yet).
+        self.identity: SlaveHello | None = None
+        #: Monotonic time of the last ack that reached the master's max offset (0: never).
+        self.caught_up_at = 0.0
 
     def info(self) -> SlaveInfo:
         request = self.proto.request_offset
         ack = self.proto.ack_offset
+        ident = self.identity
         return SlaveInfo(self.peer, request if request is not None else -1, ack if ack is not None else -1,
-                         self.connected_since_ms, self.transferred_bytes, self.last_ack_ms)
+                         self.connected_since_ms, self.transferred_bytes, self.last_ack_ms,
+                         ident.broker_id if ident is not None else -1,
+                         ident.broker_addr if ident is not None else "",
+                         ident.epoch if ident is not None else 0)
+
+    def _log_extra(self) -> dict[str, object]:
+        ident = self.identity
+        if ident is None:
+            return {"slave": self.peer}
+        return {"slave": self.peer, "slave_broker_id": ident.broker_id,
+                "slave_broker_addr": ident.broker_addr}
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -204,7 +243,7 @@ class SlaveConnection:
             return True
         self.close_reason = f"authentication failed: {error}"
         log.warning("HA authentication failed; connection closed", extra={
-            "slave": self.peer, "reason": str(error) or type(error).__name__})
+            **self._log_extra(), "reason": str(error) or type(error).__name__})
         return False
 
     async def run(self) -> None:
@@ -221,7 +260,7 @@ class SlaveConnection:
                 if remaining < 0:
                     self.close_reason = f"nothing read for {housekeeping_s:g}s (haHousekeepingInterval)"
                     log.warning("replication connection expired", extra={
-                        "slave": self.peer, "silent_s": round(loop.time() - self.last_read, 3)})
+                        **self._log_extra(), "silent_s": round(loop.time() - self.last_read, 3)})
                     break
                 done, _ = await asyncio.wait({reader, writer}, timeout=remaining + 0.001,
                                              return_when=asyncio.FIRST_COMPLETED)
@@ -244,15 +283,59 @@ class SlaveConnection:
             self.close_reason = f"protocol error: {exc}"
             if not isinstance(exc, (RequestBeyondMaxOffsetError, RequestOffsetUnavailableError)):
                 log.warning("replication connection closed: protocol error", extra={
-                    "slave": self.peer, "error": str(exc), "kind": type(exc).__name__})
+                    **self._log_extra(), "error": str(exc), "kind": type(exc).__name__})
         elif isinstance(exc, OSError):
             self.close_reason = f"socket error: {exc}"
         else:
             self.close_reason = f"internal error: {exc!r}"
-            log.error("replication connection failed", extra={"slave": self.peer, "error": repr(exc)},
+            log.error("replication connection failed", extra={**self._log_extra(), "error": repr(exc)},
                       exc_info=exc)
 
     # -- reading acks ---------------------------------------------------------------------------
+
+    async def _recv_at_least(self, data: bytearray, size: int) -> bool:
+        """Read into ``data`` until it holds ``size`` bytes (it may get more); False when the peer
+        closed first."""
+        while len(data) < size:
+            chunk = await self._loop.sock_recv(self.sock, _RECV_SIZE)
+            if not chunk:
+                return False
+            data += chunk
+            self.last_read = self._loop.time()
+        return True
+
+    async def _greet(self) -> bytes | None:
+        """Read the slave's first 8 bytes: a hello (answered with the master's; returns what
+        followed it) or an original slave's request offset (returns everything read, for the
+        protocol).  None: the peer closed."""
+        data = bytearray()
+        if not await self._recv_at_least(data, HELLO_HEAD_SIZE):
+            return None
+        size = decode_hello_head(data[:HELLO_HEAD_SIZE])
+        if size is None:
+            return bytes(data)
+        if not await self._recv_at_least(data, HELLO_HEAD_SIZE + size):
+            return None
+        body = data[HELLO_HEAD_SIZE:HELLO_HEAD_SIZE + size]
+        rest = bytes(data[HELLO_HEAD_SIZE + size:])
+        if len(rest) > _RECV_SIZE:
+            raise ProtocolError("the slave sent more than one read's worth of bytes before the "
+                                "master's hello")
+        hello = decode_slave_hello(body)
+        self.identity = hello
+        master = self.master
+        entries = master.epochs.entries if master.epochs is not None else ()
+        my_epoch = entries[-1].epoch if entries else 0
+        # (the answer goes out in every case: the slave decides, and refuses an older epoch)
+        await self._loop.sock_sendall(self.sock, encode_master_hello(MasterHello(
+            master.settings.broker_name, master.settings.broker_id, master.store.max_offset, entries)))
+        if hello.epoch > my_epoch:
+            log.error("a slave knows a newer epoch than this master: this master is stale and does not "
+                      "serve it", extra={**self._log_extra(), "slave_epoch": hello.epoch, "epoch": my_epoch})
+            master.note_newer_epoch(hello.epoch)
+            raise ProtocolError(f"the slave knows epoch {hello.epoch}, newer than this master's {my_epoch}")
+        master.identified(self)
+        return rest
 
     async def _read_loop(self) -> None:
         loop = self._loop
@@ -260,8 +343,16 @@ class SlaveConnection:
         store = master.store
         buf = bytearray(_RECV_SIZE)
         view = memoryview(buf)
+        first = await self._greet()
         while True:
-            n = await loop.sock_recv_into(self.sock, buf)
+            if first is None:
+                n = 0
+            elif first:
+                n = len(first)
+                buf[:n] = first
+                first = b""
+            else:
+                n = await loop.sock_recv_into(self.sock, buf)
             if n == 0:
                 self.close_reason = self.close_reason or "closed by the slave"
                 return
@@ -272,7 +363,7 @@ class SlaveConnection:
             except RequestBeyondMaxOffsetError as exc:
                 log.warning("slave's commit log is ahead of the master's (diverged); telling it the "
                             "master's max offset and closing", extra={
-                                "slave": self.peer, "request_offset": exc.ack_offset,
+                                **self._log_extra(), "request_offset": exc.ack_offset,
                                 "master_max_offset": exc.master_max_offset})
                 self._send_final_heartbeat(exc.master_max_offset)
                 raise
@@ -281,10 +372,12 @@ class SlaveConnection:
             offset = events[-1].offset
             if not self._announced:
                 self._announced = True
-                log.info("slave connected", extra={"slave": self.peer, "request_offset": events[0].offset,
+                log.info("slave connected", extra={**self._log_extra(), "request_offset": events[0].offset,
                                                   "master_max_offset": max_offset})
                 self.wake.set()
             self.last_ack_ms = int(time.time() * 1000)
+            if offset >= max_offset:
+                self.caught_up_at = loop.time()
             master.on_ack(self.peer, offset, max_offset)
 
     def _send_final_heartbeat(self, offset: int) -> None:
@@ -309,7 +402,7 @@ class SlaveConnection:
                     sent = await self._send_round(store)
                 except RequestOffsetUnavailableError as exc:
                     log.warning("slave asked for data the master no longer retains; the slave must be "
-                                "rebuilt", extra={"slave": self.peer, "request_offset": exc.request_offset,
+                                "rebuilt", extra={**self._log_extra(), "request_offset": exc.request_offset,
                                                   "master_min_offset": exc.min_offset})
                     self._send_final_heartbeat(exc.min_offset)
                     raise
@@ -417,9 +510,17 @@ class HAMaster:
     """The HA port of a master (see the module doc)."""
 
     def __init__(self, store: MessageStore, settings: MasterSettings, *,
-                 on_connections_changed: Callable[[], None] | None = None) -> None:
+                 on_connections_changed: Callable[[], None] | None = None,
+                 epochs: EpochFile | None = None) -> None:
         self.store = store
         self.settings = settings
+        #: The store's epoch list, given to every slave in the hello (None: no epochs).
+        self.epochs = epochs
+        #: The newest epoch a slave reported beyond this master's own (0: none): this master is
+        #: stale (a newer master exists).
+        self.newer_epoch_seen = 0
+        #: brokerIds whose acks count for SYNC_MASTER (the SyncStateSet); None: every slave's.
+        self.counted: frozenset[int] | None = None
         self.tracker = SlaveAckTracker()
         self.waiter: ReplicationWaiter
         self.loop: asyncio.AbstractEventLoop
@@ -543,13 +644,31 @@ class HAMaster:
             self.idle.discard(conn)
             self._changed()
             log.info("slave disconnected", extra={
-                "slave": conn.peer, "reason": conn.close_reason or "master stopping",
+                **conn._log_extra(), "reason": conn.close_reason or "master stopping",
                 "ack_offset": conn.proto.ack_offset if conn.proto.ack_offset is not None else -1,
                 "transferred_bytes": conn.transferred_bytes})
 
     def _changed(self) -> None:
         if self._on_connections_changed is not None:
             self._on_connections_changed()
+
+    def identified(self, conn: SlaveConnection) -> None:
+        """``conn``'s slave said who it is: an older connection of the same broker is a leftover
+        of a reconnect (its peer went away unseen) and is closed now."""
+        ident = conn.identity
+        assert ident is not None
+        for other in list(self.connections.values()):
+            same = other.identity is not None and (other.identity.broker_id, other.identity.broker_name) \
+                == (ident.broker_id, ident.broker_name)
+            if other is not conn and same:
+                log.info("slave reconnected; closing its previous connection", extra={
+                    "slave": other.peer, "slave_broker_id": ident.broker_id, "new_connection": conn.peer})
+                other.close_reason = "replaced by a new connection of the same slave"
+                with contextlib.suppress(OSError):
+                    other.sock.shutdown(socket.SHUT_RDWR)
+
+    def note_newer_epoch(self, epoch: int) -> None:
+        self.newer_epoch_seen = max(self.newer_epoch_seen, epoch)
 
     # -- events ---------------------------------------------------------------------------------
 
@@ -566,8 +685,34 @@ class HAMaster:
             conn.wake.set()
 
     def on_ack(self, slave: str, offset: int, master_max_offset: int) -> None:
-        if self.tracker.update(slave, offset, master_max_offset):
+        if self.tracker.update(slave, offset, master_max_offset) and self.counted is None:
             self.waiter.on_ack(self.tracker.push2slave_max_offset)
+        elif self.counted is not None:
+            self.waiter.on_ack(self.counted_ack())
+
+    def counted_ack(self) -> int:
+        """The highest offset acknowledged by a slave whose acks count (see :attr:`counted`)."""
+        if self.counted is None:
+            return self.tracker.push2slave_max_offset
+        best = 0
+        for conn in self.connections.values():
+            ident = conn.identity
+            ack = conn.proto.ack_offset
+            if ident is not None and ack is not None and ident.broker_id in self.counted:
+                best = max(best, ack)
+        return best
+
+    def set_counted(self, broker_ids: frozenset[int] | None) -> None:
+        """Only acks of these brokerIds count for SYNC_MASTER from now on (None: every slave)."""
+        self.counted = broker_ids
+        if hasattr(self, "waiter"):
+            self.waiter.on_ack(self.counted_ack())
+
+    def in_sync(self, within_s: float) -> list[SlaveInfo]:
+        """Identified slaves whose ack reached the master's max offset within ``within_s``."""
+        now = self.loop.time()
+        return [conn.info() for conn in self.connections.values()
+                if conn.identity is not None and conn.caught_up_at and now - conn.caught_up_at <= within_s]
 
     def note_progress(self, max_offset: int) -> None:
         self.history.note(max_offset, time.time())
@@ -580,10 +725,12 @@ class HAMaster:
     async def wait_replicated(self, end_offset: int, timeout_s: float) -> PutMessageStatus:
         """PUT_OK once a slave acknowledged ``end_offset``; SLAVE_NOT_AVAILABLE if no connected
         slave is within ``haSlaveFallbehindMax`` of it; FLUSH_SLAVE_TIMEOUT after ``timeout_s``."""
-        if end_offset <= self.tracker.push2slave_max_offset:
+        if end_offset <= self.counted_ack():
             return PutMessageStatus.PUT_OK
         if not self.slave_available(end_offset):
             return PutMessageStatus.SLAVE_NOT_AVAILABLE
+        if self.counted is not None and not self.counted:
+            return PutMessageStatus.SLAVE_NOT_AVAILABLE  # no in-sync slave: nobody's ack counts
         try:
             ok = await self.waiter.wait(end_offset, timeout_s)
         except WaiterClosedError:

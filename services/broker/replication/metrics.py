@@ -1,7 +1,8 @@
 """Prometheus metrics of replication, registered in the broker's registry.
 
 Every series carries ``cluster``, ``broker`` and ``broker_id``; per-slave series on the master
-also carry ``slave`` (the slave connection's ``ip:port`` as the master sees it).  Names are a
+also carry ``slave``: the slave's brokerId from its HA hello, so a reconnect continues the same
+series (the connection's ``ip:port`` only for an original slave that sends no hello).  Names are a
 contract with the Helm chart's dashboard and alerts (``deploy/helm/pocketmq/README.md``).
 
 Master

@@ -12,6 +12,7 @@ import time
 from typing import TYPE_CHECKING
 
 from pocketmq.broker.v1 import broker_pb2
+from services.broker.replication.epochfile import EpochFile
 from services.broker.replication.master import HAMaster, MasterSettings
 from services.broker.replication.metrics import HAMetrics, MasterSample, SlaveSample, SlaveSeries
 from services.broker.replication.slave import HASlave, SlaveSettings
@@ -28,18 +29,25 @@ class BrokerReplication:
         cfg = app.broker_config
         self.role = cfg.broker_role.name
         self.is_master = cfg.is_master
+        self.app = app
         self.store = app.store
         self.master: HAMaster | None = None
         self.slave: HASlave | None = None
+        self.epochs = EpochFile(app.store_config.store_path_root_dir)
         if self.is_master:
-            self.master = HAMaster(app.store, MasterSettings.from_config(cfg, app.store_config))
+            self.master = HAMaster(app.store, MasterSettings.from_config(cfg, app.store_config),
+                                   epochs=self.epochs)
         else:
-            self.slave = HASlave(app.store, SlaveSettings.from_config(cfg, app.store_config))
+            self.slave = HASlave(app.store, SlaveSettings.from_config(cfg, app.store_config),
+                                 epochs=self.epochs)
         self.metrics = HAMetrics(app.metrics.registry, cfg.broker_cluster_name, cfg.broker_name,
                                  cfg.broker_id, master=self.is_master)
 
     async def start(self) -> None:
         if self.master is not None:
+            if self.epochs.epoch == 0:
+                # a static master's first term (epoch 1 from the oldest byte it holds)
+                self.epochs.start_epoch(1, self.store.min_offset)
             await self.master.start()
         if self.slave is not None:
             await self.slave.start()
@@ -74,7 +82,8 @@ class BrokerReplication:
 
     def status(self) -> broker_pb2.HAStatus:
         max_offset = self.store.max_offset
-        reply = broker_pb2.HAStatus(broker_role=self.role, commit_log_max_offset=max_offset)
+        reply = broker_pb2.HAStatus(broker_role=self.role, commit_log_max_offset=max_offset,
+                                    epoch=self.epochs.epoch)
         if self.master is not None:
             reply.push2slave_max_offset = self.master.tracker.push2slave_max_offset
             for s in self.master.slaves():
@@ -82,13 +91,20 @@ class BrokerReplication:
                     slave_addr=s.slave, request_offset=s.request_offset, ack_offset=s.ack_offset,
                     lag_bytes=max(0, max_offset - s.ack_offset) if s.ack_offset >= 0 else max_offset,
                     connected_since_ms=s.connected_since_ms, transferred_bytes=s.transferred_bytes,
-                    last_ack_timestamp_ms=s.last_ack_ms))
+                    last_ack_timestamp_ms=s.last_ack_ms, broker_id=s.broker_id, broker_addr=s.broker_addr,
+                    epoch=s.epoch))
         if self.slave is not None:
             reply.master_ha_addr = self.slave.master_addr
             reply.client_max_offset = max_offset
             reply.last_data_timestamp_ms = self.slave.last_data_ms
             reply.reconnects = self.slave.reconnects
             reply.connected = self.slave.connected
+            reply.problem = self.slave.problem
+        controller = self.app.controller
+        if controller is not None:
+            reply.problem = reply.problem or controller.problem
+            reply.sync_state_set.extend(controller.sync_state_members())
+            reply.failovers = controller.failovers
         return reply
 
     def _sample(self) -> MasterSample | SlaveSample:
@@ -99,7 +115,7 @@ class BrokerReplication:
             series = []
             for s in master.slaves():
                 ack = max(s.ack_offset, 0)
-                series.append(SlaveSeries(s.slave, ack, max(0, max_offset - ack),
+                series.append(SlaveSeries(s.label, ack, max(0, max_offset - ack),
                                           master.lag_seconds(ack, max_offset, now), s.transferred_bytes))
             return MasterSample(max_offset, master.tracker.push2slave_max_offset, series,
                                 auth_failures=master.auth_failures)

@@ -25,6 +25,8 @@ from typing import Final
 
 from services.broker.config import BrokerConfig
 from services.broker.replication.auth import SlaveAuthenticator, handshake_timeout_s
+from services.broker.replication.epochfile import EpochFile
+from services.broker.replication.epochs import last_common_offset
 from services.broker.replication.errors import (
     AuthenticationError,
     ContinuityError,
@@ -36,13 +38,22 @@ from services.broker.replication.events import (
 )
 from services.broker.replication.framing import (
     DEFAULT_MAX_BODY_SIZE,
+    HEADER,
+    TRANSFER_HEADER_SIZE,
     encode_ack,
 )
+from services.broker.replication.hello import (
+    MasterHello,
+    SlaveHello,
+    decode_master_hello,
+    decode_reply_head,
+    encode_slave_hello,
+)
 from services.broker.replication.protocol import SlaveConnectionProtocol
+from services.broker.replication.repair import DivergenceRepair, is_record_boundary
 from services.broker.replication.tls import HaTls, connect_tls, ha_tls
 from services.broker.storage.commitlog import CommitLogError
 from services.broker.storage.config import StoreConfig
-from services.broker.storage.record import CheckKind, check_record
 from services.broker.storage.store import MessageStore
 from services.common.config import ConfigError, parse_address
 
@@ -95,8 +106,13 @@ class SlaveSettings:
     backoff_max_s: float = BACKOFF_MAX_S
     #: haAuthSecret (UTF-8); empty = no authentication.  Never shown by repr().
     auth_secret: bytes = dataclasses.field(default=_BROKER.ha_auth_secret.encode(), repr=False)
-    #: How long to wait for the master's challenge.
+    #: How long to wait for the master's challenge (and its hello).
     auth_timeout_s: float = handshake_timeout_s(_BROKER.ha_housekeeping_interval / 1000)
+    #: Who this slave is, said in its hello (brokerId -1: send no hello, as RocketMQ's slave).
+    cluster: str = _BROKER.broker_cluster_name
+    broker_name: str = _BROKER.broker_name
+    broker_id: int = -1
+    broker_addr: str = ""
     #: haTlsEnable: TLS, the master's certificate checked against the CA (None = plaintext).
     tls: HaTls | None = None
 
@@ -109,7 +125,9 @@ class SlaveSettings:
                    max_body_size=_max_body_size(cfg), max_truncate=cfg.ha_slave_fallbehind_max,
                    diverged_dir=os.path.join(store.store_path_root_dir, "ha-diverged"),
                    auth_secret=cfg.ha_auth_secret.encode(),
-                   auth_timeout_s=handshake_timeout_s(housekeeping_s), tls=ha_tls(cfg))
+                   auth_timeout_s=handshake_timeout_s(housekeeping_s), cluster=cfg.broker_cluster_name,
+                   broker_name=cfg.broker_name, broker_id=cfg.broker_id, broker_addr=cfg.broker_addr,
+                   tls=ha_tls(cfg))
 
 
 class _SessionEndError(Exception):
@@ -125,6 +143,14 @@ _REJECTED = ("the master closed the connection right after the authentication an
              "the same on the master and this slave?")
 
 
+class _OriginalMasterError(_SessionEndError):
+    """The master did not answer the hello: an original (RocketMQ or older PocketMQ) master."""
+
+
+class _StaleMasterError(_SessionEndError):
+    """The master's epoch is older than this slave's: never append from it."""
+
+
 class _MasterAheadError(_SessionEndError):
     """The master's first word was a heartbeat below our max offset: our log is ahead."""
 
@@ -138,9 +164,22 @@ class _MasterAheadError(_SessionEndError):
 class HASlave:
     """Follows the master's commit log (see the module doc)."""
 
-    def __init__(self, store: MessageStore, settings: SlaveSettings) -> None:
+    def __init__(self, store: MessageStore, settings: SlaveSettings, *,
+                 epochs: EpochFile | None = None) -> None:
         self.store = store
         self.settings = settings
+        #: The store's epoch list (None: no hello, no epochs).
+        self.epochs = epochs
+        #: HA addresses of masters that did not answer the hello (replicated from without one).
+        self._original_masters: set[str] = set()
+        #: The master's hello on the current connection (None before, or from an original master).
+        self.master_hello: MasterHello | None = None
+        self.repairer = DivergenceRepair(store, max_truncate=settings.max_truncate,
+                                         diverged_dir=settings.diverged_dir,
+                                         segment_size=settings.segment_size,
+                                         epochs=epochs)
+        #: Why this slave refuses to replicate from its master ("" when it does not refuse).
+        self.problem = ""
         self.master_addr = settings.master_address_override
         #: Connection attempts after the first (each reconnect after a failure or a close).
         self.reconnects = 0
@@ -228,6 +267,17 @@ class HASlave:
                 if await self._repair(exc):
                     backoff = self.settings.backoff_min_s
                     continue
+            except _OriginalMasterError as exc:
+                log.warning("the master does not speak the identity handshake (an older broker); "
+                            "replicating without identity and epochs", extra={
+                                "master_ha_addr": addr, "reason": str(exc)})
+                self._original_masters.add(addr)
+                backoff = self.settings.backoff_min_s
+                continue
+            except _StaleMasterError as exc:
+                self.problem = f"refusing master {addr}: {exc}"
+                log.error("NOT replicating from a master of an older epoch (a deposed master?)", extra={
+                    "master_ha_addr": addr, "reason": str(exc)})
             except (_AuthFailedError, AuthenticationError) as exc:
                 log.error("replication authentication failed", extra={
                     "master_ha_addr": addr, "reason": str(exc), "retry_in_s": round(
@@ -289,12 +339,20 @@ class HASlave:
         loop = asyncio.get_running_loop()
         store = self.store
         answer = await self._authenticate(sock, loop) if self.settings.auth_secret else b""
+        authenticated = bool(answer)
+        greeted = False
+        self.master_hello = None
+        if self.settings.broker_id >= 0 and self.epochs is not None and addr not in self._original_masters:
+            await self._hello(sock, loop, answer)
+            answer = b""  # (sent with the hello)
+            greeted = True
         start_offset = store.max_offset
         proto = SlaveConnectionProtocol(start_offset, max_body_size=self.settings.max_body_size)
-        state = _SessionState(loop.time(), authenticated=bool(answer))
+        # (after a hello the master has accepted the answer already: a close is no rejection)
+        state = _SessionState(loop.time(), authenticated=authenticated, anything_read=greeted)
         self.connected = True
         log.info("connected to master", extra={"master_ha_addr": addr, "request_offset": start_offset,
-                                               "authenticated": bool(answer)})
+                                               "authenticated": authenticated})
         await self._send_ack(sock, start_offset, state, loop, prefix=answer)
         receiver = asyncio.create_task(self._receive(sock, proto, state, loop))
         keeper = asyncio.create_task(self._keep_alive(sock, state, loop))
@@ -339,6 +397,56 @@ class HASlave:
             raise _AuthFailedError(f"no authentication challenge from the master within {timeout_s:g}s: "
                                    f"{_NO_CHALLENGE_HINT}") from None
         return answer
+
+    async def _hello(self, sock: socket.socket, loop: asyncio.AbstractEventLoop, prefix: bytes) -> None:
+        """Say who this slave is, read the master's epochs and max offset, and decide: go on, cut
+        this log back to the last common point first (:class:`_MasterAheadError`), or refuse a
+        master of an older epoch (:class:`_StaleMasterError`)."""
+        settings = self.settings
+        epochs = self.epochs
+        assert epochs is not None
+        hello = SlaveHello(settings.cluster, settings.broker_name, settings.broker_id, settings.broker_addr,
+                           epochs.entries)
+        await loop.sock_sendall(sock, prefix + encode_slave_hello(hello))
+        timeout_s = settings.auth_timeout_s
+        try:
+            async with asyncio.timeout(timeout_s):
+                try:
+                    head = await _recv_exactly(loop, sock, TRANSFER_HEADER_SIZE)
+                except ConnectionResetError:
+                    if prefix:  # (closed with our answer and hello unread)
+                        raise _AuthFailedError(_REJECTED) from None
+                    raise
+                if head is None:
+                    if prefix:
+                        raise _AuthFailedError(_REJECTED)
+                    raise _SessionEndError("the master closed the connection after the hello")
+                offset, size = HEADER.unpack(head)
+                body_size = decode_reply_head(offset, size)
+                if body_size is None:
+                    raise _OriginalMasterError(f"its first frame is an ordinary frame at offset {offset}")
+                body = await _recv_exactly(loop, sock, body_size)
+        except TimeoutError:
+            raise _SessionEndError(f"no hello from the master within {timeout_s:g}s") from None
+        if body is None:
+            raise _SessionEndError("the master closed the connection during its hello")
+        master = decode_master_hello(body)
+        mine = epochs.entries
+        my_epoch = epochs.epoch
+        if master.epoch < my_epoch:
+            raise _StaleMasterError(f"the master's epoch {master.epoch} is older than this slave's "
+                                    f"{my_epoch}")
+        my_max = self.store.max_offset
+        point = last_common_offset(mine, my_max, master.epochs, master.max_offset)
+        if point is not None and point < my_max:
+            log.warning("this slave's log goes beyond the last point it shares with the master's epochs",
+                        extra={"last_common_offset": point, "slave_max_offset": my_max,
+                               "slave_epoch": my_epoch, "master_epoch": master.epoch})
+            raise _MasterAheadError(point, my_max)
+        self.master_hello = master
+        self.problem = ""
+        if master.epochs:
+            await asyncio.to_thread(epochs.replace, master.epochs)
 
     async def _send_ack(self, sock: socket.socket, offset: int, state: _SessionState,
                         loop: asyncio.AbstractEventLoop, prefix: bytes = b"") -> None:
@@ -465,69 +573,23 @@ class HASlave:
             due = min(state.last_ack + heartbeat_s, state.last_read + housekeeping_s)
             await asyncio.sleep(max(0.01, due - now))
 
-    # -- divergence repair ----------------------------------------------------------------------
-
     async def _repair(self, exc: _MasterAheadError) -> bool:
-        """Cut the log back to the master's max offset if that is safe (see the module doc)."""
-        store = self.store
-        target = exc.master_offset
-        current = store.max_offset
-        drop = current - target
-        extra = {"master_max_offset": target, "slave_max_offset": current, "drop_bytes": drop}
-        if target <= 0:
-            log.error("the master's commit log is empty but this slave's is not; NOT truncating "
-                      "automatically (a wiped master?): fix the master or empty this slave", extra=extra)
-            return False
-        if drop > self.settings.max_truncate:
-            log.error("this slave's commit log is ahead of the master's by more than "
-                      "haSlaveFallbehindMax; NOT truncating automatically", extra=extra)
-            return False
-        if target < store.min_offset:
-            log.error("the master's max offset is below this slave's retained range; NOT truncating",
-                      extra=extra)
-            return False
-        ok = await asyncio.to_thread(self._truncate, target)
+        """Cut the log back to the master's point if that is safe (see :mod:`.repair`)."""
+        ok = await self.repairer.repair(exc.master_offset)
         if ok:
             self.repairs += 1
-            log.error("DIVERGED: this slave's commit log was ahead of the master's; truncated it to the "
-                      "master's max offset and resuming (dropped bytes saved)", extra={
-                          **extra, "saved_to": self._saved_path(target, current) or "-"})
         return ok
 
-    def _saved_path(self, start: int, end: int) -> str:
-        if not self.settings.diverged_dir:
-            return ""
-        return os.path.join(self.settings.diverged_dir, f"{start:020d}-{end:020d}.bin")
 
-    def _truncate(self, target: int) -> bool:
-        store = self.store
-        current = store.max_offset
-        if not is_record_boundary(store, target, self.settings.segment_size):
-            log.error("the master's max offset is not a record boundary in this slave's commit log: the "
-                      "logs differ before it; NOT truncating automatically", extra={
-                          "master_max_offset": target, "slave_max_offset": current})
-            return False
-        path = self._saved_path(target, current)
-        if path:
-            try:
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                with open(path, "wb") as out:
-                    offset = target
-                    while offset < current:
-                        data = store.get_data(offset, current - offset)
-                        if data is None:
-                            break
-                        with data:
-                            out.write(data.data)
-                            offset += data.size
-                    out.flush()
-                    os.fsync(out.fileno())
-            except OSError as err:
-                log.error("cannot save the diverged bytes; NOT truncating", extra={"path": path,
-                                                                                  "error": str(err)})
-                return False
-        store.truncate_dirty(target)
-        return True
+async def _recv_exactly(loop: asyncio.AbstractEventLoop, sock: socket.socket, size: int) -> bytes | None:
+    """``size`` bytes, or None when the peer closed first."""
+    data = bytearray()
+    while len(data) < size:
+        chunk = await loop.sock_recv(sock, size - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return bytes(data)
 
 
 class _Appends:
@@ -580,30 +642,3 @@ class _SessionState:
     #: The handshake was answered (a close before any byte then means a rejected answer).
     authenticated: bool = False
     anything_read: bool = False
-
-
-def is_record_boundary(store: MessageStore, offset: int, segment_size: int) -> bool:
-    """Whether a record starts (or the log ends) at ``offset`` in ``store``'s commit log: walks
-    the records of the segment holding it from the segment start (no CRC checks)."""
-    if offset == store.max_offset:
-        return True
-    if not store.min_offset <= offset < store.max_offset:
-        return False
-    segment_start = offset - offset % segment_size
-    if offset == segment_start:
-        return True
-    data = store.get_data(segment_start, offset - segment_start)
-    if data is None:
-        return False
-    with data:
-        view = data.data
-        end = len(view)
-        if end != offset - segment_start:
-            return False
-        pos = 0
-        while pos < end:
-            check = check_record(view, pos, end - pos, expected_offset=segment_start + pos, check_crc=False)
-            if check.kind is not CheckKind.RECORD:
-                return False
-            pos += check.size
-        return pos == end

@@ -651,6 +651,10 @@ class MessageStore:
                 hi = mid
         return lo
 
+    def set_max_message_size(self, size: int) -> None:
+        """maxMessageSize changed live (validated by the config rules)."""
+        self._max_message_size = size
+
     @property
     def unopened_queue_count(self) -> int:
         """Consume queues found on disk at start and not opened yet (they open on first use)."""

@@ -63,6 +63,9 @@ class Client:
     group: str = ""
     namespace: str = ""
     language: str = ""
+    version: str = ""
+    #: The SDK's host name (its user agent), for connection listings.
+    host: str = ""
     streams: list[TelemetryStream] = dataclasses.field(default_factory=list)
     last_seen: float = dataclasses.field(default_factory=time.monotonic)
 
@@ -129,6 +132,11 @@ class ClientRegistry:
         for client_id in gone:
             self.remove(client_id)
         return gone
+
+    def consumers_of(self, group: str) -> list[Client]:
+        """Consumers of ``group`` (stored group name), by client id."""
+        return sorted((c for c in self._clients.values() if not c.is_producer and c.group == group),
+                      key=lambda c: c.client_id)
 
     def producers_of(self, topic: str) -> Iterator[Client]:
         """Producers with a live stream that publish to ``topic``, most recently seen first."""

@@ -44,7 +44,8 @@ class Telemetry:
                              meta.namespace)
             merged = s.producer_settings(settings, self.app.store_config.max_message_size)
             return Client(client_id, ctype, merged, topics=topics, namespace=namespace,
-                          language=meta.language)
+                          language=meta.language, version=meta.version or settings.user_agent.version,
+                          host=settings.user_agent.hostname)
         if ctype in s.CONSUMER_TYPES:
             sub = settings.subscription
             if not sub.HasField("group"):
@@ -62,7 +63,8 @@ class Telemetry:
                                          delay_levels_ms=self.app.broker_config.delay_levels_ms)
             return Client(client_id, ctype, merged, group=group,
                           namespace=namespace_of(sub.group, meta, Code.ILLEGAL_CONSUMER_GROUP),
-                          language=meta.language)
+                          language=meta.language, version=meta.version or settings.user_agent.version,
+                          host=settings.user_agent.hostname)
         raise V2Error(Code.UNRECOGNIZED_CLIENT_TYPE,
                       f"settings name client type {ClientType.Name(ctype)}; expected PRODUCER, "  # type: ignore[arg-type]
                       "PUSH_CONSUMER, SIMPLE_CONSUMER or PULL_CONSUMER")

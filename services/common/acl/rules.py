@@ -139,6 +139,13 @@ V1_RULES: dict[str, Rule] = {
     _B + "ListSubscriptionGroups": on_cluster((Action.LIST,)),
     _B + "GetBrokerStatus": on_cluster((Action.GET,)),
     _B + "GetHAStatus": on_cluster((Action.GET,)),
+    # Operator calls: moving a group's offsets changes what it reads (Update on group and topic);
+    # live configuration is the cluster's (Get to read it, secrets masked; Update to change it).
+    _B + "ResetConsumerOffset": check(
+        lambda r, cl: _topic_and_group(r.topic, r.consumer_group, (Action.UPDATE,))),
+    _B + "GetConsumerConnections": check(lambda r, cl: [(group(r.consumer_group), SUB_OR_GET)]),
+    _B + "GetBrokerConfig": on_cluster((Action.GET,)),
+    _B + "UpdateBrokerConfig": on_cluster((Action.UPDATE,)),
     _B + "PutAclUser": SUPER,
     _B + "DeleteAclUser": SUPER,
     _B + "ListAclUsers": SUPER,

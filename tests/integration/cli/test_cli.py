@@ -134,7 +134,11 @@ def test_every_admin_command_works_through_the_namesrv_relay_only(
     assert master_ha["broker_role"] == "ASYNC_MASTER" and isinstance(master_ha["slaves"], list)
     for row in master_ha["slaves"]:  # one per connected slave once replication runs
         assert {"slave_addr", "ack_offset", "lag_bytes", "connected_since_ms"} <= set(row)
+        # named by the brokerId and gRPC address its HA hello gave, not the connection's port
+        assert int(row["broker_id"]) == 1 and row["broker_addr"] == status[("broker-a", 1)]["addr"]
+        assert int(row["epoch"]) in (0, 1)
     assert ha[("broker-a", 1)]["ha"]["broker_role"] == "SLAVE"
+    assert int(master_ha["epoch"]) == 1  # a static master's first term
 
     deleted = cli.json("topic", "delete", "cli-t")
     assert sorted((r["broker_name"], r["existed"]) for r in deleted["results"]) == [

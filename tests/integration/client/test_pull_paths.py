@@ -149,10 +149,11 @@ async def test_a_commit_never_overtakes_one_in_flight(
     in_flight: list[int] = []
 
     async def held_update(self: BrokerCaller, address: str, group_: str, topic_: str, queue_id: int,
-                          offset: int, timeout: float) -> None:  # noqa: ASYNC109
+                          offset: int, timeout: float,  # noqa: ASYNC109
+                          reset_generation: int | None = None) -> None:
         nonlocal hold_next
         if topic_ != topic:
-            return await update(self, address, group_, topic_, queue_id, offset, timeout)
+            return await update(self, address, group_, topic_, queue_id, offset, timeout, reset_generation)
         if in_flight:
             overtaken.set()
         in_flight.append(offset)
@@ -161,7 +162,7 @@ async def test_a_commit_never_overtakes_one_in_flight(
                 hold_next = False
                 held.set()
                 await gate.wait()
-            await update(self, address, group_, topic_, queue_id, offset, timeout)
+            await update(self, address, group_, topic_, queue_id, offset, timeout, reset_generation)
         finally:
             in_flight.remove(offset)
 

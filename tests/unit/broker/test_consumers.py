@@ -20,3 +20,26 @@ def test_membership_and_expiry() -> None:
     assert m.unregister("g", "c1") is True
     assert m.unregister("g", "c1") is False
     assert m.members("g") == [] and m.groups() == []
+
+
+def test_member_details_keep_address_language_and_version() -> None:
+    m = ConsumerManager(expiry_s=10)
+    m.heartbeat("g", "c1", {"t": "*"}, addr="10.0.0.5:4242", language="pocketmq-python", version="0.1.0")
+    m.heartbeat("g", "c1", {"t": "*"}, language="pocketmq-python", version="0.2.0")
+    [member] = m.member_details("g")
+    assert (member.addr, member.language, member.version) == ("10.0.0.5:4242", "pocketmq-python", "0.2.0")
+    assert member.last_heartbeat_ms > 0
+
+
+def test_reset_generations_increase_and_make_older_commits_stale() -> None:
+    m = ConsumerManager(expiry_s=10)
+    assert m.reset_generation("g", "t") == 0
+    assert not m.stale_commit("g", "t", 0)  # never reset: nothing is stale
+    first = m.record_reset("g", "t")
+    second = m.record_reset("g", "t")
+    assert second > first > 0
+    assert m.reset_generations("g") == {"t": second} and m.reset_generations("other") == {}
+    assert m.stale_commit("g", "t", first) and m.stale_commit("g", "t", 0)
+    assert not m.stale_commit("g", "t", second)
+    assert not m.stale_commit("g", "t", None)  # clients that do not track resets are not affected
+    assert not m.stale_commit("g", "other-topic", 0)

@@ -109,3 +109,24 @@ async def test_a_pull_carries_a_commit_only_when_no_other_is_in_flight() -> None
     gate.set()
     await pq.commit_task
     assert OffsetTracker.pull_commit(pq) == 12
+
+
+@pytest.mark.asyncio
+async def test_a_newer_reset_generation_stops_the_topics_queues_from_committing() -> None:
+    from pocketmq.client.subscription import SubscriptionState
+
+    state = SubscriptionState()
+    restarted: list[str] = []
+    state.on_reset = restarted.append
+    state.learn_reset("t", 5)  # learned before owning anything (a new member): nothing to restart
+    assert restarted == [] and state.reset_generations == {"t": 5}
+    mine, other = ProcessQueue(MessageQueue("t", "b", 0), 2), ProcessQueue(MessageQueue("u", "b", 0), 2)
+    state.pqs = {mine.queue: mine, other.queue: other}
+    mine.next_offset = other.next_offset = 7
+    state.learn_reset("t", 5)  # not newer
+    assert restarted == [] and not mine.dropped
+    state.learn_reset("t", 9)
+    assert restarted == ["t"] and state.reset_generations["t"] == 9
+    assert mine.dropped and mine.reset and not other.dropped
+    assert OffsetTracker.pull_commit(mine) == -1  # the old position is never committed again
+    assert OffsetTracker.pull_commit(other) == 7

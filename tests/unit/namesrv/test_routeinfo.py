@@ -255,6 +255,17 @@ def test_wipe_and_add_write_perm(table: RouteTable) -> None:
     assert table.wipe_write_perm("unknown") == 0
 
 
+def test_a_drained_group_stays_drained_for_topics_registered_later(table: RouteTable) -> None:
+    table.register(reg(topics=("t1",)))
+    table.wipe_write_perm("broker-a")
+    table.register(reg(topics=("t1", "t2"), version=2))  # a new topic: the group re-registers
+    assert {q["broker-a"].perm for q in table.topic_queue_table.values()} == {PERM_READ}
+    table.add_write_perm("broker-a")
+    table.register(reg(topics=("t1", "t2", "t3"), version=3))
+    assert {q["broker-a"].perm for q in table.topic_queue_table.values()} == {PERM_READ | PERM_WRITE}
+    assert table.wipe_write_perm("unknown") == 0 and "unknown" not in table.drained
+
+
 def test_generation_changes_on_membership_not_on_plain_heartbeats(table: RouteTable) -> None:
     table.register(reg(topics=("t1",)))
     g = table.generation

@@ -16,7 +16,8 @@ from services.broker.storage.config import StoreConfig
 def test_defaults_are_the_built_in_configuration() -> None:
     assert MasterSettings.from_config(BrokerConfig(), StoreConfig()) == MasterSettings()
     slave = SlaveSettings.from_config(BrokerConfig(broker_id=1, broker_role=BrokerRole.SLAVE), StoreConfig())
-    assert dataclasses.replace(slave, diverged_dir="") == SlaveSettings()
+    assert slave.broker_id == 1 and slave.broker_addr.endswith(":10911")  # (who it is, for the hello)
+    assert dataclasses.replace(slave, diverged_dir="", broker_id=-1, broker_addr="") == SlaveSettings()
     assert MasterConnectionProtocol().batch_size == BrokerConfig().ha_transfer_batch_size
     assert BrokerConfig().ha_slave_fallbehind_max == DEFAULT_SLAVE_FALLBEHIND_MAX
 

@@ -1,0 +1,193 @@
+"""The group's keys in etcd (v3 API through ``aetcd``): the leader key under a lease, the
+SyncStateSet, and one liveness record per member.  Layout (``<p>`` = ``/pocketmq/<cluster>/<group>``):
+
+- ``<p>/leader``: JSON ``{brokerId, addr, haAddr}`` under the master's lease; the key's create
+  revision is the master's epoch (etcd revisions only grow, so every new master has a larger one);
+- ``<p>/syncstateset``: JSON ``{epoch, master, members}``, written by the master only while its
+  leader key is unchanged (a transaction compares the key's create revision);
+- ``<p>/members/<brokerId>``: JSON ``{brokerId, maxOffset, addr}`` under the member's own lease.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import aetcd
+
+from pocketmq.wire.dcs import LEADER, MEMBERS, SWITCHOVER, SYNC_STATE_SET, group_key
+from services.common.config import parse_address
+
+__all__ = ["EtcdDcs", "Leader", "SyncStateSet"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Leader:
+    broker_id: int
+    addr: str
+    ha_addr: str
+    epoch: int
+    #: False between taking the lease and serving as master (slaves wait for it).
+    ready: bool = True
+
+
+@dataclass(frozen=True)
+class SyncStateSet:
+    epoch: int
+    master: int
+    members: frozenset[int]
+
+
+class EtcdDcs:
+    """One member's view of its group's keys (see the module doc)."""
+
+    def __init__(self, endpoints: str, cluster: str, group: str, ttl_s: int, timeout_s: float) -> None:
+        self._endpoints = [e.strip() for e in endpoints.split(";") if e.strip()]
+        self._cluster, self._group = cluster, group
+        self.ttl_s = ttl_s
+        self._timeout_s = timeout_s
+        self._client: aetcd.Client | None = None
+        self._lease: Any = None
+        self._member_lease: Any = None
+
+    def _key(self, name: str) -> bytes:
+        return group_key(self._cluster, self._group, name)
+
+    async def _c(self) -> aetcd.Client:
+        if self._client is None:
+            host, port = parse_address(self._endpoints[0], "controllerEtcdEndpoints")
+            self._client = aetcd.Client(host=host, port=port, timeout=max(1, round(self._timeout_s)))
+        return self._client
+
+    async def _rotate(self) -> None:
+        """After an error: drop the client; the next call connects to the next endpoint."""
+        client, self._client = self._client, None
+        self._endpoints = self._endpoints[1:] + self._endpoints[:1]
+        self._member_lease = None
+        if client is not None:
+            try:
+                await client.close()
+            except Exception:
+                log.debug("closing the etcd client failed", exc_info=True)
+
+    async def close(self) -> None:
+        await self._rotate()
+
+    # -- the leader key ----------------------------------------------------------------------
+
+    async def leader(self) -> Leader | None:
+        c = await self._c()
+        got = await c.get(self._key(LEADER))
+        if got is None:
+            return None
+        obj = json.loads(got.value)
+        return Leader(int(obj["brokerId"]), str(obj["addr"]), str(obj["haAddr"]), int(got.create_revision),
+                      bool(obj.get("ready", True)))
+
+    async def campaign(self, broker_id: int, addr: str, ha_addr: str) -> int | None:
+        """Create the leader key under a new lease if nobody holds it: the new epoch, or None."""
+        c = await self._c()
+        lease = await c.lease(self.ttl_s)
+        t = c.transactions
+        value = json.dumps({"brokerId": broker_id, "addr": addr, "haAddr": ha_addr, "ready": False}).encode()
+        ok, responses = await c.transaction(compare=[t.create(self._key(LEADER)) == 0],
+                                            success=[t.put(self._key(LEADER), value, lease)], failure=[])
+        if not ok:
+            await lease.revoke()
+            return None
+        self._lease = lease
+        return int(responses[0].response_put.header.revision)
+
+    async def mark_ready(self, epoch: int, broker_id: int, addr: str, ha_addr: str) -> bool:
+        """The master of ``epoch`` serves now: say so in its leader key (same lease)."""
+        if self._lease is None:
+            return False
+        c = await self._c()
+        t = c.transactions
+        value = json.dumps({"brokerId": broker_id, "addr": addr, "haAddr": ha_addr, "ready": True}).encode()
+        ok, _ = await c.transaction(compare=[t.create(self._key(LEADER)) == epoch],
+                                    success=[t.put(self._key(LEADER), value, self._lease)], failure=[])
+        return bool(ok)
+
+    async def renew(self) -> bool:
+        """Refresh the leader lease: False when it is gone (expired or revoked)."""
+        if self._lease is None:
+            return False
+        reply = await self._lease.refresh()
+        alive = int(reply.TTL) > 0
+        if not alive:
+            self._lease = None
+        return alive
+
+    async def resign(self) -> None:
+        """Give the leader key up at once (planned switchover or shutdown of the master)."""
+        lease, self._lease = self._lease, None
+        if lease is not None:
+            await lease.revoke()
+
+    # -- SyncStateSet ------------------------------------------------------------------------
+
+    async def publish_sync_state(self, state: SyncStateSet) -> bool:
+        """Write the SyncStateSet if the leader key is still the one of ``state.epoch``."""
+        c = await self._c()
+        t = c.transactions
+        value = json.dumps({"epoch": state.epoch, "master": state.master,
+                            "members": sorted(state.members)}).encode()
+        ok, _ = await c.transaction(compare=[t.create(self._key(LEADER)) == state.epoch],
+                                    success=[t.put(self._key(SYNC_STATE_SET), value)], failure=[])
+        return bool(ok)
+
+    async def sync_state(self) -> SyncStateSet | None:
+        c = await self._c()
+        got = await c.get(self._key(SYNC_STATE_SET))
+        if got is None:
+            return None
+        obj = json.loads(got.value)
+        return SyncStateSet(int(obj["epoch"]), int(obj["master"]), frozenset(int(m) for m in obj["members"]))
+
+    # -- members -----------------------------------------------------------------------------
+
+    async def publish_member(self, broker_id: int, max_offset: int, addr: str) -> None:
+        c = await self._c()
+        if self._member_lease is None:
+            self._member_lease = await c.lease(self.ttl_s)
+        else:
+            reply = await self._member_lease.refresh()
+            if int(reply.TTL) <= 0:
+                self._member_lease = await c.lease(self.ttl_s)
+        value = json.dumps({"brokerId": broker_id, "maxOffset": max_offset, "addr": addr}).encode()
+        await c.put(self._key(f"{MEMBERS}{broker_id}"), value, self._member_lease)
+
+    async def switchover(self) -> int | None:
+        """A pending planned switchover: the requested target (0 = any in-sync slave), or None."""
+        c = await self._c()
+        got = await c.get(self._key(SWITCHOVER))
+        if got is None:
+            return None
+        return int(json.loads(got.value).get("to", 0))
+
+    async def hand_over(self, target: int) -> None:
+        """Name the member that takes over (the others then do not campaign), for a few TTLs."""
+        c = await self._c()
+        lease = await c.lease(self.ttl_s * 3)
+        await c.put(self._key(SWITCHOVER), json.dumps({"to": target, "handover": True}).encode(), lease)
+
+    async def clear_switchover(self) -> None:
+        c = await self._c()
+        await c.delete(self._key(SWITCHOVER))
+
+    async def members(self) -> dict[int, int]:
+        """Live members' max offsets by brokerId."""
+        c = await self._c()
+        result: dict[int, int] = {}
+        for kv in await c.get_prefix(self._key(MEMBERS)):
+            obj = json.loads(kv.value)
+            result[int(obj["brokerId"])] = int(obj["maxOffset"])
+        return result
+
+    async def failed(self) -> None:
+        await self._rotate()

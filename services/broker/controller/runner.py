@@ -1,0 +1,271 @@
+"""Runs a broker under a failover controller (``controllerMode`` etcd): every member starts as a
+slave, the one that takes the group's leader lease becomes master in place (same process, same
+ports: the broker's services are rebuilt with the new role), and a master that cannot renew its
+lease stops acknowledging writes before the lease can expire, then becomes a slave again.
+Rules and timings: ``docs/failover.md``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+from typing import Final
+
+from services.broker.app import BrokerApp, HAFactory
+from services.broker.config import BrokerConfig, BrokerRole
+from services.broker.controller.dcs import EtcdDcs, Leader, SyncStateSet
+from services.broker.controller.metrics import ControllerCollector
+from services.broker.replication.epochfile import EpochFile
+from services.broker.storage.config import StoreConfig
+
+__all__ = ["Controller", "run_controlled_broker"]
+
+log = logging.getLogger(__name__)
+
+#: Grace for in-flight requests when the role switches (a failover should not wait 10 s).
+_SWITCH_GRACE_S: Final = 0.2
+#: How often the loop runs (the master renews its lease every controllerRenewInterval, but
+#: looks at its slaves, for the SyncStateSet, this often).
+_TICK_S: Final = 0.1
+
+
+class Controller:
+    """The member's loop (see the module doc)."""
+
+    def __init__(self, cfg: BrokerConfig, store_cfg: StoreConfig, ha_factory: HAFactory | None) -> None:
+        self.cfg = cfg
+        self.store_cfg = store_cfg
+        self.ha_factory = ha_factory
+        self.member_id = cfg.broker_id
+        self.ttl_s = cfg.controller_lease_ttl / 1000
+        self.renew_s = cfg.controller_renew_interval / 1000
+        #: The master stops acknowledging this long before its lease could expire.
+        self.margin_s = max(2 * self.renew_s, self.ttl_s / 4)
+        self.dcs = EtcdDcs(cfg.controller_etcd_endpoints, cfg.broker_cluster_name, cfg.broker_name,
+                           max(2, round(self.ttl_s)), timeout_s=self.renew_s * 2)
+        self.app: BrokerApp | None = None
+        self.is_master = False
+        self.epoch = 0
+        self.fence_at = 0.0
+        self.failovers = 0
+        self.last_failover_ms = 0
+        self.renew_latency_s = 0.0
+        self.sync_state: SyncStateSet | None = None
+        self.problem = ""
+        self._leader: Leader | None = None
+        self._said = ""
+        self._renewed_at = 0.0
+
+    # -- roles -----------------------------------------------------------------------------------
+
+    def _config(self, master: bool) -> BrokerConfig:
+        if master:
+            return dataclasses.replace(self.cfg, controller_mode="none", broker_id=0)
+        return dataclasses.replace(self.cfg, controller_mode="none", broker_role=BrokerRole.SLAVE,
+                                   broker_id=self.member_id)
+
+    async def _start_app(self, master: bool) -> None:
+        app = BrokerApp(self._config(master), self.store_cfg, ha_factory=self.ha_factory)
+        app.controller = self
+        app.metrics.registry.register(ControllerCollector(self))
+        if master:
+            app.write_fence = self.fenced
+        self.app = app
+        self.is_master = master
+        await app.start()
+        if not master and self._leader is not None:
+            self._follow(self._leader)
+
+    async def _switch(self, master: bool, epoch: int = 0) -> None:
+        started = time.monotonic()
+        app = self.app
+        max_offset = app.store.max_offset if app is not None else 0
+        if app is not None:
+            await app.stop(grace_s=_SWITCH_GRACE_S)
+        if master:
+            EpochFile(self.store_cfg.store_path_root_dir).start_epoch(epoch, max_offset)
+            self.epoch = epoch
+        await self._start_app(master)
+        log.warning("role switched in place", extra={
+            "role": "master" if master else "slave", "member": self.member_id, "epoch": epoch or self.epoch,
+            "max_offset": max_offset, "switch_s": round(time.monotonic() - started, 3)})
+
+    def sync_state_members(self) -> list[int]:
+        return sorted(self.sync_state.members) if self.sync_state is not None else []
+
+    def fenced(self) -> bool:
+        """True once this master's lease may be gone (local monotonic deadline)."""
+        return not self.is_master or time.monotonic() >= self.fence_at
+
+    def _follow(self, leader: Leader) -> None:
+        app = self.app
+        if app is not None and not self.is_master and leader.broker_id != self.member_id:
+            app._on_master(leader.addr, leader.ha_addr)
+
+    def _say(self, problem: str) -> None:
+        self.problem = problem
+        if problem and problem != self._said:
+            log.warning(problem, extra={"member": self.member_id})
+        self._said = problem
+
+    # -- the loop --------------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await self._start_app(master=False)
+        try:
+            while not stop.is_set():
+                try:
+                    await (self._master_tick() if self.is_master else self._slave_tick())
+                except Exception as exc:
+                    log.warning("controller step failed", extra={"member": self.member_id,
+                                                                 "error": repr(exc)})
+                    await self.dcs.failed()
+                if self.is_master and time.monotonic() >= self.fence_at:
+                    log.error("leader lease not renewed in time: stopped acknowledging writes; demoting",
+                              extra={"member": self.member_id, "epoch": self.epoch})
+                    await self._switch(master=False)
+                    continue
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), _TICK_S if self.is_master else self.renew_s / 2)
+        finally:
+            if self.is_master:
+                self.fence_at = 0.0
+                try:
+                    await asyncio.wait_for(self.dcs.resign(), self.renew_s * 2)
+                except Exception:
+                    log.warning("could not resign the leader lease", extra={"member": self.member_id})
+            if self.app is not None:
+                await self.app.stop()
+            await self.dcs.close()
+
+    async def _master_tick(self) -> None:
+        started = time.monotonic()
+        if started - self._renewed_at >= self.renew_s:
+            ok = await asyncio.wait_for(self.dcs.renew(), self.renew_s * 2)
+            self.renew_latency_s = time.monotonic() - started
+            if not ok:
+                self.fence_at = 0.0
+                return
+            self._renewed_at = started
+            self.fence_at = started + self.ttl_s - self.margin_s
+            target = await self.dcs.switchover()
+            if target is not None and await self._hand_over(target):
+                return
+        app = self.app
+        assert app is not None
+        ha = getattr(app.ha, "master", None)
+        if ha is None:
+            return
+        in_sync = {s.broker_id for s in ha.in_sync(self.cfg.ha_max_time_slave_not_catchup / 1000)}
+        previous = self.sync_state.members if self.sync_state is not None else frozenset()
+        members = frozenset(in_sync | {self.member_id})
+        # shrink what counts before publishing, grow it only once published (a promoted slave
+        # must hold every acknowledged message)
+        ha.set_counted(frozenset(in_sync & previous))
+        if members != previous or self.sync_state is None:
+            state = SyncStateSet(self.epoch, self.member_id, members)
+            if await self.dcs.publish_sync_state(state):
+                if self.sync_state is None or members != self.sync_state.members:
+                    log.info("SyncStateSet changed", extra={"members": sorted(members), "epoch": self.epoch})
+                self.sync_state = state
+        ha.set_counted(frozenset(in_sync & self.sync_state.members) if self.sync_state else frozenset())
+        self._say("" if len(members) > 1 else
+                  "no in-sync slave: a failover now would lose data, so none would be promoted")
+
+    async def _hand_over(self, requested: int) -> bool:
+        """A planned switchover: stop acknowledging, let the target catch up, name it, give the
+        lease up and become a slave.  False (and the request dropped) when no member fits."""
+        app = self.app
+        ha = getattr(app.ha, "master", None) if app is not None else None
+        members = self.sync_state.members if self.sync_state is not None else frozenset()
+        if ha is None or app is None:
+            return False
+        candidates = [s for s in ha.slaves() if s.broker_id in members and s.broker_id != self.member_id
+                      and (requested == 0 or s.broker_id == requested)]
+        if not candidates:
+            log.error("switchover refused: the target is not an in-sync slave", extra={
+                "requested": requested or "any", "sync_state_set": sorted(members)})
+            await self.dcs.clear_switchover()
+            return False
+        target = max(candidates, key=lambda s: s.ack_offset).broker_id
+        log.warning("planned switchover: handing the group over", extra={"to": target, "epoch": self.epoch})
+        self.fence_at = 0.0  # from now on nothing is acknowledged here
+        deadline = time.monotonic() + self.ttl_s
+        while time.monotonic() < deadline:
+            acks = {s.broker_id: s.ack_offset for s in ha.slaves()}
+            if acks.get(target, -1) >= app.store.max_offset:
+                break
+            await asyncio.sleep(0.01)
+        await self.dcs.hand_over(target)
+        await self.dcs.resign()
+        await self._switch(master=False)
+        return True
+
+    async def _slave_tick(self) -> None:
+        app = self.app
+        assert app is not None
+        max_offset = app.store.max_offset
+        await self.dcs.publish_member(self.member_id, max_offset, self.cfg.broker_addr)
+        leader = await self.dcs.leader()
+        if leader is not None and not leader.ready:
+            return  # the new master is switching its role: follow once it serves
+        if leader is not None:
+            if leader != self._leader:
+                log.info("group master", extra={"master": leader.broker_id, "addr": leader.addr,
+                                                "epoch": leader.epoch})
+            self._leader = leader
+            self.epoch = leader.epoch
+            self._follow(leader)
+            self._say("")
+            return
+        self._leader = None
+        state = await self.dcs.sync_state()
+        self.sync_state = state
+        if state is not None and self.member_id not in state.members:
+            self._say(f"not promoted: member {self.member_id} is not in the SyncStateSet "
+                      f"{sorted(state.members)} (it may lack acknowledged messages); waiting")
+            return
+        handover = await self.dcs.switchover()
+        if handover is not None and handover not in (0, self.member_id):
+            self._say(f"waiting: a planned switchover hands the group to member {handover}")
+            return
+        members = await self.dcs.members()
+        rivals = {m: o for m, o in members.items() if m != self.member_id
+                  and (state is None or m in state.members)}
+        best = max(rivals.items(), key=lambda mo: (mo[1], -mo[0]), default=None)
+        if handover != self.member_id and best is not None and (best[1], -best[0]) > (max_offset,
+                                                                                      -self.member_id):
+            self._say(f"waiting: in-sync member {best[0]} has a higher offset ({best[1]} > {max_offset})")
+            return
+        await asyncio.sleep(_TICK_S)  # let the appends in flight land
+        max_offset = app.store.max_offset
+        before = time.monotonic()  # the lease cannot expire before before + TTL
+        epoch = await self.dcs.campaign(self.member_id, self.cfg.broker_addr, self.cfg.ha_server_addr)
+        if epoch is None:
+            return
+        self.fence_at = before + self.ttl_s - self.margin_s
+        self.failovers += 1
+        self.last_failover_ms = int(time.time() * 1000)
+        log.warning("took the leader lease: becoming master", extra={
+            "member": self.member_id, "epoch": epoch, "max_offset": max_offset})
+        self._say("")
+        self._renewed_at = before
+        await self._switch(master=True, epoch=epoch)
+        started = time.monotonic()
+        if not await self.dcs.renew():
+            return  # lost during the switch: the fence demotes at once
+        self._renewed_at = started
+        self.fence_at = started + self.ttl_s - self.margin_s
+        await self.dcs.mark_ready(epoch, self.member_id, self.cfg.broker_addr, self.cfg.ha_server_addr)
+        if handover is not None:
+            await self.dcs.clear_switchover()
+        await self._master_tick()
+
+
+async def run_controlled_broker(cfg: BrokerConfig, store_cfg: StoreConfig, stop: asyncio.Event,
+                                ha_factory: HAFactory | None = None) -> None:
+    """The entry point's main under ``controllerMode`` etcd."""
+    await Controller(cfg, store_cfg, ha_factory).run(stop)

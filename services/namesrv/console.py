@@ -1,0 +1,67 @@
+"""The web console next to the NameServer (``consolePort``).
+
+The console is a client application (:mod:`pocketmq.console`, built on the admin client, as
+RocketMQ Dashboard is built on the admin API), so the NameServer does not import it: it runs
+``python -m pocketmq.console`` as a child process pointed at this NameServer's gRPC port,
+restarts it (after a pause) if it exits on its own, and stops it with the NameServer. On Linux
+the child dies with the NameServer even when that is killed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sys
+
+from services.common.lifecycle import die_with_parent
+
+log = logging.getLogger(__name__)
+
+#: Pause before starting a console that exited on its own again.
+RESTART_DELAY_S = 2.0
+
+
+class ConsoleProcess:
+    def __init__(self, namesrv_addr: str, listen: str) -> None:
+        self.namesrv_addr = namesrv_addr
+        self.listen = listen
+        self._proc: asyncio.subprocess.Process | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+
+    @property
+    def argv(self) -> list[str]:
+        return [sys.executable, "-m", "pocketmq.console", "--namesrv", self.namesrv_addr,
+                "--listen", self.listen]
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="namesrv-console")
+
+    async def _run(self) -> None:
+        while not self._stopping:
+            self._proc = await asyncio.create_subprocess_exec(*self.argv, preexec_fn=die_with_parent())
+            log.info("console started", extra={"listen": self.listen, "pid": self._proc.pid})
+            code = await self._proc.wait()
+            if self._stopping:
+                return
+            log.error("console exited; starting it again", extra={"returncode": code,
+                                                                  "retry_s": RESTART_DELAY_S})
+            await asyncio.sleep(RESTART_DELAY_S)
+
+    async def stop(self, timeout_s: float = 5.0) -> None:
+        self._stopping = True
+        proc = self._proc
+        if proc is not None and proc.returncode is None:
+            proc.terminate()
+            try:
+                await asyncio.wait_for(proc.wait(), timeout_s)
+            except TimeoutError:
+                log.warning("console did not stop in time; killing it", extra={"pid": proc.pid})
+                proc.kill()
+                await proc.wait()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
