@@ -12,7 +12,7 @@ from typing import Any
 
 import grpc
 
-__all__ = ["ClientTls", "TlsFileError", "aio_channel", "resolve", "sync_channel"]
+__all__ = ["ClientTls", "TlsFileError", "aio_channel", "resolve", "sync_channel", "to_env"]
 
 
 class TlsFileError(ValueError):
@@ -96,3 +96,12 @@ def resolve(value: ClientTls | bool | None, environ: Mapping[str, str] | None = 
         return None
     return ClientTls(ca_file=env.get(ENV_CA, ""), cert_file=env.get(ENV_CERT, ""),
                      key_file=env.get(ENV_KEY, ""), server_name=env.get(ENV_SERVER_NAME, ""))
+
+
+def to_env(tls: ClientTls | None) -> dict[str, str]:
+    """The ``POCKETMQ_TLS*`` variables :func:`resolve` reads back as ``tls`` (a child process's
+    clients connect like this one); plaintext = ``POCKETMQ_TLS=false`` and no CA."""
+    if tls is None:
+        return {ENV_TLS: "false", ENV_CA: "", ENV_CERT: "", ENV_KEY: "", ENV_SERVER_NAME: ""}
+    return {ENV_TLS: "true", ENV_CA: tls.ca_file, ENV_CERT: tls.cert_file, ENV_KEY: tls.key_file,
+            ENV_SERVER_NAME: tls.server_name}

@@ -13,6 +13,7 @@ from grpc_health.v1 import health_pb2
 from apache.rocketmq.v2 import service_pb2_grpc as v2_grpc
 from pocketmq.namesrv.v1 import namesrv_pb2_grpc
 from pocketmq.wire.address import join_host_port
+from pocketmq.wire.tls import to_env as tls_env
 from services.broker.v2.status import SERVICE_NAME as V2_SERVICE
 from services.common.acl.setup import build_interceptor
 from services.common.config import to_properties
@@ -107,8 +108,11 @@ class NamesrvApp:
         if failed is not None:
             raise ListenError(join_host_port(host, self.config.console_port), reason_of(failed), "console")
         local = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
+        # The console's admin client reaches this NameServer over TLS when its port is TLS only;
+        # with aclEnable it signs with POCKETMQ_ACCESS_KEY/POCKETMQ_SECRET_KEY of this process.
         self.console = ConsoleProcess(join_host_port(local, self.port),
-                                      join_host_port(host, self.config.console_port))
+                                      join_host_port(host, self.config.console_port),
+                                      tls_env(self.config.client_tls()))
         self.console.start()
 
     async def _warm_up(self, seconds: float) -> None:

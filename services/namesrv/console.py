@@ -12,7 +12,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import sys
+from collections.abc import Mapping
 
 from services.common.lifecycle import die_with_parent
 
@@ -23,8 +25,11 @@ RESTART_DELAY_S = 2.0
 
 
 class ConsoleProcess:
-    def __init__(self, namesrv_addr: str, listen: str) -> None:
+    def __init__(self, namesrv_addr: str, listen: str, env: Mapping[str, str] | None = None) -> None:
+        """``env``: set in the child's environment over the NameServer's own (e.g. the
+        ``POCKETMQ_TLS*`` settings its admin client connects with)."""
         self.namesrv_addr = namesrv_addr
+        self.env = dict(env or {})
         self.listen = listen
         self._proc: asyncio.subprocess.Process | None = None
         self._task: asyncio.Task[None] | None = None
@@ -40,7 +45,8 @@ class ConsoleProcess:
 
     async def _run(self) -> None:
         while not self._stopping:
-            self._proc = await asyncio.create_subprocess_exec(*self.argv, preexec_fn=die_with_parent())
+            self._proc = await asyncio.create_subprocess_exec(
+                *self.argv, preexec_fn=die_with_parent(), env={**os.environ, **self.env})
             log.info("console started", extra={"listen": self.listen, "pid": self._proc.pid})
             code = await self._proc.wait()
             if self._stopping:

@@ -1,7 +1,8 @@
 """TLS and access control together, with real processes: a NameServer and a master with
 tlsEnable=true (enforcing) and aclEnable=true; the broker registers over TLS signed with its
 innerClientAuthenticationCredentials. A signed client over TLS (own client and CLI) sends; the
-same client unsigned over TLS is refused by the ACL; signed but plaintext it cannot connect."""
+same client unsigned over TLS is refused by the ACL; signed but plaintext it cannot connect. The
+NameServer's web console reaches the cluster over TLS, signed with the NameServer's credential."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 
 import grpc
@@ -41,8 +43,8 @@ ACL = {"users": [
 
 
 class Cluster:
-    def __init__(self, pki: Pki, procs: ProcessGroup, namesrv: str, master: str) -> None:
-        self.pki, self.procs, self.namesrv, self.master = pki, procs, namesrv, master
+    def __init__(self, pki: Pki, procs: ProcessGroup, namesrv: str, master: str, console: int) -> None:
+        self.pki, self.procs, self.namesrv, self.master, self.console = pki, procs, namesrv, master, console
         self.tls = ClientTls(ca_file=str(pki.ca))
 
 
@@ -56,10 +58,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     acl = ["--acl-enable", "true", "--acl-config-file", str(acl_file)]
     procs = ProcessGroup(tmp / "logs")
     try:
-        namesrv = f"127.0.0.1:{free_port()}"
+        namesrv, console = f"127.0.0.1:{free_port()}", free_port()
         procs.start_grpc("services.namesrv",
-                         ["--listen", namesrv, "--metrics-port", "0", *tls_flags(pki), *acl], namesrv,
-                         name="namesrv", service=NAMESRV_SERVICE, tls=tls)
+                         ["--listen", namesrv, "--metrics-port", "0", "--console-port", str(console),
+                          *tls_flags(pki), *acl], namesrv, name="namesrv", service=NAMESRV_SERVICE, tls=tls,
+                         env={ACCESS_KEY_ENV: ADMIN.access_key, SECRET_KEY_ENV: ADMIN.secret_key})
         port = free_port()
         master = f"127.0.0.1:{port}"
         procs.start_grpc("services.broker", [
@@ -71,7 +74,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         ], master, name="broker", service=BROKER_SERVICE, tls=tls,
             env={"POCKETMQ_INNER_CLIENT_AUTHENTICATION_CREDENTIALS": json.dumps(
                 {"accessKey": BROKER.access_key, "secretKey": BROKER.secret_key})})
-        yield Cluster(pki, procs, namesrv, master)
+        yield Cluster(pki, procs, namesrv, master, console)
     finally:
         procs.stop_all()
 
@@ -134,3 +137,12 @@ def test_cli_signs_over_tls(cluster: Cluster) -> None:
     unsigned = subprocess.run(base, cwd=ROOT, capture_output=True, text=True, timeout=60, env=env)
     assert unsigned.returncode != 0
     assert ACCESS_KEY_ENV not in env
+
+
+def test_the_namesrv_console_reaches_the_cluster_over_tls_signed(cluster: Cluster) -> None:
+    def page() -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{cluster.console}/", timeout=10) as reply:
+            return str(reply.read().decode())
+
+    wait_until(lambda: "broker-ta" in page(), 30, message="console lists the broker",
+               ignore=(OSError,))
