@@ -64,3 +64,18 @@ def test_disabled_means_todays_open_cluster() -> None:
         assert "--acl-enable" not in c.get("args", [])
         assert all(v["name"] != "acl" for v in spec.get("volumes", []))
         assert all(not e["name"].startswith(("POCKETMQ_INNER", "POCKETMQ_SECRET")) for e in c.get("env", []))
+
+
+def test_the_namesrv_console_signs_with_the_admin_user_when_on() -> None:
+    def namesrv_env(values: dict[str, Any]) -> dict[str, Any]:
+        (c,) = [c for _, _, c in containers(render(values)) if c["name"] == "namesrv"]
+        return {e["name"]: e for e in c.get("env", [])}
+
+    assert "POCKETMQ_ACCESS_KEY" not in namesrv_env({})
+    env = namesrv_env({"namesrv": {"console": {"enabled": True}}, "acl": {"existingSecret": "my-acl"}})
+    assert env["POCKETMQ_ACCESS_KEY"]["valueFrom"]["secretKeyRef"] == {
+        "name": "my-acl", "key": "admin-access-key", "optional": True}
+    assert env["POCKETMQ_SECRET_KEY"]["valueFrom"]["secretKeyRef"] == {
+        "name": "my-acl", "key": "admin-secret-key", "optional": True}
+    assert "POCKETMQ_ACCESS_KEY" not in namesrv_env({"namesrv": {"console": {"enabled": True}},
+                                                     "acl": {"enabled": False}})
