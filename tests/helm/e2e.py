@@ -20,7 +20,7 @@ from apache.rocketmq.v2 import service_pb2_grpc as v2_grpc
 from pocketmq.broker.v1 import broker_pb2 as bpb
 from pocketmq.wire.auth import Credentials
 from tests.helm import client
-from tests.helm.chart import CHART_DIR, NAMESPACE, render
+from tests.helm.chart import CHART_DIR, NAMESPACE, Manifests, render
 from tests.helm.localpods import LocalCluster, LocalPod
 from tests.support import wait_until
 
@@ -60,6 +60,13 @@ def start_cluster(cluster: LocalCluster, timeout: float = 60.0) -> None:
     cluster.wait_ready(timeout)
 
 
+def chart_credentials(manifests: Manifests) -> Credentials | None:
+    """The Super user of the chart's ACL Secret (None with access control off): what the tests'
+    calls sign with."""
+    acl = next((s for name, s in manifests.secrets().items() if name.endswith("-acl")), None)
+    return Credentials(acl["admin-access-key"], acl["admin-secret-key"]) if acl else None
+
+
 @contextlib.contextmanager
 def running_cluster(values: dict[str, Any],
                     tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
@@ -67,9 +74,7 @@ def running_cluster(values: dict[str, Any],
     on exit."""
     manifests = render(values)
     local = LocalCluster(manifests, tmp_path_factory.mktemp("pods"), NAMESPACE)
-    # With access control on, the tests' calls sign with the Super user of the chart's Secret.
-    acl = next((s for name, s in manifests.secrets().items() if name.endswith("-acl")), None)
-    client.CREDENTIALS = Credentials(acl["admin-access-key"], acl["admin-secret-key"]) if acl else None
+    client.CREDENTIALS = chart_credentials(manifests)
     try:
         start_cluster(local)
         yield local

@@ -27,7 +27,7 @@ from pocketmq.broker.v1 import broker_pb2 as bpb
 from scripts import image
 from tests.helm import client
 from tests.helm.chart import NAMESPACE, render
-from tests.helm.e2e import brokers, namesrvs, wait_for
+from tests.helm.e2e import brokers, chart_credentials, namesrvs, wait_for
 from tests.helm.localpods import LocalPod
 from tests.image.containers import FIGURES, ContainerCluster
 
@@ -71,7 +71,10 @@ def cluster(built: tuple[image.Engine, image.Built],
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[ContainerCluster]:
     engine, result = built
     workdir = tmp_path_factory.mktemp("containers")
-    pods = ContainerCluster(render(VALUES), workdir, NAMESPACE, engine, result.ref)
+    manifests = render(VALUES)
+    pods = ContainerCluster(manifests, workdir, NAMESPACE, engine, result.ref)
+    # The chart turns access control on: the tests' calls sign with its Super user.
+    client.CREDENTIALS = chart_credentials(manifests)
     try:
         (ns,) = namesrvs(pods)
         pods.start([ns])
@@ -85,6 +88,7 @@ def cluster(built: tuple[image.Engine, image.Built],
     finally:
         pods.stop(max_grace=30)
         pods.remove()
+        client.CREDENTIALS = None
 
 
 def master(cluster: ContainerCluster) -> LocalPod:
@@ -131,12 +135,12 @@ def sent(cluster: ContainerCluster) -> list[bytes]:
     """Messages produced from the host with the project's client, through the NameServer's route."""
     (ns,) = namesrvs(cluster)
     namesrv = ns.addr("grpc")
-    with Admin(namesrv) as admin:
+    with Admin(namesrv, credentials=client.CREDENTIALS) as admin:
         created = admin.create_topic(TOPIC, read_queues=QUEUES, write_queues=QUEUES)
         assert created and all(r.ok for r in created), created
     wait_for(lambda: client.route(namesrv, TOPIC).queue_datas, 20, f"{TOPIC} routed")
     bodies = [f"image-{i}".encode() for i in range(MESSAGES)]
-    with Producer(namesrv) as producer:
+    with Producer(namesrv, credentials=client.CREDENTIALS) as producer:
         statuses = {producer.send(Message(TOPIC, body)).status for body in bodies}
     assert statuses == {SendStatus.SEND_OK}
     return bodies
@@ -145,7 +149,8 @@ def sent(cluster: ContainerCluster) -> list[bytes]:
 def test_messages_go_through_with_the_client(cluster: ContainerCluster, sent: list[bytes]) -> None:
     (ns,) = namesrvs(cluster)
     got: list[bytes] = []
-    with Consumer("image-e2e", ns.addr("grpc"), consume_from="first", rebalance_interval=1.0) as consumer:
+    with Consumer("image-e2e", ns.addr("grpc"), consume_from="first", rebalance_interval=1.0,
+                  credentials=client.CREDENTIALS) as consumer:
         consumer.subscribe(TOPIC)
         deadline = time.monotonic() + 60
         while len(got) < len(sent) and time.monotonic() < deadline:

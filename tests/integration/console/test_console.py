@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 from selenium import webdriver
+from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
-from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from pocketmq import Consumer, Message, Producer
@@ -81,10 +81,13 @@ def shot(driver: WebDriver, name: str) -> None:
 
 def submit(driver: WebDriver, selector: str) -> None:
     """Click the button matched by ``selector`` and wait until the next page has loaded."""
-    page = driver.find_element(By.TAG_NAME, "html")
+    # The old document is marked; the next one is loaded when the mark is gone and it is complete.
+    # (Watching the old <html> element go stale races with the navigation: Chromium may answer
+    # "Node with given id does not belong to the document" instead of a stale-element error.)
+    driver.execute_script("window.__beforeSubmit = true")
     driver.find_element(By.CSS_SELECTOR, selector).click()
-    WebDriverWait(driver, 20).until(expected_conditions.staleness_of(page))
-    WebDriverWait(driver, 20).until(lambda d: d.execute_script("return document.readyState") == "complete")
+    WebDriverWait(driver, 20, ignored_exceptions=(WebDriverException,)).until(lambda d: d.execute_script(
+        "return window.__beforeSubmit === undefined && document.readyState === 'complete'"))
 
 
 def cells(driver: WebDriver, table_id: str) -> list[list[str]]:
