@@ -16,6 +16,7 @@ import ssl
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -37,12 +38,7 @@ def generate_self_signed(cert_path: Path, key_path: Path, hosts: Sequence[str] =
     from cryptography.x509.oid import NameOID
 
     key = ec.generate_private_key(ec.SECP256R1())
-    names: list[x509.GeneralName] = []
-    for host in hosts:
-        try:
-            names.append(x509.IPAddress(ipaddress.ip_address(host)))
-        except ValueError:
-            names.append(x509.DNSName(host))
+    names = _alt_names(hosts)
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
     now = datetime.datetime.now(datetime.UTC)
     cert = (x509.CertificateBuilder()
@@ -74,6 +70,18 @@ def load_pair(cert_path: str, key_path: str, cert_key: str, key_key: str) -> tup
             raise ConfigError(key, f"{path} is not PEM")
         out.append(data)
     return out[0], out[1]
+
+
+def _alt_names(hosts: Sequence[str]) -> list[Any]:
+    """Subject alternative names: an IP address entry for each literal address, DNS otherwise."""
+    from cryptography import x509
+    names: list[Any] = []
+    for host in hosts:
+        try:
+            names.append(x509.IPAddress(ipaddress.ip_address(host)))
+        except ValueError:
+            names.append(x509.DNSName(host))
+    return names
 
 
 def _name(common_name: str) -> object:
@@ -133,12 +141,7 @@ def issue_certificate(ca_cert_path: Path, ca_key_path: Path, cert_path: Path, ke
     ca_key = serialization.load_pem_private_key(ca_key_path.read_bytes(), password=None)
     assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
     key = ec.generate_private_key(ec.SECP256R1())
-    names: list[x509.GeneralName] = []
-    for host in hosts:
-        try:
-            names.append(x509.IPAddress(ipaddress.ip_address(host)))
-        except ValueError:
-            names.append(x509.DNSName(host))
+    names = _alt_names(hosts)
     subject = _name(common_name)
     assert isinstance(subject, x509.Name)
     now = datetime.datetime.now(datetime.UTC)

@@ -306,14 +306,18 @@ class Segment:
         try:
             self._pwritev_fd(fd, at, views)
         except OSError as exc:
-            if exc.errno != errno.EINVAL:
-                raise
-            log.info("direct writes refused in %s (%s); writing through the page cache",
-                     self.path, exc.strerror)
-            self._close_direct()
-            self._direct_fd = None
-            return False
+            return self._direct_refused(exc)
         return True
+
+    def _direct_refused(self, exc: OSError) -> bool:
+        """EINVAL from a direct write: stop using O_DIRECT for this file (False: the caller writes
+        the range through the page cache, which is always safe); any other error propagates."""
+        if exc.errno != errno.EINVAL:
+            raise exc
+        log.info("direct writes refused in %s (%s); writing through the page cache", self.path, exc.strerror)
+        self._close_direct()
+        self._direct_fd = None
+        return False
 
     def _pwrite_stage(self, fd: int, data: memoryview, at: int) -> bool:
         """One staged direct write; False if the file system refuses direct I/O (EINVAL: the
@@ -323,13 +327,7 @@ class Segment:
             try:
                 written = os.pwrite(fd, data[done:], at + done)
             except OSError as exc:
-                if exc.errno != errno.EINVAL:
-                    raise
-                log.info("direct writes refused in %s (%s); writing through the page cache",
-                         self.path, exc.strerror)
-                self._close_direct()
-                self._direct_fd = None
-                return False
+                return self._direct_refused(exc)
             if written <= 0:
                 raise SegmentError(f"direct write wrote nothing at {at + done} in {self!r}")
             done += written
