@@ -2,8 +2,9 @@
 
 Sans-I/O protocol modules (h11's layout): :mod:`.events`, :mod:`.errors`, :mod:`.framing` (byte
 layout and encoders), :mod:`.auth` (the optional ``haAuthSecret`` handshake) and :mod:`.protocol`
-(the per-connection state machines); :mod:`.waiter` holds SYNC_MASTER waits; :mod:`.master` and
-:mod:`.slave` own the sockets; :mod:`.service` wires them into the broker.  See
+(the per-connection state machines); :mod:`.waiter` holds SYNC_MASTER waits; :mod:`.master` (the
+HA port and slave table, with :mod:`.master_conn` per connection and :mod:`.master_settings`,
+:mod:`.progress`) and :mod:`.slave` own the sockets; :mod:`.service` wires them into the broker.  See
 ``docs/replication.md``.
 """
 

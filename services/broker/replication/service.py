@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 
 from pocketmq.broker.v1 import broker_pb2
 from services.broker.replication.epochfile import EpochFile
-from services.broker.replication.master import HAMaster, MasterSettings
+from services.broker.replication.master import HAMaster
+from services.broker.replication.master_settings import MasterSettings
 from services.broker.replication.metrics import HAMetrics, MasterSample, SlaveSample, SlaveSeries
 from services.broker.replication.slave import HASlave, SlaveSettings
 from services.broker.storage.status import PutMessageStatus

@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from services.broker.__main__ import SECTIONS, build_parser
 from services.broker.config import BrokerConfig, BrokerRole, mask_secrets
 from services.broker.replication import AUTH_TIMEOUT_S
-from services.broker.replication.master import MasterSettings
+from services.broker.replication.master_settings import MasterSettings
 from services.broker.replication.metrics import HAMetrics, MasterSample
 from services.broker.replication.service import BrokerReplication
 from services.broker.replication.slave import SlaveSettings

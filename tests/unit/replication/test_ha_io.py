@@ -26,7 +26,8 @@ from services.broker.replication import (
     encode_transfer_header,
 )
 from services.broker.replication import slave as slave_module
-from services.broker.replication.master import HAMaster, MasterSettings
+from services.broker.replication.master import HAMaster
+from services.broker.replication.master_settings import MasterSettings
 from services.broker.replication.slave import HASlave, SlaveSettings, is_record_boundary
 from services.broker.storage.config import StoreConfig
 from services.broker.storage.record import Message

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from services.broker.replication.master import _ProgressHistory
 from services.broker.replication.metrics import HAMetrics, MasterSample, SlaveSample, SlaveSeries
+from services.broker.replication.progress import ProgressHistory
 
 IDENT = 'broker="broker-a",broker_id="0",cluster="c1"'
 
@@ -54,7 +54,7 @@ def test_slave_series() -> None:
 
 
 def test_progress_history_gives_arrival_times() -> None:
-    history = _ProgressHistory()
+    history = ProgressHistory()
     history.note(100, 10.0)
     history.note(200, 10.0005)  # same millisecond: merged into the previous point
     history.note(300, 11.0)

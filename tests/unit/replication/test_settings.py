@@ -7,7 +7,7 @@ import dataclasses
 
 from services.broker.config import BrokerConfig, BrokerRole
 from services.broker.replication import AUTH_TIMEOUT_S, DEFAULT_MAX_BODY_SIZE, MasterConnectionProtocol
-from services.broker.replication.master import MasterSettings
+from services.broker.replication.master_settings import MasterSettings
 from services.broker.replication.slave import SlaveSettings
 from services.broker.replication.waiter import DEFAULT_SLAVE_FALLBEHIND_MAX
 from services.broker.storage.config import StoreConfig
