@@ -302,8 +302,12 @@ async def test_garbage_closes_only_that_connection(
     fill(master_store, 3)
     async with running_master(master_store, sync_from_earliest=True) as master, \
             running_slave(slave_store, slave_settings(f"127.0.0.1:{master.port}")) as slave:
-        await until(lambda: slave_store.max_offset == master_store.max_offset)
+        # the slave's ack of the whole log has reached the master (not just its append): no ack is
+        # in flight that could move push2SlaveMaxOffset while the garbage is handled
+        end = master_store.max_offset
+        assert await master.waiter.wait(end, 5.0), "the slave's ack of the whole log reached the master"
         push2 = master.tracker.push2slave_max_offset
+        assert push2 == end
         fake = await FakeSlave.connect(master.port)
         await fake.send(garbage)
         assert await fake.closed_by_peer()
