@@ -117,7 +117,9 @@ class EtcdDcs:
         """Refresh the leader lease: False when it is gone (expired or revoked)."""
         if self._lease is None:
             return False
-        reply = await self._lease.refresh()
+        # through the current client, not the lease object's: after an error the client is
+        # another endpoint's, and the lease lives on (it belongs to the cluster, not the endpoint)
+        reply = await (await self._c()).refresh_lease(self._lease.id)
         alive = int(reply.TTL) > 0
         if not alive:
             self._lease = None
@@ -127,7 +129,7 @@ class EtcdDcs:
         """Give the leader key up at once (planned switchover or shutdown of the master)."""
         lease, self._lease = self._lease, None
         if lease is not None:
-            await lease.revoke()
+            await (await self._c()).revoke_lease(lease.id)
 
     # -- SyncStateSet ------------------------------------------------------------------------
 
@@ -156,7 +158,7 @@ class EtcdDcs:
         if self._member_lease is None:
             self._member_lease = await c.lease(self.ttl_s)
         else:
-            reply = await self._member_lease.refresh()
+            reply = await c.refresh_lease(self._member_lease.id)
             if int(reply.TTL) <= 0:
                 self._member_lease = await c.lease(self.ttl_s)
         value = json.dumps({"brokerId": broker_id, "maxOffset": max_offset, "addr": addr}).encode()

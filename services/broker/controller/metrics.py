@@ -6,7 +6,8 @@ across role changes); names are a contract with the chart's dashboard and alerts
 ``pocketmq_controller_sync_state_set_size`` (the master's view; 1 = no in-sync slave, a
 failover now would lose data), ``pocketmq_controller_failovers_total`` (times this member took
 the lease), ``pocketmq_controller_last_failover_timestamp_seconds`` (0 = never),
-``pocketmq_controller_lease_renew_latency_seconds`` (the master's last renewal).
+``pocketmq_controller_lease_renew_latency_seconds`` (the master's last renewal),
+``pocketmq_controller_dcs_reachable`` (0 while etcd cannot be reached or has no quorum).
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ class ControllerCollector(Collector):
              "When this member last took the leader lease (0 = never).", c.last_failover_ms / 1000),
             ("pocketmq_controller_lease_renew_latency_seconds",
              "Duration of the master's last lease renewal.", c.renew_latency_s),
+            ("pocketmq_controller_dcs_reachable",
+             "1 while this member's last controller step reached the DCS (0: unreachable or no quorum).",
+             int(c.dcs_reachable)),
         ):
             family = GaugeMetricFamily(name, doc, labels=_LABELS)
             family.add_metric(ident, value)

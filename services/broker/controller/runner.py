@@ -55,6 +55,8 @@ class Controller:
         self.renew_latency_s = 0.0
         self.sync_state: SyncStateSet | None = None
         self.problem = ""
+        #: False while the last step could not reach the DCS (or it had no quorum).
+        self.dcs_reachable = True
         self._leader: Leader | None = None
         self._said = ""
         self._renewed_at = 0.0
@@ -119,9 +121,13 @@ class Controller:
             while not stop.is_set():
                 try:
                     await (self._master_tick() if self.is_master else self._slave_tick())
+                    self.dcs_reachable = True
                 except Exception as exc:
                     log.warning("controller step failed", extra={"member": self.member_id,
                                                                  "error": repr(exc)})
+                    self.dcs_reachable = False
+                    self._say(f"etcd unreachable or without quorum ({type(exc).__name__}): no lease can be "
+                              "renewed or taken, so no member acknowledges writes or is promoted; waiting")
                     await self.dcs.failed()
                 if self.is_master and time.monotonic() >= self.fence_at:
                     log.error("leader lease not renewed in time: stopped acknowledging writes; demoting",
@@ -144,7 +150,9 @@ class Controller:
     async def _master_tick(self) -> None:
         started = time.monotonic()
         if started - self._renewed_at >= self.renew_s:
-            ok = await asyncio.wait_for(self.dcs.renew(), self.renew_s * 2)
+            # at most one renew interval: a stopped etcd member leaves time to renew through the
+            # next endpoint before the fence
+            ok = await asyncio.wait_for(self.dcs.renew(), self.renew_s)
             self.renew_latency_s = time.monotonic() - started
             if not ok:
                 self.fence_at = 0.0

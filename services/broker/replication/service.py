@@ -103,7 +103,8 @@ class BrokerReplication:
             reply.problem = self.slave.problem
         controller = self.app.controller
         if controller is not None:
-            reply.problem = reply.problem or controller.problem
+            # the controller's reason first: it says why the group has no master to follow
+            reply.problem = "; ".join(p for p in (controller.problem, reply.problem) if p)
             reply.sync_state_set.extend(controller.sync_state_members())
             reply.failovers = controller.failovers
         return reply

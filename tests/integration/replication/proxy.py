@@ -74,3 +74,82 @@ class StallingProxy:
             for sock in (src, dst):
                 with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
+
+
+class FreezingProxy:
+    """Forwards ``listen`` to ``target`` in both directions until :meth:`freeze`: from then on
+    nothing more is forwarded either way (what arrives is held back, never delivered), while the
+    connections stay open, as with a link that stopped carrying packets.  :meth:`cut` closes every
+    connection without delivering what was held back."""
+
+    def __init__(self, listen: tuple[str, int], target: tuple[str, int]) -> None:
+        self.target = target
+        self._listener = socket.create_server(listen)
+        self._frozen = threading.Event()
+        self._closing = threading.Event()
+        self._pairs: list[tuple[socket.socket, socket.socket]] = []
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True, name="proxy-accept").start()
+
+    def freeze(self) -> None:
+        self._frozen.set()
+
+    def cut(self) -> None:
+        """Close the connections open now (held-back bytes are dropped); new ones are forwarded."""
+        with self._lock:
+            pairs, self._pairs = self._pairs, []
+            self._frozen.clear()
+        for pair in pairs:
+            for sock in pair:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+                with contextlib.suppress(OSError):
+                    sock.close()
+
+    def close(self) -> None:
+        self._closing.set()
+        with contextlib.suppress(OSError):
+            self._listener.close()
+        self.cut()
+
+    def _accept(self) -> None:
+        while not self._closing.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(self.target, timeout=5)
+                upstream.settimeout(None)
+            except OSError:
+                client.close()
+                continue
+            pair = (client, upstream)
+            with self._lock:
+                self._pairs.append(pair)
+            threading.Thread(target=self._pump, args=(client, upstream, pair), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, pair), daemon=True).start()
+
+    def _live(self, pair: tuple[socket.socket, socket.socket]) -> bool:
+        with self._lock:
+            return pair in self._pairs
+
+    def _pump(self, src: socket.socket, dst: socket.socket,
+              pair: tuple[socket.socket, socket.socket]) -> None:
+        try:
+            while self._live(pair):
+                if self._frozen.is_set():
+                    self._closing.wait(0.02)  # stop reading: the peer's bytes pile up unread
+                    continue
+                data = src.recv(65536)
+                if not data or not self._live(pair):
+                    break
+                if self._frozen.is_set():
+                    continue  # arrived while freezing: held back for good (never delivered)
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (src, dst):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
