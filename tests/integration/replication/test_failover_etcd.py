@@ -205,6 +205,21 @@ def check_all_acked_on(producers: Producers, member: Member, max_offset: int) ->
         assert record.body == body
 
 
+def logs_equal(members: list[Member], master: Member) -> int:
+    """Wait until every member has the master's max offset and check that every log holds the
+    same bytes up to it; returns that offset."""
+    final = master.status()
+    assert final is not None
+    top = final.commit_log_max_offset
+    for m in members:
+        wait_until(lambda m=m: (s := m.status()) is not None and s.commit_log_max_offset == top, 20,
+                   message=f"member {m.id} caught up")
+    reference = master.log_bytes(top)
+    for m in members:
+        assert m.log_bytes(top) == reference, f"member {m.id}'s log differs from the master's"
+    return top
+
+
 def test_sigkill_the_sync_master_five_times_loses_no_acknowledged_message(
         procs: ProcessGroup, namesrv: str, etcd: str, tmp_path: Path) -> None:
     members = start_group(procs, namesrv, etcd, tmp_path, "kill5")
@@ -242,24 +257,16 @@ def test_sigkill_the_sync_master_five_times_loses_no_acknowledged_message(
             wait_until(lambda m=master: (s := m.status()) is not None and s.broker_role == "SLAVE"
                        and s.connected, 20, message="the old master rejoined as a slave")
             # (whether the killed master had an unreplicated tail depends on timing: the kernel
-            # buffers of even a frozen slave take what it sent; the cut itself is proven byte by
-            # byte in tests/unit/replication/test_ha_epochs_io.py)
+            # buffers of even a frozen slave take what it sent; a cut is made certain, and checked
+            # byte by byte, in test_failover_quorum.py)
             diverged.extend((master.store / "ha-diverged").glob("*.bin"))
     finally:
         producers.finish()
     assert len(set(victims)) >= 2, "victims alternate between members"
     assert max(failover_s) < 5.0, f"failover times {failover_s}"
     master = master_of(members)
-    final = master.status()
-    assert final is not None
-    top = final.commit_log_max_offset
-    for m in members:
-        wait_until(lambda m=m: (s := m.status()) is not None and s.commit_log_max_offset == top, 20,
-                   message=f"member {m.id} caught up")
+    top = logs_equal(members, master)
     check_all_acked_on(producers, master, top)
-    reference = master.log_bytes(top)
-    for m in members:
-        assert m.log_bytes(top) == reference, f"member {m.id}'s log differs from the master's"
     print(f"failover_s={[round(x, 2) for x in failover_s]} acked={len(producers.acked)} "
           f"victims={victims} diverged_files={len(set(diverged))}")
     assert len(producers.acked) > 1000

@@ -32,6 +32,7 @@ from tests.integration.replication.test_failover_etcd import (
     Member,
     Producers,
     check_all_acked_on,
+    logs_equal,
     master_of,
     start_group,
     sync_state,
@@ -139,18 +140,6 @@ def failovers(members: list[Member]) -> dict[int, int]:
     return out
 
 
-def logs_equal(members: list[Member], master: Member) -> None:
-    final = master.status()
-    assert final is not None
-    top = final.commit_log_max_offset
-    for m in members:
-        wait_until(lambda m=m: (s := m.status()) is not None and s.commit_log_max_offset == top, 20,
-                   message=f"member {m.id} caught up")
-    reference = master.log_bytes(top)
-    for m in members:
-        assert m.log_bytes(top) == reference, f"member {m.id}'s log differs from the master's"
-
-
 def test_one_etcd_member_down_changes_nothing_and_a_quorum_loss_fences_the_master(
         procs: ProcessGroup, namesrv: str, etcd3: list[EtcdMember], tmp_path: Path) -> None:
     members = start_group(procs, namesrv, endpoints(etcd3), tmp_path, "quorum")
@@ -214,8 +203,7 @@ def test_one_etcd_member_down_changes_nothing_and_a_quorum_loss_fences_the_maste
         assert "etcd unreachable or without quorum" in m.proc.log_text(), f"member {m.id}'s log says why"
     master = master_of(members)
     wait_until(lambda: len(sync_state(master)) == 3, 20, message="both slaves in sync again")
-    logs_equal(members, master)
-    top = master.status().commit_log_max_offset  # type: ignore[union-attr]
+    top = logs_equal(members, master)
     check_all_acked_on(producers, master, top)
     assert len(producers.acked) > 300
 
