@@ -50,6 +50,10 @@ class Controller:
         self.is_master = False
         self.epoch = 0
         self.fence_at = 0.0
+        #: Renewal start + TTL: the lease cannot be gone before.  A fenced SYNC_MASTER keeps
+        #: trying to renew until then and acknowledges again if it manages (an etcd election).
+        self.lease_until = 0.0
+        self._fence_said = False
         self.failovers = 0
         self.last_failover_ms = 0
         self.renew_latency_s = 0.0
@@ -129,8 +133,13 @@ class Controller:
                     self._say(f"etcd unreachable or without quorum ({type(exc).__name__}): no lease can be "
                               "renewed or taken, so no member acknowledges writes or is promoted; waiting")
                     await self.dcs.failed()
-                if self.is_master and time.monotonic() >= self.fence_at:
-                    log.error("leader lease not renewed in time: stopped acknowledging writes; demoting",
+                now = time.monotonic()
+                if self.is_master and now >= self.fence_at and not self._fence_said:
+                    self._fence_said = True
+                    log.error("leader lease not renewed in time: stopped acknowledging writes",
+                              extra={"member": self.member_id, "epoch": self.epoch})
+                if self.is_master and now >= self._demote_at():
+                    log.error("leader lease not renewed in time: demoting (it may have expired)",
                               extra={"member": self.member_id, "epoch": self.epoch})
                     await self._switch(master=False)
                     continue
@@ -147,6 +156,16 @@ class Controller:
                 await self.app.stop()
             await self.dcs.close()
 
+    def _demote_at(self) -> float:
+        # an ASYNC_MASTER acknowledges without waiting for the fence: it stops serving at the fence
+        return self.lease_until if self.cfg.broker_role is BrokerRole.SYNC_MASTER else self.fence_at
+
+    def _renewed(self, started: float) -> None:
+        self._renewed_at = started
+        self.fence_at = started + self.ttl_s - self.margin_s
+        self.lease_until = started + self.ttl_s
+        self._fence_said = False
+
     async def _master_tick(self) -> None:
         started = time.monotonic()
         if started - self._renewed_at >= self.renew_s:
@@ -155,10 +174,19 @@ class Controller:
             ok = await asyncio.wait_for(self.dcs.renew(), self.renew_s)
             self.renew_latency_s = time.monotonic() - started
             if not ok:
-                self.fence_at = 0.0
+                self.fence_at = self.lease_until = 0.0
                 return
-            self._renewed_at = started
-            self.fence_at = started + self.ttl_s - self.margin_s
+            if started >= self.fence_at:
+                # fenced, and the lease lived on (etcd elected a new leader of its own, which
+                # keeps leases): acknowledge again only while the leader key is still this epoch's
+                leader = await self.dcs.leader()
+                if leader is None or (leader.epoch, leader.broker_id) != (self.epoch, self.member_id):
+                    self.fence_at = self.lease_until = 0.0
+                    return
+                log.warning("leader lease renewed again: acknowledging writes again", extra={
+                    "member": self.member_id, "epoch": self.epoch,
+                    "fenced_s": round(started - self.fence_at, 3)})
+            self._renewed(started)
             target = await self.dcs.switchover()
             if target is not None and await self._hand_over(target):
                 return
@@ -255,6 +283,8 @@ class Controller:
         if epoch is None:
             return
         self.fence_at = before + self.ttl_s - self.margin_s
+        self.lease_until = before + self.ttl_s
+        self._fence_said = False
         self.failovers += 1
         self.last_failover_ms = int(time.time() * 1000)
         log.warning("took the leader lease: becoming master", extra={
@@ -265,8 +295,7 @@ class Controller:
         started = time.monotonic()
         if not await self.dcs.renew():
             return  # lost during the switch: the fence demotes at once
-        self._renewed_at = started
-        self.fence_at = started + self.ttl_s - self.margin_s
+        self._renewed(started)
         await self.dcs.mark_ready(epoch, self.member_id, self.cfg.broker_addr, self.cfg.ha_server_addr)
         if handover is not None:
             await self.dcs.clear_switchover()
