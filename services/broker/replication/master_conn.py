@@ -13,9 +13,10 @@ import contextlib
 import logging
 import socket
 import time
-from typing import TYPE_CHECKING, Final
+from typing import Final, Protocol
 
 from services.broker.replication.auth import MasterAuthenticator
+from services.broker.replication.epochfile import EpochFile
 from services.broker.replication.errors import (
     AuthenticationError,
     ProtocolError,
@@ -31,15 +32,12 @@ from services.broker.replication.hello import (
     decode_slave_hello,
     encode_master_hello,
 )
-from services.broker.replication.master_settings import SlaveInfo
+from services.broker.replication.master_settings import MasterSettings, SlaveInfo
 from services.broker.replication.protocol import MasterConnectionProtocol
 from services.broker.storage.segment import SegmentSlice
 from services.broker.storage.store import MessageStore
 
-if TYPE_CHECKING:
-    from services.broker.replication.master import HAMaster
-
-__all__ = ["ROUND_MAX_BYTES", "ROUND_MAX_FRAMES", "SlaveConnection"]
+__all__ = ["ROUND_MAX_BYTES", "ROUND_MAX_FRAMES", "ConnectionOwner", "SlaveConnection"]
 
 log = logging.getLogger(__name__)
 
@@ -51,10 +49,27 @@ ROUND_MAX_FRAMES: Final = 256
 _RECV_SIZE: Final = 64 * 1024
 
 
+class ConnectionOwner(Protocol):
+    """What a connection uses of the HA port that accepted it
+    (:class:`~services.broker.replication.master.HAMaster`)."""
+
+    settings: MasterSettings
+    store: MessageStore
+    loop: asyncio.AbstractEventLoop
+    epochs: EpochFile | None
+    #: Connections whose writer sleeps until the log grows.
+    idle: set[SlaveConnection]
+
+    def identified(self, conn: SlaveConnection) -> None: ...
+    def note_newer_epoch(self, epoch: int) -> None: ...
+    def on_ack(self, slave: str, offset: int, master_max_offset: int) -> None: ...
+    def note_progress(self, max_offset: int) -> None: ...
+
+
 class SlaveConnection:
     """One slave on the HA port (see the module doc)."""
 
-    def __init__(self, master: HAMaster, sock: socket.socket, peer: str) -> None:
+    def __init__(self, master: ConnectionOwner, sock: socket.socket, peer: str) -> None:
         self.master = master
         self.sock = sock
         self.peer = peer
