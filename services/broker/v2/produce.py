@@ -160,9 +160,10 @@ def _is_ipv4(text: str) -> bool:
         return False
 
 
-def _born_host(text: str, peer: record.Host) -> record.Host:
-    """The client's own address (the SDK's ``born_host``) when it is IPv4, else the peer's."""
-    return (text, 0) if _is_ipv4(text) else peer
+def _born_host(text: str, peer: Callable[[], record.Host]) -> record.Host:
+    """The client's own address (the SDK's ``born_host``) when it is IPv4, else the peer's
+    (``peer()``: asked only then; the SDKs send their IPv4 address)."""
+    return (text, 0) if _is_ipv4(text) else peer()
 
 
 class Prepared(NamedTuple):
@@ -196,7 +197,7 @@ class Producer:
                                      invalid=Code.ILLEGAL_TOPIC) from None
 
     def prepare(self, msg: definition_pb2.Message, topic: str, tc: TopicConfig,
-                peer: record.Host) -> Prepared:
+                peer: Callable[[], record.Host]) -> Prepared:
         """Validate one message: what to send, its born host and its type."""
         msg_type = message_type_of(msg)
         _check_topic_type(tc, msg_type)
@@ -220,7 +221,8 @@ class Producer:
                         msg_type, sp.message_id)
 
     async def send(self, request: service_pb2.SendMessageRequest, meta: RequestMeta,
-                   peer: record.Host) -> service_pb2.SendMessageResponse:
+                   peer: Callable[[], record.Host]) -> service_pb2.SendMessageResponse:
+        """``peer()``: the caller's address (the born host of messages without an IPv4 one)."""
         messages = request.messages
         if not messages:
             raise V2Error(Code.BAD_REQUEST, "SendMessage needs at least one message")
