@@ -32,6 +32,7 @@ from services.broker.delay import DelayDeliveryService
 from services.broker.longpoll import QueueNotifier
 from services.broker.metadata import (
     ConsumerOffsetManager,
+    DataVersion,
     DelayOffsetManager,
     MetadataTable,
     SubscriptionGroupConfig,
@@ -300,7 +301,8 @@ class BrokerApp:
                 cfg.namesrv_addrs, self.identity, self._topic_snapshot,
                 period_s=clamp_register_period(cfg.register_name_server_period),
                 timeout_s=cfg.register_broker_timeout_mills / 1000, on_master=self._on_master,
-                tls=self.client_tls, credentials=cfg.inner_credentials, acl_snapshot=self._acl_snapshot)
+                tls=self.client_tls, credentials=cfg.inner_credentials, acl_snapshot=self._acl_snapshot,
+                topic_delta=self._topic_delta)
             await self._registrar.start()
         self.topics.add_listener(self._topics_changed)
         # In Kubernetes, show the role on the pod (`kubectl get pods -L pocketmq.io/role`); outside
@@ -475,12 +477,23 @@ class BrokerApp:
 
     def _topic_snapshot(self) -> tuple[common_pb2.DataVersion, list[common_pb2.TopicConfig]]:
         version, topics = self.topics.snapshot()
+        return version.to_proto(), self._registered_configs(topics)
+
+    def _topic_delta(self, base: common_pb2.DataVersion,
+                     ) -> tuple[common_pb2.DataVersion, list[common_pb2.TopicConfig], list[str]] | None:
+        changes = self.topics.changes_since(DataVersion.from_proto(base))
+        if changes is None:
+            return None
+        version, changed, deleted = changes
+        return version.to_proto(), self._registered_configs(changed), deleted
+
+    def _registered_configs(self, topics: list[TopicConfig]) -> list[common_pb2.TopicConfig]:
         configs = [t.to_proto() for t in topics]
         mask = self.broker_config.broker_permission | v.PERM_INHERIT
         if mask != v.PERM_READ | v.PERM_WRITE | v.PERM_INHERIT:
             for config in configs:  # brokerPermission: registered as this broker serves them
                 config.perm &= mask
-        return version.to_proto(), configs
+        return configs
 
     def republish_topics(self) -> None:
         """Register the topics with every NameServer again now (brokerPermission changed)."""
@@ -506,7 +519,7 @@ class BrokerApp:
         except OSError as exc:
             log.error("cannot persist topics", extra={"error": str(exc)})
         if self._registrar is not None and not self._stopping and self.broker_config.is_master:
-            await self._registrar.register_now()
+            await self._registrar.register_now(incremental=True)
 
     def _on_master(self, master_addr: str, master_ha_addr: str) -> None:
         self._master_addr, self._master_ha_addr = master_addr, master_ha_addr
