@@ -135,7 +135,11 @@ class Cluster:
 
     async def _wait_ready(self) -> None:
         deadline = time.monotonic() + 300
-        async with grpc.aio.insecure_channel(self.addr) as channel:
+        # Short reconnect backoff: gRPC's default (1 s, growing) would add up to seconds between
+        # the broker listening and this poll's next connection attempt.
+        options = [("grpc.initial_reconnect_backoff_ms", 20), ("grpc.min_reconnect_backoff_ms", 20),
+                   ("grpc.max_reconnect_backoff_ms", 50)]
+        async with grpc.aio.insecure_channel(self.addr, options=options) as channel:
             stub = broker_pb2_grpc.BrokerStub(channel)
             while True:
                 assert self.proc is not None
