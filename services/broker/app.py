@@ -161,6 +161,8 @@ class BrokerApp:
         self._master_ha_addr = ""
         self._tasks: list[asyncio.Task[None]] = []
         self._register_task: asyncio.Task[None] | None = None
+        #: Topics changed while _register_task was already publishing: it goes round again.
+        self._topics_dirty = False
         self._grpc: GrpcServer | None = None
         self._metrics_server: MetricsServer | None = None
         self._registrar: BrokerRegistrar | None = None
@@ -509,17 +511,22 @@ class BrokerApp:
         """Persist topic changes and publish them to the NameServers soon (coalesced)."""
         if self._stopping:
             return
+        self._topics_dirty = True
         if self._register_task is None or self._register_task.done():
             self._register_task = asyncio.get_running_loop().create_task(self._topics_changed_soon())
 
     async def _topics_changed_soon(self) -> None:
-        await asyncio.sleep(REGISTER_DEBOUNCE_S)
-        try:
-            await self.topics.persist_if_dirty()
-        except OSError as exc:
-            log.error("cannot persist topics", extra={"error": str(exc)})
-        if self._registrar is not None and not self._stopping and self.broker_config.is_master:
-            await self._registrar.register_now(incremental=True)
+        # Until no change came in meanwhile: one that lands while a registration is on its way
+        # (after its table was read) is published by the next round, not 30 s later.
+        while self._topics_dirty and not self._stopping:
+            await asyncio.sleep(REGISTER_DEBOUNCE_S)
+            self._topics_dirty = False
+            try:
+                await self.topics.persist_if_dirty()
+            except OSError as exc:
+                log.error("cannot persist topics", extra={"error": str(exc)})
+            if self._registrar is not None and not self._stopping and self.broker_config.is_master:
+                await self._registrar.register_now(incremental=True)
 
     def _on_master(self, master_addr: str, master_ha_addr: str) -> None:
         self._master_addr, self._master_ha_addr = master_addr, master_ha_addr
