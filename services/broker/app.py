@@ -147,7 +147,7 @@ class BrokerApp:
                                                   self.acl_table)
         self.store = MessageStore(store_config, store_host=(ip, cfg.listen_port))
         self.metrics = BrokerMetrics(cfg.broker_cluster_name, cfg.broker_name, cfg.broker_id, registry)
-        self.consumers = ConsumerManager(cfg.consumer_channel_expired_time / 1000)
+        self.consumers = ConsumerManager(cfg.consumer_channel_expired_time / 1000, self.offsets)
         self.ha: ReplicationService | None = None
         #: Fencing under a failover controller: while it returns True this master must not
         #: acknowledge a write (its leader lease may be about to expire).
