@@ -112,7 +112,8 @@ def main() -> None:
             deadline = time.monotonic() + 30
             while True:
                 try:
-                    stub.GetRouteInfoByTopic(namesrv_pb2.GetRouteInfoByTopicRequest(topic=topics[-1]), timeout=5)
+                    stub.GetRouteInfoByTopic(namesrv_pb2.GetRouteInfoByTopicRequest(topic=topics[-1]),
+                                             timeout=5)
                     break
                 except grpc.RpcError:
                     if time.monotonic() > deadline:
