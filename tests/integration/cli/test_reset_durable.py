@@ -1,8 +1,9 @@
 """An offset reset outlives the master: SIGKILL right after ``pocketmq consumer reset`` (through
 the NameServer relay) and a slave promoted after a second reset. A commit from a member that was
 running before the reset (it carries the older reset generation) is still ignored, and the POP
-group (RocketMQ 5 wire API, as the SDKs' SimpleConsumer pops) is served from the reset point at
-once, not from its pre-reset position after the invisible time.
+groups (the RocketMQ 5 wire API as the SDKs' SimpleConsumer pops, and PocketMQ's PopConsumer)
+are served from the reset point at once, not from their pre-reset position after the invisible
+time.
 
 One cluster: NameServer on 127.0.0.1, broker-a master + slave on 127.0.0.2, flushing consumer
 offsets only every 10 minutes: only the reset's own write can make it durable before the kill.
@@ -10,7 +11,9 @@ offsets only every 10 minutes: only the reset's own write can make it durable be
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from collections.abc import Iterator
 
 import grpc
@@ -22,6 +25,7 @@ from apache.rocketmq.v2 import service_pb2 as s
 from pocketmq import Message, Producer
 from pocketmq.broker.v1 import broker_pb2 as pb
 from pocketmq.broker.v1 import broker_pb2_grpc
+from pocketmq.client.popconsumer import PopConsumer
 from tests.integration.cli.test_cli import BROKER_HOST, Cli
 from tests.integration.client.cluster import Broker, Cluster
 from tests.integration.procs import ProcessGroup
@@ -33,6 +37,7 @@ pytestmark = pytest.mark.slow
 TOPIC = "durable-reset"
 PULL_GROUP = "durable-reset-pull"
 POP_GROUP = "durable-reset-pop"
+OWN_POP_GROUP = "durable-reset-own-pop"
 REVIVE_TOPIC = "rmq_sys_REVIVE_LOG_c1"
 COUNT = 10
 INVISIBLE_S = 120
@@ -126,6 +131,21 @@ def _pop(broker: Broker, want: int, timeout: float) -> list[str]:
     return bodies
 
 
+def _own_pop(namesrv: str, want: int, timeout: float) -> list[str]:
+    """Bodies popped by OWN_POP_GROUP with PocketMQ's PopConsumer (not acked)."""
+    async def run() -> list[str]:
+        bodies: list[str] = []
+        async with PopConsumer(OWN_POP_GROUP, namesrv, invisible_time=INVISIBLE_S,
+                               long_poll_timeout=1.0) as consumer:
+            consumer.subscribe(TOPIC)
+            deadline = time.monotonic() + timeout
+            while len(bodies) < want and time.monotonic() < deadline:
+                bodies.extend(m.body.decode() for m in await consumer.receive(32))
+        return bodies
+
+    return asyncio.run(run())
+
+
 def _reset(cli: Cli, group: str) -> None:
     out = cli.json("consumer", "reset", "--group", group, "--topic", TOPIC, "--to-earliest")
     assert [q["new_offset"] for b in out["brokers"] for q in b["reset"]["queues"]] == [0], out
@@ -143,8 +163,12 @@ def test_reset_survives_a_master_sigkill_and_a_slave_promotion(cluster: Cluster,
     # popped (not acked, invisible for two minutes).
     _commit(master, COUNT, 0)
     assert sorted(_pop(master, COUNT, 20)) == sorted(bodies)
+    assert sorted(_own_pop(cluster.namesrv, COUNT, 20)) == sorted(bodies)
 
+    # (POP resets last: the revive log's replay point on disk is then still before the popped
+    # checkpoints, so the restart replays them and must meet the reset records after them.)
     _reset(cli, PULL_GROUP)
+    _reset(cli, OWN_POP_GROUP)
     _reset(cli, POP_GROUP)
     first = _generation(master)
     assert first > 0
@@ -156,11 +180,13 @@ def test_reset_survives_a_master_sigkill_and_a_slave_promotion(cluster: Cluster,
     assert _committed(master) == 0
     _commit(master, 3, first)  # one that applied the reset is heard
     assert _committed(master) == 3
-    # The POP group is served from the reset point now, not after the invisible time.
+    # The POP groups are served from the reset point now, not after the invisible time.
     assert sorted(_pop(master, COUNT, 15)) == sorted(bodies)
+    assert sorted(_own_pop(cluster.namesrv, COUNT, 15)) == sorted(bodies)
 
     # A second reset, replicated; then the slave takes over the group's store as its master.
     _reset(cli, PULL_GROUP)
+    _reset(cli, OWN_POP_GROUP)
     _reset(cli, POP_GROUP)
     second = _generation(master)
     assert second > first
@@ -181,3 +207,4 @@ def test_reset_survives_a_master_sigkill_and_a_slave_promotion(cluster: Cluster,
     _commit(promoted, COUNT, first)
     assert _committed(promoted) == 0
     assert sorted(_pop(promoted, COUNT, 15)) == sorted(bodies)
+    assert sorted(_own_pop(cluster.namesrv, COUNT, 15)) == sorted(bodies)
