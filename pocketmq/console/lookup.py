@@ -53,7 +53,7 @@ def _detail(m: Any) -> str:
 def _forms(query: Mapping[str, str]) -> str:
     by_id = form("/message", {}, "Find by id", visible=[
         ("id", "message id", f'<input name="id" size="36" value="{esc(query.get("id", ""))}">'),
-        ("topic", "topic (for a unique client id)",
+        ("topic", "topic (optional: narrows a unique id lookup)",
          f'<input name="topic" size="20" value="{esc(query.get("topic", "") if query.get("id") else "")}">')],
         form_id="by-id")
     by_key = form("/message", {}, "Find by key", visible=[
