@@ -1,4 +1,4 @@
-"""Runs a broker under a failover controller (``controllerMode`` etcd): every member starts as a
+"""Runs a broker under a failover controller (``controllerMode`` etcd or kubernetes): every member starts as a
 slave, the one that takes the group's leader lease becomes master in place (same process, same
 ports: the broker's services are rebuilt with the new role), and a master that cannot renew its
 lease stops acknowledging writes before the lease can expire, then becomes a slave again.
@@ -16,12 +16,12 @@ from typing import Final
 
 from services.broker.app import BrokerApp, HAFactory
 from services.broker.config import BrokerConfig, BrokerRole
-from services.broker.controller.dcs import EtcdDcs, Leader, SyncStateSet
+from services.broker.controller.dcs import Dcs, EtcdDcs, Leader, SyncStateSet
 from services.broker.controller.metrics import ControllerCollector
 from services.broker.replication.epochfile import EpochFile
 from services.broker.storage.config import StoreConfig
 
-__all__ = ["Controller", "run_controlled_broker"]
+__all__ = ["Controller", "open_dcs"]
 
 log = logging.getLogger(__name__)
 
@@ -32,10 +32,28 @@ _SWITCH_GRACE_S: Final = 0.2
 _TICK_S: Final = 0.1
 
 
+def open_dcs(cfg: BrokerConfig) -> Dcs:
+    """The coordination service of ``controllerMode``.  Raises ConfigError when it cannot be set
+    up (e.g. no Kubernetes credentials)."""
+    ttl_s = cfg.controller_lease_ttl / 1000
+    renew_s = cfg.controller_renew_interval / 1000
+    if cfg.controller_mode == "kubernetes":
+        from services.broker.controller import k8s_dcs
+
+        return k8s_dcs.KubernetesDcs(
+            k8s_dcs.api_client_from(cfg.controller_k8s_api_server, cfg.controller_k8s_kubeconfig),
+            k8s_dcs.namespace_of(cfg.controller_k8s_namespace),
+            k8s_dcs.lease_name_of(cfg.controller_k8s_lease_name, cfg.broker_cluster_name, cfg.broker_name),
+            ttl_s, renew_s, timeout_s=renew_s * 2)
+    return EtcdDcs(cfg.controller_etcd_endpoints, cfg.broker_cluster_name, cfg.broker_name,
+                   max(2, round(ttl_s)), timeout_s=renew_s * 2)
+
+
 class Controller:
     """The member's loop (see the module doc)."""
 
-    def __init__(self, cfg: BrokerConfig, store_cfg: StoreConfig, ha_factory: HAFactory | None) -> None:
+    def __init__(self, cfg: BrokerConfig, store_cfg: StoreConfig, ha_factory: HAFactory | None,
+                 dcs: Dcs | None = None) -> None:
         self.cfg = cfg
         self.store_cfg = store_cfg
         self.ha_factory = ha_factory
@@ -44,8 +62,9 @@ class Controller:
         self.renew_s = cfg.controller_renew_interval / 1000
         #: The master stops acknowledging this long before its lease could expire.
         self.margin_s = max(2 * self.renew_s, self.ttl_s / 4)
-        self.dcs = EtcdDcs(cfg.controller_etcd_endpoints, cfg.broker_cluster_name, cfg.broker_name,
-                           max(2, round(self.ttl_s)), timeout_s=self.renew_s * 2)
+        self.dcs = dcs if dcs is not None else open_dcs(cfg)
+        #: controllerMode=kubernetes: the API client, also for the pod's role label.
+        self.k8s_api_client = getattr(self.dcs, "api_client", None)
         self.app: BrokerApp | None = None
         self.is_master = False
         self.epoch = 0
@@ -264,8 +283,3 @@ class Controller:
             await self.dcs.clear_switchover()
         await self._master_tick()
 
-
-async def run_controlled_broker(cfg: BrokerConfig, store_cfg: StoreConfig, stop: asyncio.Event,
-                                ha_factory: HAFactory | None = None) -> None:
-    """The entry point's main under ``controllerMode`` etcd."""
-    await Controller(cfg, store_cfg, ha_factory).run(stop)
