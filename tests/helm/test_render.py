@@ -128,6 +128,12 @@ def test_every_value_set_renders_the_expected_kinds() -> None:
     ({"broker": {"namesrvAddr": "no-port"}}, "/broker/namesrvAddr"),
     ({"tls": {"enabled": True}}, "/tls/existingSecret"),
     ({"tls": {"enabled": True, "existingSecret": "s", "mode": "permissive"}}, "mode"),
+    ({"broker": {"controllerMode": "zookeeper"}}, "/broker/controllerMode"),
+    ({"broker": {"controllerMode": "etcd"}}, "/broker/controller/etcdEndpoints"),
+    ({"broker": {"controller": {"etcdEndpoints": "no-port"}}}, "/broker/controller/etcdEndpoints"),
+    ({"broker": {"controller": {"leaseTtl": 1000}}}, "/broker/controller/leaseTtl"),
+    ({"broker": {"config": {"controllerMode": "none"}}}, "controllerMode"),
+    ({"broker": {"config": {"controllerK8sLeaseName": "x"}}}, "controllerK8sLeaseName"),
 ])
 def test_schema_rejects_invalid_values(values: dict[str, Any], message: str) -> None:
     with pytest.raises(helm.HelmError) as info:
