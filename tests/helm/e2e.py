@@ -164,12 +164,14 @@ def dashboard() -> dict[str, Any]:
     return data
 
 
-def dashboard_targets() -> list[Any]:
-    """One pytest param per query of the shipped dashboard."""
+def dashboard_targets(controller: bool = False) -> list[Any]:
+    """One pytest param per query of the shipped dashboard; the failover controller's panels
+    (pocketmq_controller_*, empty under controllerMode none) only with ``controller``."""
     params = []
     for panel in dashboard()["panels"]:
         for target in panel.get("targets", []):
-            params.append(pytest.param(target["expr"], id=f"{panel['title']}/{target['refId']}"))
+            if ("pocketmq_controller_" in target["expr"]) == controller:
+                params.append(pytest.param(target["expr"], id=f"{panel['title']}/{target['refId']}"))
     return params
 
 

@@ -14,6 +14,7 @@ import logging
 import time
 from typing import Final
 
+from services.broker import k8s_labels
 from services.broker.app import BrokerApp, HAFactory
 from services.broker.config import BrokerConfig, BrokerRole
 from services.broker.controller.dcs import Dcs, EtcdDcs, Leader, SyncStateSet
@@ -77,6 +78,8 @@ class Controller:
         self._leader: Leader | None = None
         self._said = ""
         self._renewed_at = 0.0
+        self._wanted_label: tuple[BrokerRole, int] | None = None
+        self._label_changed = asyncio.Event()
 
     # -- roles -----------------------------------------------------------------------------------
 
@@ -124,6 +127,22 @@ class Controller:
         if app is not None and not self.is_master and leader.broker_id != self.member_id:
             app._on_master(leader.addr, leader.ha_addr)
 
+    def want_pod_label(self, role: BrokerRole, broker_id: int) -> None:
+        """Label this pod with ``role`` (services.broker.k8s_labels), after any patch in flight."""
+        self._wanted_label = (role, broker_id)
+        self._label_changed.set()
+
+    async def _labeller(self) -> None:
+        """The one writer of this pod's role label: patches run one at a time, newest role last."""
+        written: tuple[BrokerRole, int] | None = None
+        while True:
+            await self._label_changed.wait()
+            self._label_changed.clear()
+            want = self._wanted_label
+            if want is not None and want != written and await k8s_labels.label_own_pod(
+                    *want, api_client=self.k8s_api_client):
+                written = want
+
     def _say(self, problem: str) -> None:
         self.problem = problem
         if problem and problem != self._said:
@@ -133,6 +152,7 @@ class Controller:
     # -- the loop --------------------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event) -> None:
+        labeller = asyncio.create_task(self._labeller(), name="k8s-self-label")
         await self._start_app(master=False)
         try:
             while not stop.is_set():
@@ -158,6 +178,9 @@ class Controller:
                     log.warning("could not resign the leader lease", extra={"member": self.member_id})
             if self.app is not None:
                 await self.app.stop()
+            labeller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await labeller
             await self.dcs.close()
 
     async def _master_tick(self) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import struct
 import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -39,6 +40,16 @@ class Member:
         self.proc = procs.start_grpc("services.broker", args, self.addr, name=f"m{member_id}",
                                      service=BROKER_SERVICE, env=env)
         self.client = BrokerClient(self.addr)
+
+    def metrics(self) -> dict[str, float]:
+        """This member's pocketmq_controller_* samples from its /metrics endpoint."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        port = self.args[self.args.index("--metrics-port") + 1]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
+            text = reply.read().decode()
+        return {s.name: s.value for family in text_string_to_metric_families(text) for s in family.samples
+                if s.name.startswith("pocketmq_controller_")}
 
     def restart(self) -> None:
         self.proc = self.procs.start_grpc("services.broker", self.args, self.addr, name=f"m{self.id}",

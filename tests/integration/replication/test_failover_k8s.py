@@ -116,6 +116,14 @@ def test_sigkill_the_master_under_producers_a_slave_takes_over_and_nothing_ackno
     wait_until(lambda: (s := master.status()) is not None and s.commit_log_max_offset >= top, 20,
                message="the old master caught up")
     assert master.log_bytes(top) == new_master.log_bytes(top)
+    # what the dashboard's failover row shows, from the members' own /metrics
+    shown = new_master.metrics()
+    assert shown["pocketmq_controller_is_master"] == 1 and shown["pocketmq_controller_epoch"] == epoch(api)
+    assert shown["pocketmq_controller_failovers_total"] >= 1
+    assert shown["pocketmq_controller_last_failover_timestamp_seconds"] > time.time() - 120
+    assert shown["pocketmq_controller_sync_state_set_size"] == 3
+    assert 0 < shown["pocketmq_controller_lease_renew_latency_seconds"] < 1
+    assert master.metrics()["pocketmq_controller_is_master"] == 0
     print(f"failover_s={failover_s:.2f} acked={len(producers.acked)} conflicts={api.conflicts} "
           f"requests={api.requests}")
 
