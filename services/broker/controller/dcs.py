@@ -49,7 +49,7 @@ class Dcs(Protocol):
     ttl_s: float
 
     async def leader(self) -> Leader | None: ...
-    async def campaign(self, broker_id: int, addr: str, ha_addr: str) -> int | None: ...
+    async def campaign(self, broker_id: int, addr: str, ha_addr: str, floor: int = 0) -> int | None: ...
     async def mark_ready(self, epoch: int, broker_id: int, addr: str, ha_addr: str) -> bool: ...
     async def renew(self) -> bool: ...
     async def resign(self) -> None: ...
@@ -110,8 +110,10 @@ class EtcdDcs:
         return Leader(int(obj["brokerId"]), str(obj["addr"]), str(obj["haAddr"]), int(got.create_revision),
                       bool(obj.get("ready", True)))
 
-    async def campaign(self, broker_id: int, addr: str, ha_addr: str) -> int | None:
-        """Create the leader key under a new lease if nobody holds it: the new epoch, or None."""
+    async def campaign(self, broker_id: int, addr: str, ha_addr: str, floor: int = 0) -> int | None:
+        """Create the leader key under a new lease if nobody holds it: the new epoch, or None.
+        (``floor``, the newest epoch in the candidate's store, is not used: etcd revisions only
+        grow, unless the etcd cluster is rebuilt empty.)"""
         c = await self._c()
         lease = await c.lease(self.ttl_s)
         t = c.transactions

@@ -228,7 +228,7 @@ class KubernetesDcs:
     async def leader(self) -> Leader | None:
         return await self._run(self._leader_sync)
 
-    def _campaign_sync(self, broker_id: int, addr: str, ha_addr: str) -> int | None:
+    def _campaign_sync(self, broker_id: int, addr: str, ha_addr: str, floor: int) -> int | None:
         identity = _identity(broker_id)
         obj = self._read(self.lease_name)
         stamp = _stamp()
@@ -236,8 +236,8 @@ class KubernetesDcs:
         spec = {"holderIdentity": identity, "leaseDurationSeconds": self._duration_s, "acquireTime": stamp,
                 "renewTime": stamp}
         if obj is None:
-            epoch = 1
-            fresh: Obj = {"metadata": {"annotations": {K8S_EPOCH: "1", K8S_LEADER: leader}},
+            epoch = floor + 1
+            fresh: Obj = {"metadata": {"annotations": {K8S_EPOCH: str(epoch), K8S_LEADER: leader}},
                           "spec": {**spec, "leaseTransitions": 0}}
             if not self._create(self.lease_name, fresh):
                 return None
@@ -245,7 +245,7 @@ class KubernetesDcs:
             if self._holder_alive(obj) not in ("", identity):
                 return None
             transitions = int((obj.get("spec") or {}).get("leaseTransitions") or 0)
-            epoch = max(_epoch(obj), transitions) + 1
+            epoch = max(_epoch(obj), transitions, floor) + 1
             obj["spec"] = {**(obj.get("spec") or {}), **spec, "leaseTransitions": transitions + 1}
             _annotations(obj).update({K8S_EPOCH: str(epoch), K8S_LEADER: leader})
             if not self._replace(self.lease_name, obj):
@@ -253,9 +253,11 @@ class KubernetesDcs:
         self._held = (identity, epoch)
         return epoch
 
-    async def campaign(self, broker_id: int, addr: str, ha_addr: str) -> int | None:
-        """Take the Lease if nobody holds it (or its holder's lease ran out): the new epoch, or None."""
-        return await self._run(self._campaign_sync, broker_id, addr, ha_addr)
+    async def campaign(self, broker_id: int, addr: str, ha_addr: str, floor: int = 0) -> int | None:
+        """Take the Lease if nobody holds it (or its holder's lease ran out): the new epoch (above
+        ``floor``, the newest epoch in the candidate's store: a Lease deleted or a group moved
+        from etcd starts over without going back), or None."""
+        return await self._run(self._campaign_sync, broker_id, addr, ha_addr, floor)
 
     async def mark_ready(self, epoch: int, broker_id: int, addr: str, ha_addr: str) -> bool:
         value = json.dumps({"brokerId": broker_id, "addr": addr, "haAddr": ha_addr, "ready": True})

@@ -285,7 +285,9 @@ class Controller:
         await asyncio.sleep(_TICK_S)  # let the appends in flight land
         max_offset = app.store.max_offset
         before = time.monotonic()  # the lease cannot expire before before + TTL
-        epoch = await self.dcs.campaign(self.member_id, self.cfg.broker_addr, self.cfg.ha_server_addr)
+        stored = EpochFile(self.store_cfg.store_path_root_dir).entries
+        floor = max(self.epoch, stored[-1].epoch if stored else 0)
+        epoch = await self.dcs.campaign(self.member_id, self.cfg.broker_addr, self.cfg.ha_server_addr, floor)
         if epoch is None:
             return
         self.fence_at = before + self.ttl_s - self.margin_s

@@ -204,3 +204,12 @@ def test_kubernetes_mode_outside_a_cluster_without_credentials_fails_naming_the_
     with pytest.raises(ConfigError) as err:
         open_dcs(BrokerConfig(broker_id=1, controller_mode="kubernetes"))
     assert err.value.key == "controllerK8sApiServer"
+
+
+def test_a_new_lease_never_takes_an_epoch_below_the_candidates_store(server: FakeApiServer) -> None:
+    """A deleted Lease, or a group moved from etcd (epochs = etcd revisions): the epoch goes on
+    from the newest one in the candidate's store, never back."""
+    a, b = member(server), member(server)
+    assert run(a.campaign(1, "a:1", "a:2", floor=1234)) == 1235
+    run(a.resign())
+    assert run(b.campaign(2, "b:1", "b:2", floor=7)) == 1236
