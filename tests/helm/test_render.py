@@ -11,7 +11,7 @@ import jsonschema
 import kubernetes_validate
 import pytest
 
-from tests.helm.chart import KUBE_VERSIONS, VALUE_SETS, lint, render
+from tests.helm.chart import KUBE_VERSIONS, RELEASE, VALUE_SETS, lint, render
 
 #: The prometheus-operator CRD kinds have no schema in kubernetes-validate; these are our own
 #: strict subsets of monitoring.coreos.com/v1 (only the fields the chart may emit are allowed).
@@ -144,4 +144,7 @@ def test_schema_rejects_invalid_values(values: dict[str, Any], message: str) -> 
 def test_notes_tell_how_to_find_the_master() -> None:
     notes = render({}).notes()
     assert "-L pocketmq.io/role" in notes
+    assert f"Lease {RELEASE}-pocketmq-broker-a-leader" in notes and "Automatic failover" in notes
+    static = render({"broker": {"controllerMode": "none"}}).notes()
+    assert "(pod -0 is the master)" in static and "Automatic failover" not in static
     assert "helm test pmq" in notes
