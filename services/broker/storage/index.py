@@ -21,9 +21,9 @@ import struct
 import threading
 import time
 import zlib
-from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from itertools import repeat
+from typing import TYPE_CHECKING, Any
 
 from pocketmq.wire.record import header_format
 from services.broker.storage.record import (
@@ -50,6 +50,9 @@ try:  # vectorised index-file writes where NumPy is installed (it is not in the 
 except ImportError:  # pragma: no cover - exercised by the image
     _np = None
 
+if TYPE_CHECKING:
+    from services.broker.storage.dispatch import DispatchBatch
+
 log = logging.getLogger(__name__)
 
 #: beginTimestamp 8 · endTimestamp 8 · beginPhyOffset 8 · endPhyOffset 8 · hashSlotCount 4 ·
@@ -65,15 +68,14 @@ VECTOR_MIN = 64
 MAX_CHAIN_STEPS = 1_000_000
 #: Bytes of commit log read per batch by the index thread.
 READ_CHUNK = 1024 * 1024
-#: Log bytes of fed batches waiting for the index thread at most (they hold their messages;
-#: past this, appends are read back from the log instead).
+#: Log bytes past the index's end that fed appends may cover (they hold their messages or
+#: properties; past this, records are read back from the log instead).
 MAX_FED_BYTES = 64 * 1024 * 1024
 #: Entry bytes mapped ahead of the index writer per ``madvise``.
 POPULATE_STEP = 4 * 1024 * 1024
-#: The index thread waits this long after being woken before it indexes what arrived.
-GATHER_S = 0.005
-#: Entries written to an index file with one vectorised put at most.
-MAX_BATCH_ENTRIES = 65536
+#: The index thread waits this long after being woken before it indexes what arrived: one
+#: pass (and one vectorised put) per this much time, not per append.
+GATHER_S = 0.02
 
 _RECORD = struct.Struct(header_format(("total_size", "magic", "store_timestamp", "body_length")))
 _RECORD_UNPACK = _RECORD.unpack_from
@@ -107,23 +109,26 @@ def record_keys(props: bytes) -> list[bytes]:
     return out
 
 
-#: A batch of local appends handed to :meth:`IndexService.feed`: (first record offset, end
-#: offset, record offsets, store timestamp, messages). A plain tuple: it is made per append.
-_Fed = tuple[int, int, Sequence[int], int, Sequence[Message]]
+#: A run of replicated records handed to :meth:`IndexService.feed_batch` by the batch
+#: dispatcher: (first record offset, end offset, the batch, its properties).
+_FedBatch = tuple[int, int, "DispatchBatch", list[bytes]]
 
 
-def _message_keys(messages: Sequence[Message], prefixes: dict[bytes, int], hashes: list[int],
-                  rows: list[int]) -> None:
-    """Add the key hashes of the index entries of ``messages`` to ``hashes``, and for each the
-    message's position in ``messages`` to ``rows``."""
-    last_topic = ""
+def _message_keys(messages: Sequence[Message], offsets: Sequence[int], stamps: Sequence[int],
+                  prefixes: dict[bytes, int], hashes: list[int], out_offsets: list[int],
+                  out_stamps: list[int]) -> None:
+    """Append the index entries of ``messages`` (stored at ``offsets`` at ``stamps``) to the
+    three parallel lists."""
+    last_topic = None
     prefix = 0
-    for row, msg in enumerate(messages):
+    keys_name, uniq_name = PROPERTY_KEYS, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
+    add_hash, add_offset, add_stamp = hashes.append, out_offsets.append, out_stamps.append
+    for msg, offset, stamp in zip(messages, offsets, stamps):
         props = msg[4]
         if not props:
             continue
-        keys = props.get(PROPERTY_KEYS)
-        uniq = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+        keys = props.get(keys_name)
+        uniq = props.get(uniq_name)
         if not keys and not uniq:
             continue
         if msg[0] is not last_topic:  # (a batch is one topic, usually the same str object)
@@ -139,14 +144,86 @@ def _message_keys(messages: Sequence[Message], prefixes: dict[bytes, int], hashe
             if " " in keys:
                 for key in keys.split(" "):
                     if key:
-                        hashes.append(_crc32(key.encode(), prefix))
-                        rows.append(row)
+                        add_hash(_crc32(key.encode(), prefix))
+                        add_offset(offset)
+                        add_stamp(stamp)
             else:
-                hashes.append(_crc32(keys.encode(), prefix))
-                rows.append(row)
+                add_hash(_crc32(keys.encode(), prefix))
+                add_offset(offset)
+                add_stamp(stamp)
         if uniq:
-            hashes.append(_crc32(uniq.encode(), prefix))
-            rows.append(row)
+            add_hash(_crc32(uniq.encode(), prefix))
+            add_offset(offset)
+            add_stamp(stamp)
+
+
+def _batch_keys(batch: DispatchBatch, props: list[bytes], prefixes: dict[bytes, int],
+                hashes: list[int], out_offsets: list[int], out_stamps: list[int]) -> None:
+    """Append the index entries of a dispatched batch of records to the three lists, from the
+    encoded properties the batch dispatcher already cut out (``props``: one per row of
+    ``batch.props_rows``), in one vectorised pass over all of them: the properties are joined,
+    pair starts found where a ``\x02`` precedes, the two key names matched at pair starts,
+    each value's end found by a sorted search; only the CRC of each key is a call per key."""
+    np = _np
+    assert np is not None
+    if not props:
+        return
+    joined = b"\x02" + b"\x02".join(props) + b"\x02\x00\x00\x00\x00\x00\x00\x00\x00\x00"
+    u = np.frombuffer(joined, dtype=np.uint8)
+    lengths = np.fromiter(map(len, props), dtype=np.int64, count=len(props))
+    record_starts = np.cumsum(lengths + 1) - lengths  # (each record's properties start there)
+    seps = np.flatnonzero(u == 2)
+    pair_starts = seps[:-1] + 1
+    found: list[Any] = []
+    for needle in _KEYS:
+        at = pair_starts
+        for j, c in enumerate(needle):
+            at = at[u[at + j] == c]
+            if not len(at):
+                break
+        found.append(at + len(needle))
+    key_at, uniq_at = found
+    value_at = np.concatenate((key_at, uniq_at))
+    if not len(value_at):
+        return
+    is_keys = np.zeros(len(value_at), dtype=bool)
+    is_keys[:len(key_at)] = True
+    order = np.argsort(value_at, kind="stable")
+    value_at, is_keys = value_at[order], is_keys[order]
+    value_end = seps[np.searchsorted(seps, value_at)]
+    keep = value_end > value_at
+    value_at, value_end, is_keys = value_at[keep], value_end[keep], is_keys[keep]
+    rows = np.searchsorted(record_starts, value_at, side="right") - 1
+    # A KEYS value with a space holds several keys: those few go through a split.
+    spaces = np.flatnonzero(u == 32)
+    split = is_keys & (np.searchsorted(spaces, value_end) > np.searchsorted(spaces, value_at))
+    record_rows = batch.props_rows[rows]
+    topic_prefix = []
+    for topic in batch.topics:
+        raw = topic.encode()
+        cached = prefixes.get(raw)
+        if cached is None:
+            if len(prefixes) > 8192:
+                prefixes.clear()
+            cached = prefixes[raw] = _crc32(raw + b"#")
+        topic_prefix.append(cached)
+    key_prefix = np.array(topic_prefix, dtype=np.int64)[batch.topic_ids[record_rows]]
+    key_offsets = batch.physical_offsets[record_rows]
+    key_stamps = batch.store_timestamps[record_rows]
+    if split.any():  # (rare: keep commit log order, so one ordered loop)
+        for a, b, cut, prefix, offset, stamp in zip(
+                value_at.tolist(), value_end.tolist(), split.tolist(), key_prefix.tolist(),
+                key_offsets.tolist(), key_stamps.tolist(), strict=True):
+            for key in (joined[a:b].split(b" ") if cut else (joined[a:b],)):
+                if key:
+                    hashes.append(_crc32(key, prefix))
+                    out_offsets.append(offset)
+                    out_stamps.append(stamp)
+        return
+    values = map(joined.__getitem__, map(slice, value_at.tolist(), value_end.tolist()))
+    hashes += map(_crc32, values, key_prefix.tolist())
+    out_offsets += key_offsets.tolist()
+    out_stamps += key_stamps.tolist()
 
 
 def _scan(buf: memoryview, base: int,
@@ -412,13 +489,26 @@ class IndexService:
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._topics: dict[bytes, int] = {}
-        self._fed: deque[_Fed] = deque()
-        #: Log bytes the batches in ``_fed`` cover (their messages are held until indexed).
-        self._fed_bytes = 0
+        #: Local appends not indexed yet, one contiguous run of the log ``[_fed_start,
+        #: _fed_end)`` as flat parallel lists (no object per append: what a feed leaves behind
+        #: until the next pass is the message it holds and two ints).
+        self._feed_lock = threading.Lock()
+        self._fed_start = 0
+        self._fed_end = -1
+        self._fed_messages: list[Message] = []
+        self._fed_offsets: list[int] = []
+        self._fed_stamps: list[int] = []
+        #: Runs of replicated records from the batch dispatcher, in log order (gaps between
+        #: them are read from the log).
+        self._fed_batches: list[_FedBatch] = []
+        #: The index thread is about to wait (or waits) for work: a feed must wake it.
+        self._idle = True
         #: Commit log offset up to which records are indexed.
         self.indexed_offset = 0
         #: Entries written since start.
         self.entries_written = 0
+        #: Replicated batches indexed from the dispatcher's properties (not read back).
+        self.batches_fed = 0
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -443,7 +533,7 @@ class IndexService:
 
     def wakeup(self) -> None:
         """New replicated records are dispatched (cheap: reads a flag, at most sets an event)."""
-        if not self._wake.is_set():
+        if self._idle:
             self._wake.set()
 
     def stop(self) -> None:
@@ -460,9 +550,13 @@ class IndexService:
 
     def _run(self) -> None:
         while not self._stopping:
-            self._wake.wait(1.0)
-            # Let appends accumulate: a pass per few milliseconds, not per message, keeps the
-            # thread from taking the GIL back and forth with the appending threads.
+            self._idle = True
+            if not self._pending():
+                self._wake.wait(1.0)
+            self._idle = False
+            # Let appends accumulate: one pass per few milliseconds, not per message, keeps the
+            # thread from taking the GIL back and forth with the appending threads, and makes
+            # the vectorised put long.
             time.sleep(GATHER_S)
             self._wake.clear()
             try:
@@ -472,53 +566,119 @@ class IndexService:
                 log.exception("index: indexing failed; retrying in 1 s")
                 time.sleep(1.0)
 
+    def _pending(self) -> bool:
+        return bool(self._fed_messages or self._fed_batches) or self.indexed_offset < self._dispatched()
+
     # -- building -------------------------------------------------------------------------------
 
     def feed(self, start: int, end: int, offsets: Sequence[int], store_timestamp: int,
              messages: Sequence[Message]) -> None:
         """A local append stored ``messages`` at ``offsets`` (the records span ``[start,
         end)``): index them from their property dicts, without reading the log back. Called on
-        the appending thread; costs a deque append. Batches that arrive out of order or not at
-        all are read from the commit log instead."""
-        if self._fed_bytes < MAX_FED_BYTES:
-            self._fed_bytes += end - start
-            self._fed.append((start, end, offsets, store_timestamp, messages))
-        if not self._wake.is_set():
+        the appending thread; costs three list appends under an uncontended lock. Appends that
+        do not continue the fed run (another thread's append fed first) or that would hold too
+        much are read from the commit log instead."""
+        if end - self.indexed_offset <= MAX_FED_BYTES:
+            with self._feed_lock:
+                if self._fed_end != start:
+                    if self._fed_messages or self._fed_batches:
+                        start = -1  # not contiguous: left to the log
+                    else:
+                        self._fed_start = start
+                if start >= 0:
+                    self._fed_end = end
+                    if len(messages) == 1:
+                        self._fed_messages.append(messages[0])
+                        self._fed_offsets.append(offsets[0])
+                        self._fed_stamps.append(store_timestamp)
+                    else:
+                        self._fed_messages += messages
+                        self._fed_offsets += offsets
+                        self._fed_stamps += repeat(store_timestamp, len(messages))
+        if self._idle:
             self._wake.set()
 
+    def feed_batch(self, batch: DispatchBatch) -> None:
+        """The batch dispatcher dispatched ``batch`` (replicated records, in log order): index
+        it from the properties it already cut out (:attr:`DispatchBatch.props`), without
+        reading or parsing the records again. Called under the commit log lock; costs a list
+        append."""
+        start, end = int(batch.physical_offsets[0]), batch.end_offset
+        if end - self.indexed_offset <= MAX_FED_BYTES:
+            with self._feed_lock:
+                if not self._fed_messages:
+                    self._fed_batches.append((start, end, batch, batch.props))
+        if self._idle:
+            self._wake.set()
+
+    def _take_fed(self, start: int) -> tuple[int, list[int], list[int], list[int]] | None:
+        """What was fed from ``start`` on, as index entries (end, hashes, offsets, stamps); None
+        if nothing fed starts there. Fed runs that start before ``start`` (read from the log
+        meanwhile) are dropped."""
+        with self._feed_lock:
+            if self._fed_messages:
+                if self._fed_start != start:
+                    if self._fed_start > start:
+                        return None
+                    self._fed_end = -1  # (read from the log already)
+                    self._fed_messages, self._fed_offsets, self._fed_stamps = [], [], []
+                    return None
+                messages, offsets, stamps = self._fed_messages, self._fed_offsets, self._fed_stamps
+                end = self._fed_end
+                self._fed_messages, self._fed_offsets, self._fed_stamps = [], [], []
+                self._fed_end = -1
+                batches: list[_FedBatch] = []
+            elif self._fed_batches:
+                fed = self._fed_batches
+                skip = 0
+                while skip < len(fed) and fed[skip][0] < start:
+                    skip += 1
+                if skip < len(fed) and fed[skip][0] == start:
+                    end = start
+                    take = skip
+                    while take < len(fed) and fed[take][0] == end:
+                        end = fed[take][1]
+                        take += 1
+                    batches = fed[skip:take]
+                    self._fed_batches = fed[take:]
+                else:
+                    self._fed_batches = fed[skip:]
+                    return None
+                messages, offsets, stamps = [], [], []
+            else:
+                return None
+        hashes: list[int] = []
+        out_offsets: list[int] = []
+        out_stamps: list[int] = []
+        if messages:
+            _message_keys(messages, offsets, stamps, self._topics, hashes, out_offsets, out_stamps)
+        for _, _, batch, props in batches:
+            _batch_keys(batch, props, self._topics, hashes, out_offsets, out_stamps)
+        self.batches_fed += len(batches)
+        return end, hashes, out_offsets, out_stamps
+
+    def _fed_from(self) -> int:
+        """Where the first fed run starts (-1: nothing fed)."""
+        if self._fed_messages:
+            return self._fed_start
+        fed = self._fed_batches
+        return fed[0][0] if fed else -1
+
     def index_pending(self, max_bytes: int = READ_CHUNK) -> int:
-        """Index the next whole dispatched records after :attr:`indexed_offset`: the next fed
-        batch if it starts there, else records read from the commit log (up to about
-        ``max_bytes``, within one segment, stopping where the next fed batch starts). Returns
-        the bytes of log covered (0: nothing to do)."""
+        """Index the next whole dispatched records after :attr:`indexed_offset`: the fed runs
+        that start there, else records read from the commit log (up to about ``max_bytes``,
+        within one segment, stopping where the next fed run starts). Returns the bytes of log
+        covered (0: nothing to do)."""
         with self._lock:
             start = self.indexed_offset
-            fed = self._fed
-            while fed and fed[0][0] < start:
-                self._fed_bytes -= fed[0][1] - fed[0][0]
-                fed.popleft()  # already read from the log
-            if fed and fed[0][0] == start:
-                # Every fed batch that continues where the last one ended, as one write.
-                all_offsets: list[int] = []
-                all_messages: list[Message] = []
-                batch_stamps: list[int] = []
-                end = start
-                while fed and fed[0][0] == end and len(all_offsets) < MAX_BATCH_ENTRIES:
-                    first, end, batch_offsets, stamp, batch_messages = fed.popleft()
-                    self._fed_bytes -= end - first
-                    all_offsets += batch_offsets
-                    all_messages += batch_messages
-                    batch_stamps += [stamp] * len(batch_messages)
-                hashes_l: list[int] = []
-                rows: list[int] = []
-                _message_keys(all_messages, self._topics, hashes_l, rows)
-                hashes = hashes_l
-                offsets = [all_offsets[r] for r in rows]
-                stamps = [batch_stamps[r] for r in rows]
+            taken = self._take_fed(start)
+            if taken is not None:
+                end, hashes, offsets, stamps = taken
             else:
                 end = self._dispatched()
-                if fed:
-                    end = min(end, fed[0][0])
+                fed_from = self._fed_from()
+                if fed_from > start:
+                    end = min(end, fed_from)
                 if start >= end:
                     return 0
                 scanned = self._scan_log(start, min(max_bytes, end - start))
@@ -600,8 +760,10 @@ class IndexService:
         """The commit log was cut back to ``offset``: index again from there (entries past it
         stay in the files and are filtered out when their records do not match)."""
         with self._lock:
-            self._fed.clear()
-            self._fed_bytes = 0
+            with self._feed_lock:
+                self._fed_messages, self._fed_offsets, self._fed_stamps = [], [], []
+                self._fed_end = -1
+                self._fed_batches = []
             if self.indexed_offset > offset:
                 self.indexed_offset = offset
                 if self._files:

@@ -217,3 +217,66 @@ def test_the_offset_of_a_message_read_from_the_index_matches_the_send(open_store
                             Message.of("TopicZ", b"y", 0, keys="z2")])
     indexed(store)
     assert [m.physical_offset for m in store.query_by_key("TopicZ", "z2")] == [r.physical_offsets[1]]
+
+
+def _odd_properties(i: int) -> dict[str, str]:
+    """Properties of every shape the key parsers must agree on."""
+    shapes: list[dict[str, str]] = [
+        {"KEYS": f"k{i}", "UNIQ_KEY": f"U{i:06d}"},
+        {"KEYS": f"a{i} b{i}  c{i}", "UNIQ_KEY": f"U{i:06d}"},  # several keys, an empty one
+        {"UNIQ_KEY": f"U{i:06d}"},
+        {"KEYS": f"only{i}"},
+        {},
+        {"MYKEYS": f"not{i}", "XUNIQ_KEY": "nor"},  # the names inside other names
+        {"TAGS": "t", "A": f"KEYS{i}", "KEYS": ""},  # an empty value
+        {"UNIQ_KEY": f"U{i:06d}", "KEYS": f"z{i}", "TAGS": "x"},
+    ]
+    return shapes[i % len(shapes)]
+
+
+def test_the_batch_dispatcher_keys_match_the_record_parser(open_store: StoreFactory) -> None:
+    """The slave's one-pass key extraction (from the properties the batch dispatcher cuts out)
+    yields exactly the entries of the record-at-a-time parser, in commit log order."""
+    pytest.importorskip("numpy")  # (the container image has none: there the batch path is off)
+    from services.broker.storage.dispatch import Scanner
+
+    store = open_store(message_index_enable=False, mapped_file_size_commit_log=1 << 20)
+    store.put_messages([msg(i, topic=("TopicA", "TopicB")[i % 3 == 0], properties=_odd_properties(i))
+                        for i in range(400)])
+    data = store.get_data(0, store.max_offset)
+    assert data is not None
+    with data:
+        batch = Scanner().scan(data.data, 0, data.size, 1 << 30, 10_000, True)
+        assert batch is not None and len(batch) == 400
+        expected = index_module._scan(data.data, 0, {})
+    got: tuple[list[int], list[int], list[int]] = ([], [], [])
+    index_module._batch_keys(batch, batch.props, {}, *got)
+    assert expected[0] == batch.end_offset == store.max_offset
+    # (within a record the entries may come in either order: they share offset and time)
+    assert got[1] == sorted(got[1]) and len(got[0]) == 500  # (10 keys per 8 shapes)
+    assert sorted(zip(got[1], got[0], got[2])) == sorted(zip(expected[2], expected[1], expected[3]))
+
+
+def test_a_slave_indexes_replicated_batches_without_reading_them_back(
+        open_store: StoreFactory, tmp_path: Path) -> None:
+    pytest.importorskip("numpy")
+    big = {"mapped_file_size_commit_log": 4 << 20}  # (the batch path wants runs of 256 KiB)
+    master = open_store(tmp_path / "m", message_index_enable=False, **big)
+    for start in range(0, 3000, 100):
+        master.put_messages([msg(i, size=200, properties=_odd_properties(i)) for i in range(start, start + 100)])
+    slave = open_store(tmp_path / "s", **big)
+    offset = 0
+    while offset < master.max_offset:
+        data = master.get_data(offset, 512 * 1024)
+        assert data is not None
+        with data:
+            slave.append_data(offset, data.data)
+            offset = data.end_offset
+    indexed(slave)
+    assert slave.index is not None and slave.index.batches_fed > 0
+    for i in (0, 1, 1201, 2999):
+        props = _odd_properties(i)
+        for key in props.get("KEYS", "").split(" ") + [props.get("UNIQ_KEY", "")]:
+            if key:
+                assert [r.body for r in slave.query_by_key("TopicA", key)] == [msg(i, size=200).body], key
+    assert slave.query_by_key("TopicA", "not5") == [] and slave.query_by_key("TopicA", "nor") == []
