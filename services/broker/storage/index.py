@@ -21,7 +21,8 @@ import struct
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterable, Sequence
+from array import array
+from collections.abc import Callable, Iterable, MutableSequence, Sequence
 from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +38,6 @@ from services.broker.storage.record import (
     Message,
 )
 from services.broker.storage.segment import (
-    MADV_POPULATE_READ,
     MADV_POPULATE_WRITE,
     PAGE_SIZE,
     SegmentSlice,
@@ -71,6 +71,10 @@ READ_CHUNK = 1024 * 1024
 #: Log bytes past the index's end that fed appends may cover (they hold their messages or
 #: properties; past this, records are read back from the log instead).
 MAX_FED_BYTES = 64 * 1024 * 1024
+#: Seconds between syncs of the index files by the periodic flush (each sync write-protects
+#: the hash-slot pages again: every page written after it takes a fault). Whatever a crash
+#: leaves unsynced is indexed again from the commit log at start.
+FLUSH_INTERVAL_S = 10.0
 #: Entry bytes mapped ahead of the index writer per ``madvise``.
 POPULATE_STEP = 4 * 1024 * 1024
 #: The index thread waits this long after being woken before it indexes what arrived: one
@@ -110,120 +114,135 @@ def record_keys(props: bytes) -> list[bytes]:
 
 
 #: A run of replicated records handed to :meth:`IndexService.feed_batch` by the batch
-#: dispatcher: (first record offset, end offset, the batch, its properties).
-_FedBatch = tuple[int, int, "DispatchBatch", list[bytes]]
+#: dispatcher: (first record offset, end offset, the batch).
+_FedBatch = tuple[int, int, "DispatchBatch"]
 
 
-def _message_keys(messages: Sequence[Message], offsets: Sequence[int], stamps: Sequence[int],
-                  prefixes: dict[bytes, int], hashes: list[int], out_offsets: list[int],
-                  out_stamps: list[int]) -> None:
-    """Append the index entries of ``messages`` (stored at ``offsets`` at ``stamps``) to the
-    three parallel lists."""
+def _message_keys(messages: Sequence[Message], prefixes: dict[bytes, int], hashes: MutableSequence[int],
+                  counts: MutableSequence[int]) -> None:
+    """Append the key hashes of the index entries of ``messages`` to ``hashes`` (in commit log
+    order) and, per message, how many it has to ``counts``."""
     last_topic = None
     prefix = 0
     keys_name, uniq_name = PROPERTY_KEYS, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
-    add_hash, add_offset, add_stamp = hashes.append, out_offsets.append, out_stamps.append
-    for msg, offset, stamp in zip(messages, offsets, stamps):
+    add_hash, add_count = hashes.append, counts.append
+    for msg in messages:
         props = msg[4]
         if not props:
+            add_count(0)
             continue
         keys = props.get(keys_name)
         uniq = props.get(uniq_name)
         if not keys and not uniq:
+            add_count(0)
             continue
         if msg[0] is not last_topic:  # (a batch is one topic, usually the same str object)
             last_topic = msg[0]
-            topic = last_topic.encode()
-            cached = prefixes.get(topic)
-            if cached is None:
-                if len(prefixes) > 8192:
-                    prefixes.clear()
-                cached = prefixes[topic] = _crc32(topic + b"#")
-            prefix = cached
+            prefix = _topic_prefix(last_topic, prefixes)
+        n = 0
         if keys:
             if " " in keys:
                 for key in keys.split(" "):
                     if key:
                         add_hash(_crc32(key.encode(), prefix))
-                        add_offset(offset)
-                        add_stamp(stamp)
+                        n += 1
             else:
                 add_hash(_crc32(keys.encode(), prefix))
-                add_offset(offset)
-                add_stamp(stamp)
+                n = 1
         if uniq:
             add_hash(_crc32(uniq.encode(), prefix))
-            add_offset(offset)
-            add_stamp(stamp)
+            n += 1
+        add_count(n)
 
 
-def _batch_keys(batch: DispatchBatch, props: list[bytes], prefixes: dict[bytes, int],
-                hashes: list[int], out_offsets: list[int], out_stamps: list[int]) -> None:
-    """Append the index entries of a dispatched batch of records to the three lists, from the
-    encoded properties the batch dispatcher already cut out (``props``: one per row of
-    ``batch.props_rows``), in one vectorised pass over all of them: the properties are joined,
-    pair starts found where a ``\x02`` precedes, the two key names matched at pair starts,
-    each value's end found by a sorted search; only the CRC of each key is a call per key."""
+def _topic_prefix(topic: str, prefixes: dict[bytes, int]) -> int:
+    raw = topic.encode()
+    cached = prefixes.get(raw)
+    if cached is None:
+        if len(prefixes) > 8192:
+            prefixes.clear()
+        cached = prefixes[raw] = _crc32(raw + b"#")
+    return cached
+
+
+#: Index entries as parallel sequences: key hashes, commit log offsets, store timestamps (ms).
+Entries = tuple[Sequence[int], Sequence[int], Sequence[int]]
+
+
+def _batch_keys(batches: Sequence[DispatchBatch], prefixes: dict[bytes, int]) -> Entries:
+    """The index entries of dispatched batches of records (NumPy arrays, commit log order),
+    from the encoded properties the batch dispatcher already cut out (:attr:`DispatchBatch.props`)
+    in one vectorised pass over all of them: the properties are joined, pair starts found
+    where a ``\x02`` precedes, the two key names matched at pair starts, each value's end
+    found by a sorted search; only the CRC of each key is a call per key."""
     np = _np
     assert np is not None
+    props: list[bytes] = []
+    row_prefix, row_offset, row_stamp = [], [], []
+    for batch in batches:
+        if not batch.props:
+            continue
+        props += batch.props
+        topic_prefix = []
+        for topic in batch.topics:
+            raw = topic.encode()
+            cached = prefixes.get(raw)
+            if cached is None:
+                if len(prefixes) > 8192:
+                    prefixes.clear()
+                cached = prefixes[raw] = _crc32(raw + b"#")
+            topic_prefix.append(cached)
+        rows = batch.props_rows
+        row_prefix.append(np.array(topic_prefix, dtype=np.int64)[batch.topic_ids[rows]])
+        row_offset.append(batch.physical_offsets[rows])
+        row_stamp.append(batch.store_timestamps[rows])
     if not props:
-        return
-    joined = b"\x02" + b"\x02".join(props) + b"\x02\x00\x00\x00\x00\x00\x00\x00\x00\x00"
+        return (), (), ()
+    joined = b"\x02" + b"\x02".join(props) + b"\x02" + bytes(16)  # (padding: needles read past)
     u = np.frombuffer(joined, dtype=np.uint8)
     lengths = np.fromiter(map(len, props), dtype=np.int64, count=len(props))
     record_starts = np.cumsum(lengths + 1) - lengths  # (each record's properties start there)
     seps = np.flatnonzero(u == 2)
     pair_starts = seps[:-1] + 1
-    found: list[Any] = []
+    found = []
     for needle in _KEYS:
         at = pair_starts
         for j, c in enumerate(needle):
             at = at[u[at + j] == c]
-            if not len(at):
-                break
         found.append(at + len(needle))
-    key_at, uniq_at = found
-    value_at = np.concatenate((key_at, uniq_at))
+    value_at = np.concatenate(found)
     if not len(value_at):
-        return
+        return (), (), ()
     is_keys = np.zeros(len(value_at), dtype=bool)
-    is_keys[:len(key_at)] = True
+    is_keys[:len(found[0])] = True
     order = np.argsort(value_at, kind="stable")
     value_at, is_keys = value_at[order], is_keys[order]
     value_end = seps[np.searchsorted(seps, value_at)]
     keep = value_end > value_at
     value_at, value_end, is_keys = value_at[keep], value_end[keep], is_keys[keep]
     rows = np.searchsorted(record_starts, value_at, side="right") - 1
-    # A KEYS value with a space holds several keys: those few go through a split.
+    key_prefix = np.concatenate(row_prefix)[rows].tolist()
+    key_offsets = np.concatenate(row_offset)[rows]
+    key_stamps = np.concatenate(row_stamp)[rows]
+    # A KEYS value with a space holds several keys: then one ordered loop splits them.
     spaces = np.flatnonzero(u == 32)
     split = is_keys & (np.searchsorted(spaces, value_end) > np.searchsorted(spaces, value_at))
-    record_rows = batch.props_rows[rows]
-    topic_prefix = []
-    for topic in batch.topics:
-        raw = topic.encode()
-        cached = prefixes.get(raw)
-        if cached is None:
-            if len(prefixes) > 8192:
-                prefixes.clear()
-            cached = prefixes[raw] = _crc32(raw + b"#")
-        topic_prefix.append(cached)
-    key_prefix = np.array(topic_prefix, dtype=np.int64)[batch.topic_ids[record_rows]]
-    key_offsets = batch.physical_offsets[record_rows]
-    key_stamps = batch.store_timestamps[record_rows]
-    if split.any():  # (rare: keep commit log order, so one ordered loop)
+    if split.any():
+        hashes: list[int] = []
+        offsets: list[int] = []
+        stamps: list[int] = []
         for a, b, cut, prefix, offset, stamp in zip(
-                value_at.tolist(), value_end.tolist(), split.tolist(), key_prefix.tolist(),
+                value_at.tolist(), value_end.tolist(), split.tolist(), key_prefix,
                 key_offsets.tolist(), key_stamps.tolist(), strict=True):
             for key in (joined[a:b].split(b" ") if cut else (joined[a:b],)):
                 if key:
                     hashes.append(_crc32(key, prefix))
-                    out_offsets.append(offset)
-                    out_stamps.append(stamp)
-        return
+                    offsets.append(offset)
+                    stamps.append(stamp)
+        return hashes, offsets, stamps
     values = map(joined.__getitem__, map(slice, value_at.tolist(), value_end.tolist()))
-    hashes += map(_crc32, values, key_prefix.tolist())
-    out_offsets += key_offsets.tolist()
-    out_stamps += key_stamps.tolist()
+    return (np.fromiter(map(_crc32, values, key_prefix), dtype=np.uint32, count=len(key_prefix)),
+            key_offsets, key_stamps)
 
 
 def _scan(buf: memoryview, base: int,
@@ -342,10 +361,11 @@ class IndexFile:
         #: Bytes of the file mapped writable in advance (no page fault when written).
         self._populated = 0
         if create_at is not None:
-            # The hash slots are written at random: bring their pages in at once (read-only
-            # mapped, nothing dirtied) rather than taking a page-cache miss per first touch.
+            # The hash slots are written at random: map all their pages writable at once (one
+            # call per file; the blocks are allocated then) rather than taking a write fault per
+            # page on the indexing path.
             with contextlib.suppress(OSError, ValueError, AttributeError):  # (kernel < 5.14)
-                self.mm.madvise(MADV_POPULATE_READ, 0, self._entries_at)
+                self.mm.madvise(MADV_POPULATE_WRITE, 0, self._entries_at)
             self._populated = self._entries_at // PAGE_SIZE * PAGE_SIZE
 
     def _populate(self, end: int) -> None:
@@ -365,7 +385,7 @@ class IndexFile:
         FILE_HEADER.pack_into(self.mm, 0, self.begin_ts, self.end_ts, self.begin_offset, self.end_offset,
                               self.slots, self.count)
 
-    def put(self, hashes: list[int], offsets: list[int], stamps: list[int], start: int) -> int:
+    def put(self, hashes: Sequence[int], offsets: Sequence[int], stamps: Sequence[int], start: int) -> int:
         """Append entries ``start..`` of the parallel lists (key hashes, commit log offsets,
         store timestamps in ms) until the file is full; returns the index of the first one not
         written. Every entry is written before the slot that points to it."""
@@ -379,13 +399,16 @@ class IndexFile:
         if _np is not None and k >= VECTOR_MIN:
             self._put_vector(hashes[start:start + k], offsets[start:start + k], stamps[start:start + k])
         else:
+            if _np is not None and isinstance(hashes, _np.ndarray):  # (plain ints for the loop)
+                hashes, offsets, stamps = (list(map(int, x)) for x in (hashes, offsets, stamps))
             self._put_loop(hashes, offsets, stamps, start, k)
-        self.end_ts = max(self.end_ts, stamps[start + k - 1])
+        self.end_ts = max(self.end_ts, int(stamps[start + k - 1]))
         self.count = n0 + k
         self.dirty = True
         return start + k
 
-    def _put_loop(self, hashes: list[int], offsets: list[int], stamps: list[int], start: int, k: int) -> None:
+    def _put_loop(self, hashes: Sequence[int], offsets: Sequence[int], stamps: Sequence[int], start: int,
+                  k: int) -> None:
         mm = self.mm
         n = self.count
         nslots = self.slots
@@ -401,37 +424,40 @@ class IndexFile:
             pack_slot(mm, pos, n)
             n += 1
 
-    def _put_vector(self, hashes: list[int], offsets: list[int], stamps: list[int]) -> None:
-        """:meth:`_put_loop` in one pass: the entries of the batch that share a slot are chained
-        to each other in order, the first to what the slot held."""
+    def _put_vector(self, hashes: Sequence[int], offsets: Sequence[int], stamps: Sequence[int]) -> None:
+        """:meth:`_put_loop` in one pass: every entry links to what its slot held, then the
+        slots point at the entries. Entries of the batch that share a slot (rare: a batch is
+        small next to the slot count; found by sorting the slot numbers, cheaper than another
+        pass over the randomly placed slots) are linked to each other in order, the slot to
+        the last. Entries are complete before a slot points at them."""
         np = _np
         assert np is not None
         k = len(hashes)
         n0 = self.count
-        h = np.array(hashes, dtype=np.uint32)
-        ids = np.arange(n0, n0 + k, dtype=np.int64)
-        slots = (h % self.slots).astype(np.int64)
-        order = np.argsort(slots, kind="stable")
-        sorted_slots = slots[order]
-        sorted_ids = ids[order]
-        first = np.ones(k, dtype=bool)
-        first[1:] = sorted_slots[1:] != sorted_slots[:-1]
+        h = np.asarray(hashes, dtype=np.uint32)
+        slots = h % np.uint32(self.slots)
         slot_view = np.frombuffer(self.mm, dtype=">i4", count=self.slots, offset=FILE_HEADER.size)
-        prev_sorted = np.empty(k, dtype=np.int64)
-        prev_sorted[first] = slot_view[sorted_slots[first]]
-        later = ~first
-        prev_sorted[later] = sorted_ids[:-1][later[1:]]
-        prev = np.empty(k, dtype=np.int64)
-        prev[order] = prev_sorted
         entries = np.frombuffer(self.mm, dtype=np.dtype(_ENTRY_FIELDS), count=k,
                                 offset=self._entries_at + n0 * ENTRY.size)
         entries["hash"] = h
         entries["offset"] = offsets
-        entries["diff"] = (np.array(stamps, dtype=np.int64) - self.begin_ts) // 1000
-        entries["prev"] = prev
-        last = np.ones(k, dtype=bool)
-        last[:-1] = sorted_slots[:-1] != sorted_slots[1:]
-        slot_view[sorted_slots[last]] = sorted_ids[last]
+        entries["diff"] = (np.asarray(stamps, dtype=np.int64) - self.begin_ts) // 1000
+        entries["prev"] = slot_view[slots]
+        ordered = np.sort(slots)
+        repeated = ordered[1:][ordered[1:] == ordered[:-1]]
+        heads: dict[int, int] = {}
+        if len(repeated):
+            rows = np.flatnonzero(np.isin(slots, repeated)).tolist()
+            prev_field = entries["prev"]
+            for row, slot in zip(rows, slots[rows].tolist(), strict=True):
+                before = heads.get(slot)
+                if before is not None:
+                    prev_field[row] = before
+                heads[slot] = n0 + row
+            del prev_field
+        slot_view[slots] = np.arange(n0, n0 + k, dtype=np.int32)
+        if heads:
+            slot_view[list(heads)] = list(heads.values())
         del slot_view, entries  # (exported buffers would keep the mapping from closing)
 
     def lookup(self, h: int, begin_ms: int, end_ms: int, limit: int, out: list[int]) -> None:
@@ -507,6 +533,7 @@ class IndexService:
         self.indexed_offset = 0
         #: Entries written since start.
         self.entries_written = 0
+        self._next_flush = 0.0
         #: Replicated batches indexed from the dispatcher's properties (not read back).
         self.batches_fed = 0
 
@@ -598,6 +625,20 @@ class IndexService:
         if self._idle:
             self._wake.set()
 
+    def feed_one(self, start: int, end: int, store_timestamp: int, message: Message) -> None:
+        """:meth:`feed` for one message stored at ``start`` (the single-send path)."""
+        if end - self.indexed_offset <= MAX_FED_BYTES:
+            with self._feed_lock:
+                if self._fed_end == start or not (self._fed_messages or self._fed_batches):
+                    if self._fed_end != start:
+                        self._fed_start = start
+                    self._fed_end = end
+                    self._fed_messages.append(message)
+                    self._fed_offsets.append(start)
+                    self._fed_stamps.append(store_timestamp)
+        if self._idle:
+            self._wake.set()
+
     def feed_batch(self, batch: DispatchBatch) -> None:
         """The batch dispatcher dispatched ``batch`` (replicated records, in log order): index
         it from the properties it already cut out (:attr:`DispatchBatch.props`), without
@@ -607,11 +648,11 @@ class IndexService:
         if end - self.indexed_offset <= MAX_FED_BYTES:
             with self._feed_lock:
                 if not self._fed_messages:
-                    self._fed_batches.append((start, end, batch, batch.props))
+                    self._fed_batches.append((start, end, batch))
         if self._idle:
             self._wake.set()
 
-    def _take_fed(self, start: int) -> tuple[int, list[int], list[int], list[int]] | None:
+    def _take_fed(self, start: int) -> tuple[int, Sequence[int], Sequence[int], Sequence[int]] | None:
         """What was fed from ``start`` on, as index entries (end, hashes, offsets, stamps); None
         if nothing fed starts there. Fed runs that start before ``start`` (read from the log
         meanwhile) are dropped."""
@@ -647,15 +688,20 @@ class IndexService:
                 messages, offsets, stamps = [], [], []
             else:
                 return None
-        hashes: list[int] = []
-        out_offsets: list[int] = []
-        out_stamps: list[int] = []
-        if messages:
-            _message_keys(messages, offsets, stamps, self._topics, hashes, out_offsets, out_stamps)
-        for _, _, batch, props in batches:
-            _batch_keys(batch, props, self._topics, hashes, out_offsets, out_stamps)
-        self.batches_fed += len(batches)
-        return end, hashes, out_offsets, out_stamps
+        if batches:
+            self.batches_fed += len(batches)
+            return (end, *_batch_keys([fed[2] for fed in batches], self._topics))
+        # (an array, not a list: the vectorised put takes it without a conversion per entry)
+        hashes = array("I")
+        counts = array("I")
+        _message_keys(messages, self._topics, hashes, counts)
+        np = _np
+        if np is not None:  # each message's offset and time once per entry
+            per = np.frombuffer(counts, dtype=np.uint32) if counts else np.zeros(0, dtype=np.uint32)
+            return (end, hashes, np.repeat(np.array(offsets, dtype=np.int64), per),
+                    np.repeat(np.array(stamps, dtype=np.int64), per))
+        return (end, hashes, [o for o, c in zip(offsets, counts, strict=True) for _ in range(c)],
+                [t for t, c in zip(stamps, counts, strict=True) for _ in range(c)])
 
     def _fed_from(self) -> int:
         """Where the first fed run starts (-1: nothing fed)."""
@@ -711,18 +757,18 @@ class IndexService:
                 data.release()
         return start + pos, hashes, offsets, stamps
 
-    def _append(self, hashes: list[int], offsets: list[int], stamps: list[int]) -> None:
+    def _append(self, hashes: Sequence[int], offsets: Sequence[int], stamps: Sequence[int]) -> None:
         i = 0
         n = len(hashes)
         while i < n:
             current = self._files[-1] if self._files else None
             if current is None or current.full:
-                first = offsets[i]
+                first = int(offsets[i])
                 if current is not None:
                     current.end_offset = first
                     current.flush()
                 path = os.path.join(self.directory, f"{first:020d}")
-                current = IndexFile(path, self.slots, self.capacity, create_at=(first, stamps[i]))
+                current = IndexFile(path, self.slots, self.capacity, create_at=(first, int(stamps[i])))
                 self._files.append(current)
                 log.info("index: new index file %s", path)
             i = current.put(hashes, offsets, stamps, i)
@@ -751,7 +797,12 @@ class IndexService:
 
     # -- maintenance ----------------------------------------------------------------------------
 
-    def flush(self) -> None:
+    def flush(self, force: bool = False) -> None:
+        """Sync the index files (at most every :data:`FLUSH_INTERVAL_S` unless ``force``)."""
+        now = time.monotonic()
+        if not force and now < self._next_flush:
+            return
+        self._next_flush = now + FLUSH_INTERVAL_S
         with self._lock:
             for f in self._files:
                 f.flush()

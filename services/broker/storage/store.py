@@ -379,8 +379,7 @@ class MessageStore:
         if self._listeners:
             self._notify(self._log.max_offset)
         if self.index is not None:
-            self.index.feed(result.physical_offsets[0], result.end_offset, result.physical_offsets,
-                            result.store_timestamp, (msg,))
+            self.index.feed_one(result.physical_offsets[0], result.end_offset, result.store_timestamp, msg)
         if self._dispatch_listeners:
             self._notify_dispatched(result.end_offset)
         return result

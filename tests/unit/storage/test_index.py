@@ -204,6 +204,26 @@ def test_put_chains_entries_of_one_slot(tmp_path: Path, monkeypatch: pytest.Monk
     reopened.close()
 
 
+def test_the_vectorised_put_writes_what_the_loop_writes(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("numpy")
+    rng = __import__("random").Random(7)
+    batches = [[rng.getrandbits(32) for _ in range(n)] for n in (300, 1, 900, 70)]
+    files = []
+    for name, vector_min in (("vector", 1), ("loop", 10**9)):
+        monkeypatch.setattr(index_module, "VECTOR_MIN", vector_min)
+        f = IndexFile(str(tmp_path / name), 97, 2000, create_at=(0, 1_000_000))  # many shared slots
+        at = 0
+        for hashes in batches:
+            offsets = list(range(at, at + len(hashes)))
+            f.put(hashes, offsets, [1_000_000 + 7 * o for o in offsets], 0)
+            at += len(hashes)
+        f.write_header()
+        files.append(bytes(f.mm))
+        f.close()
+    assert files[0] == files[1]
+
+
 def test_a_file_fills_up_and_the_next_continues(tmp_path: Path) -> None:
     f = IndexFile(str(tmp_path / "00000000000000000000"), 4, 10, create_at=(0, 0))
     assert f.put(list(range(15)), list(range(15)), [0] * 15, 0) == 10
@@ -219,11 +239,11 @@ def test_the_offset_of_a_message_read_from_the_index_matches_the_send(open_store
     assert [m.physical_offset for m in store.query_by_key("TopicZ", "z2")] == [r.physical_offsets[1]]
 
 
-def _odd_properties(i: int) -> dict[str, str]:
+def _odd_properties(i: int, spaces: bool = True) -> dict[str, str]:
     """Properties of every shape the key parsers must agree on."""
     shapes: list[dict[str, str]] = [
         {"KEYS": f"k{i}", "UNIQ_KEY": f"U{i:06d}"},
-        {"KEYS": f"a{i} b{i}  c{i}", "UNIQ_KEY": f"U{i:06d}"},  # several keys, an empty one
+        {"KEYS": f"a{i} b{i}  c{i}" if spaces else f"a{i}", "UNIQ_KEY": f"U{i:06d}"},  # several keys
         {"UNIQ_KEY": f"U{i:06d}"},
         {"KEYS": f"only{i}"},
         {},
@@ -234,14 +254,15 @@ def _odd_properties(i: int) -> dict[str, str]:
     return shapes[i % len(shapes)]
 
 
-def test_the_batch_dispatcher_keys_match_the_record_parser(open_store: StoreFactory) -> None:
+@pytest.mark.parametrize("spaces", [True, False], ids=["several-keys", "one-key-each"])
+def test_the_batch_dispatcher_keys_match_the_record_parser(open_store: StoreFactory, spaces: bool) -> None:
     """The slave's one-pass key extraction (from the properties the batch dispatcher cuts out)
     yields exactly the entries of the record-at-a-time parser, in commit log order."""
     pytest.importorskip("numpy")  # (the container image has none: there the batch path is off)
     from services.broker.storage.dispatch import Scanner
 
     store = open_store(message_index_enable=False, mapped_file_size_commit_log=1 << 20)
-    store.put_messages([msg(i, topic=("TopicA", "TopicB")[i % 3 == 0], properties=_odd_properties(i))
+    store.put_messages([msg(i, topic=("TopicA", "TopicB")[i % 3 == 0], properties=_odd_properties(i, spaces))
                         for i in range(400)])
     data = store.get_data(0, store.max_offset)
     assert data is not None
@@ -249,12 +270,12 @@ def test_the_batch_dispatcher_keys_match_the_record_parser(open_store: StoreFact
         batch = Scanner().scan(data.data, 0, data.size, 1 << 30, 10_000, True)
         assert batch is not None and len(batch) == 400
         expected = index_module._scan(data.data, 0, {})
-    got: tuple[list[int], list[int], list[int]] = ([], [], [])
-    index_module._batch_keys(batch, batch.props, {}, *got)
+    got = [[int(v) for v in column] for column in index_module._batch_keys([batch], {})]
     assert expected[0] == batch.end_offset == store.max_offset
     # (within a record the entries may come in either order: they share offset and time)
-    assert got[1] == sorted(got[1]) and len(got[0]) == 500  # (10 keys per 8 shapes)
-    assert sorted(zip(got[1], got[0], got[2])) == sorted(zip(expected[2], expected[1], expected[3]))
+    assert got[1] == sorted(got[1]) and len(got[0]) == (500 if spaces else 400)  # (keys per 8 shapes)
+    assert (sorted(zip(got[1], got[0], got[2], strict=True))
+            == sorted(zip(expected[2], expected[1], expected[3], strict=True)))
 
 
 def test_a_slave_indexes_replicated_batches_without_reading_them_back(
@@ -263,7 +284,8 @@ def test_a_slave_indexes_replicated_batches_without_reading_them_back(
     big = {"mapped_file_size_commit_log": 4 << 20}  # (the batch path wants runs of 256 KiB)
     master = open_store(tmp_path / "m", message_index_enable=False, **big)
     for start in range(0, 3000, 100):
-        master.put_messages([msg(i, size=200, properties=_odd_properties(i)) for i in range(start, start + 100)])
+        master.put_messages([msg(i, size=200, properties=_odd_properties(i))
+                             for i in range(start, start + 100)])
     slave = open_store(tmp_path / "s", **big)
     offset = 0
     while offset < master.max_offset:
@@ -276,7 +298,7 @@ def test_a_slave_indexes_replicated_batches_without_reading_them_back(
     assert slave.index is not None and slave.index.batches_fed > 0
     for i in (0, 1, 1201, 2999):
         props = _odd_properties(i)
-        for key in props.get("KEYS", "").split(" ") + [props.get("UNIQ_KEY", "")]:
+        for key in [*props.get("KEYS", "").split(" "), props.get("UNIQ_KEY", "")]:
             if key:
                 assert [r.body for r in slave.query_by_key("TopicA", key)] == [msg(i, size=200).body], key
     assert slave.query_by_key("TopicA", "not5") == [] and slave.query_by_key("TopicA", "nor") == []
