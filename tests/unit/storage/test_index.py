@@ -206,7 +206,6 @@ def test_put_chains_entries_of_one_slot(tmp_path: Path, monkeypatch: pytest.Monk
 
 def test_the_vectorised_put_writes_what_the_loop_writes(tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    pytest.importorskip("numpy")
     rng = __import__("random").Random(7)
     batches = [[rng.getrandbits(32) for _ in range(n)] for n in (300, 1, 900, 70)]
     files = []
@@ -258,7 +257,6 @@ def _odd_properties(i: int, spaces: bool = True) -> dict[str, str]:
 def test_the_batch_dispatcher_keys_match_the_record_parser(open_store: StoreFactory, spaces: bool) -> None:
     """The slave's one-pass key extraction (from the properties the batch dispatcher cuts out)
     yields exactly the entries of the record-at-a-time parser, in commit log order."""
-    pytest.importorskip("numpy")  # (the container image has none: there the batch path is off)
     from services.broker.storage.dispatch import Scanner
 
     store = open_store(message_index_enable=False, mapped_file_size_commit_log=1 << 20)
@@ -280,7 +278,6 @@ def test_the_batch_dispatcher_keys_match_the_record_parser(open_store: StoreFact
 
 def test_a_slave_indexes_replicated_batches_without_reading_them_back(
         open_store: StoreFactory, tmp_path: Path) -> None:
-    pytest.importorskip("numpy")
     big = {"mapped_file_size_commit_log": 4 << 20}  # (the batch path wants runs of 256 KiB)
     master = open_store(tmp_path / "m", message_index_enable=False, **big)
     for start in range(0, 3000, 100):
@@ -302,3 +299,21 @@ def test_a_slave_indexes_replicated_batches_without_reading_them_back(
             if key:
                 assert [r.body for r in slave.query_by_key("TopicA", key)] == [msg(i, size=200).body], key
     assert slave.query_by_key("TopicA", "not5") == [] and slave.query_by_key("TopicA", "nor") == []
+
+
+def test_without_numpy_the_plain_paths_index_the_same(open_store: StoreFactory,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The container image has no NumPy: fed appends (single and batched) and the log
+    read-back are indexed by the plain-Python paths."""
+    monkeypatch.setattr(index_module, "_np", None)
+    store = open_store(max_hash_slot_num=64, max_index_num=200)
+    store.put_messages([msg(i, properties=_odd_properties(i)) for i in range(200)])
+    for i in range(200, 400):
+        store.put_message(msg(i, properties=_odd_properties(i)))
+    indexed(store)
+    assert store.index is not None and len(list(store.index.files())) > 1
+    for i in (1, 7, 200, 201, 399):
+        props = _odd_properties(i)
+        for key in [*props.get("KEYS", "").split(" "), props.get("UNIQ_KEY", "")]:
+            if key:
+                assert [r.body for r in store.query_by_key("TopicA", key)] == [msg(i).body], key
