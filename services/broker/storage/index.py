@@ -1,15 +1,15 @@
 """The message index: business keys (``KEYS``) and unique client message ids (``UNIQ_KEY``) ->
 commit log offsets, in hash-slot index files (RocketMQ's ``IndexService`` / ``IndexFile``).
 
-:class:`IndexService` works on its own thread, behind the dispatcher. Local appends are handed
-to it as they are stored (:meth:`IndexService.feed`: the messages' property dicts, no parsing);
-everything else - replicated records on a slave, the records past the index's end at start-up -
-it reads back from the commit log (whole dispatched records, zero-copy slices of the segments).
-Each pass appends one entry per key to the newest :class:`IndexFile` with one vectorised put.
-Recovery resumes from where the index files say they stopped; files whose records are all
-deleted are deleted with them. File format, crash behaviour and query semantics:
-``docs/message-index.md``.
-"""
+:class:`IndexService` works on its own thread, behind the dispatcher, one pass per
+:data:`GATHER_S`. Local appends are handed to it as they are stored (:meth:`IndexService.feed`:
+the messages' property dicts, no parsing); replicated records by the batch dispatcher
+(:meth:`IndexService.feed_batch`: the encoded properties it already cut out, keys found for a
+whole pass in one vectorised scan); everything else - the records past the index's end at
+start-up, records dispatched one at a time - it reads back from the commit log. Each pass
+appends one entry per key to the newest :class:`IndexFile` with one vectorised put. Recovery
+resumes from where the index files say they stopped; files whose records are all deleted are
+deleted with them. File format, crash behaviour, design and costs: ``docs/message-index.md``."""
 
 from __future__ import annotations
 
@@ -20,23 +20,19 @@ import os
 import struct
 import threading
 import time
-import zlib
 from array import array
-from collections.abc import Callable, Iterable, MutableSequence, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
-from pocketmq.wire.record import header_format
-from services.broker.storage.record import (
-    BLANK_MAGIC_CODE,
-    HEADER_SIZE,
-    MAGIC_CODE,
-    PREFIX,
-    PROPERTY_KEYS,
-    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
-    U16,
-    Message,
+from services.broker.storage.indexkeys import (
+    batch_keys,
+    key_hash,
+    message_keys,
+    record_keys,
+    scan_records,
 )
+from services.broker.storage.record import PREFIX, Message
 from services.broker.storage.segment import (
     MADV_POPULATE_WRITE,
     PAGE_SIZE,
@@ -81,235 +77,12 @@ POPULATE_STEP = 4 * 1024 * 1024
 #: pass (and one vectorised put) per this much time, not per append.
 GATHER_S = 0.02
 
-_RECORD = struct.Struct(header_format(("total_size", "magic", "store_timestamp", "body_length")))
-_RECORD_UNPACK = _RECORD.unpack_from
-_U16 = U16.unpack_from
-_PREFIX = PREFIX.unpack_from
-_KEYS = (PROPERTY_KEYS.encode() + b"\x01", PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX.encode() + b"\x01")
-_crc32 = zlib.crc32
-
-
-def key_hash(topic: str, key: str) -> int:
-    """The index hash of ``topic`` + ``key``: CRC-32 of ``topic#key`` (UTF-8)."""
-    return _crc32(key.encode(), _crc32(topic.encode() + b"#"))
-
-
-def record_keys(props: bytes) -> list[bytes]:
-    """The index keys in encoded properties: each KEYS key (space separated) and UNIQ_KEY."""
-    out: list[bytes] = []
-    for i, needle in enumerate(_KEYS):
-        at = props.find(needle)
-        while at > 0 and props[at - 1] != 2:  # must start a pair
-            at = props.find(needle, at + 1)
-        if at < 0:
-            continue
-        start = at + len(needle)
-        end = props.find(b"\x02", start)
-        value = props[start:end if end >= 0 else len(props)]
-        if i == 0:
-            out.extend(k for k in value.split(b" ") if k)
-        elif value:
-            out.append(value)
-    return out
-
-
 #: A run of replicated records handed to :meth:`IndexService.feed_batch` by the batch
 #: dispatcher: (first record offset, end offset, the batch).
 _FedBatch = tuple[int, int, "DispatchBatch"]
-
-
-def _message_keys(messages: Sequence[Message], prefixes: dict[bytes, int], hashes: MutableSequence[int],
-                  counts: MutableSequence[int]) -> None:
-    """Append the key hashes of the index entries of ``messages`` to ``hashes`` (in commit log
-    order) and, per message, how many it has to ``counts``."""
-    last_topic = None
-    prefix = 0
-    keys_name, uniq_name = PROPERTY_KEYS, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
-    add_hash, add_count = hashes.append, counts.append
-    for msg in messages:
-        props = msg[4]
-        if not props:
-            add_count(0)
-            continue
-        keys = props.get(keys_name)
-        uniq = props.get(uniq_name)
-        if not keys and not uniq:
-            add_count(0)
-            continue
-        if msg[0] is not last_topic:  # (a batch is one topic, usually the same str object)
-            last_topic = msg[0]
-            prefix = _topic_prefix(last_topic, prefixes)
-        n = 0
-        if keys:
-            if " " in keys:
-                for key in keys.split(" "):
-                    if key:
-                        add_hash(_crc32(key.encode(), prefix))
-                        n += 1
-            else:
-                add_hash(_crc32(keys.encode(), prefix))
-                n = 1
-        if uniq:
-            add_hash(_crc32(uniq.encode(), prefix))
-            n += 1
-        add_count(n)
-
-
-def _topic_prefix(topic: str, prefixes: dict[bytes, int]) -> int:
-    raw = topic.encode()
-    cached = prefixes.get(raw)
-    if cached is None:
-        if len(prefixes) > 8192:
-            prefixes.clear()
-        cached = prefixes[raw] = _crc32(raw + b"#")
-    return cached
-
-
-#: Index entries as parallel sequences: key hashes, commit log offsets, store timestamps (ms).
-Entries = tuple[Sequence[int], Sequence[int], Sequence[int]]
-
-
-def _batch_keys(batches: Sequence[DispatchBatch], prefixes: dict[bytes, int]) -> Entries:
-    """The index entries of dispatched batches of records (NumPy arrays, commit log order),
-    from the encoded properties the batch dispatcher already cut out (:attr:`DispatchBatch.props`)
-    in one vectorised pass over all of them: the properties are joined, pair starts found
-    where a ``\x02`` precedes, the two key names matched at pair starts, each value's end
-    found by a sorted search; only the CRC of each key is a call per key."""
-    np = _np
-    assert np is not None
-    props: list[bytes] = []
-    row_prefix, row_offset, row_stamp = [], [], []
-    for batch in batches:
-        if not batch.props:
-            continue
-        props += batch.props
-        topic_prefix = []
-        for topic in batch.topics:
-            raw = topic.encode()
-            cached = prefixes.get(raw)
-            if cached is None:
-                if len(prefixes) > 8192:
-                    prefixes.clear()
-                cached = prefixes[raw] = _crc32(raw + b"#")
-            topic_prefix.append(cached)
-        rows = batch.props_rows
-        row_prefix.append(np.array(topic_prefix, dtype=np.int64)[batch.topic_ids[rows]])
-        row_offset.append(batch.physical_offsets[rows])
-        row_stamp.append(batch.store_timestamps[rows])
-    if not props:
-        return (), (), ()
-    joined = b"\x02" + b"\x02".join(props) + b"\x02" + bytes(16)  # (padding: needles read past)
-    u = np.frombuffer(joined, dtype=np.uint8)
-    lengths = np.fromiter(map(len, props), dtype=np.int64, count=len(props))
-    record_starts = np.cumsum(lengths + 1) - lengths  # (each record's properties start there)
-    seps = np.flatnonzero(u == 2)
-    pair_starts = seps[:-1] + 1
-    found = []
-    for needle in _KEYS:
-        at = pair_starts
-        for j, c in enumerate(needle):
-            at = at[u[at + j] == c]
-        found.append(at + len(needle))
-    value_at = np.concatenate(found)
-    if not len(value_at):
-        return (), (), ()
-    is_keys = np.zeros(len(value_at), dtype=bool)
-    is_keys[:len(found[0])] = True
-    order = np.argsort(value_at, kind="stable")
-    value_at, is_keys = value_at[order], is_keys[order]
-    value_end = seps[np.searchsorted(seps, value_at)]
-    keep = value_end > value_at
-    value_at, value_end, is_keys = value_at[keep], value_end[keep], is_keys[keep]
-    rows = np.searchsorted(record_starts, value_at, side="right") - 1
-    key_prefix = np.concatenate(row_prefix)[rows].tolist()
-    key_offsets = np.concatenate(row_offset)[rows]
-    key_stamps = np.concatenate(row_stamp)[rows]
-    # A KEYS value with a space holds several keys: then one ordered loop splits them.
-    spaces = np.flatnonzero(u == 32)
-    split = is_keys & (np.searchsorted(spaces, value_end) > np.searchsorted(spaces, value_at))
-    if split.any():
-        hashes: list[int] = []
-        offsets: list[int] = []
-        stamps: list[int] = []
-        for a, b, cut, prefix, offset, stamp in zip(
-                value_at.tolist(), value_end.tolist(), split.tolist(), key_prefix,
-                key_offsets.tolist(), key_stamps.tolist(), strict=True):
-            for key in (joined[a:b].split(b" ") if cut else (joined[a:b],)):
-                if key:
-                    hashes.append(_crc32(key, prefix))
-                    offsets.append(offset)
-                    stamps.append(stamp)
-        return hashes, offsets, stamps
-    values = map(joined.__getitem__, map(slice, value_at.tolist(), value_end.tolist()))
-    return (np.fromiter(map(_crc32, values, key_prefix), dtype=np.uint32, count=len(key_prefix)),
-            key_offsets, key_stamps)
-
-
-def _scan(buf: memoryview, base: int,
-          prefixes: dict[bytes, int]) -> tuple[int, list[int], list[int], list[int]]:
-    """Index entries of the whole records in ``buf`` (log offset ``base``; everything below the
-    dispatched offset, so validated): (bytes consumed, key hashes, record offsets, store
-    timestamps). The hot loop of a slave's and a recovering store's index."""
-    hashes: list[int] = []
-    offsets: list[int] = []
-    stamps: list[int] = []
-    chunk = bytes(buf)  # one copy, then bytes.find over each record's properties
-    find = chunk.find
-    size = len(chunk)
-    pos = 0
-    unpack = _RECORD_UNPACK
-    keys_needle, uniq_needle = _KEYS
-    while pos + 8 <= size:
-        if pos + HEADER_SIZE > size:
-            total, magic = _PREFIX(chunk, pos)
-            if magic == BLANK_MAGIC_CODE and total > 0:
-                pos += total
-            break
-        total, magic, ts, body_len = unpack(chunk, pos)
-        if magic != MAGIC_CODE:
-            # A blank record fills the rest of its segment (the slice may end before it does).
-            if magic == BLANK_MAGIC_CODE and total > 0:
-                pos += total
-            break
-        end = pos + total
-        if total <= 0 or end > size:
-            break
-        body_end = pos + HEADER_SIZE + body_len
-        props_at = body_end + 3 + chunk[body_end]
-        ka = find(keys_needle, props_at, end)
-        ua = find(uniq_needle, props_at, end)
-        if ka >= 0 or ua >= 0:
-            raw_topic = chunk[body_end + 1:props_at - 2]
-            prefix = prefixes.get(raw_topic)
-            if prefix is None:
-                if len(prefixes) > 8192:
-                    prefixes.clear()
-                prefix = prefixes[raw_topic] = _crc32(raw_topic + b"#")
-            offset = base + pos
-            clean_k = ka < 0 or ka == props_at or chunk[ka - 1] == 2
-            if clean_k and (ua < 0 or ua == props_at or chunk[ua - 1] == 2):
-                if ka >= 0:
-                    z = find(b"\x02", ka, end)
-                    value = chunk[ka + 5:z if z >= 0 else end]
-                    for key in (value.split(b" ") if b" " in value else (value,)):
-                        if key:
-                            hashes.append(_crc32(key, prefix))
-                            offsets.append(offset)
-                            stamps.append(ts)
-                if ua >= 0:
-                    z = find(b"\x02", ua, end)
-                    value = chunk[ua + 9:z if z >= 0 else end]
-                    if value:
-                        hashes.append(_crc32(value, prefix))
-                        offsets.append(offset)
-                        stamps.append(ts)
-            else:  # a needle inside another property's name or value: parse properly
-                for key in record_keys(chunk[props_at:end]):
-                    hashes.append(_crc32(key, prefix))
-                    offsets.append(offset)
-                    stamps.append(ts)
-        pos = end
-    return pos, hashes, offsets, stamps
+_PREFIX = PREFIX.unpack_from
+#: (Re-exported: the query side hashes keys the same way.)
+__all__ = ["IndexFile", "IndexService", "key_hash", "record_keys"]
 
 
 class IndexFile:
@@ -690,11 +463,11 @@ class IndexService:
                 return None
         if batches:
             self.batches_fed += len(batches)
-            return (end, *_batch_keys([fed[2] for fed in batches], self._topics))
+            return (end, *batch_keys([fed[2] for fed in batches], self._topics))
         # (an array, not a list: the vectorised put takes it without a conversion per entry)
         hashes = array("I")
         counts = array("I")
-        _message_keys(messages, self._topics, hashes, counts)
+        message_keys(messages, self._topics, hashes, counts)
         np = _np
         if np is not None:  # each message's offset and time once per entry
             per = np.frombuffer(counts, dtype=np.uint32) if counts else np.zeros(0, dtype=np.uint32)
@@ -743,7 +516,7 @@ class IndexService:
         if data is None:
             return None
         try:
-            pos, hashes, offsets, stamps = _scan(data.data, start, self._topics)
+            pos, hashes, offsets, stamps = scan_records(data.data, start, self._topics)
             if pos == 0 and data.size >= 8:  # one record larger than max_bytes
                 (total, _) = _PREFIX(data.data, 0)
                 if total > data.size:
@@ -751,7 +524,7 @@ class IndexService:
                     data = self._read(start, total)
                     if data is None:
                         return None
-                    pos, hashes, offsets, stamps = _scan(data.data, start, self._topics)
+                    pos, hashes, offsets, stamps = scan_records(data.data, start, self._topics)
         finally:
             if data is not None:
                 data.release()

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from services.broker.storage import index as index_module
+from services.broker.storage import indexkeys
 from services.broker.storage.index import IndexFile, record_keys
 from services.broker.storage.record import Message
 from services.broker.storage.store import MessageStore
@@ -253,22 +254,25 @@ def _odd_properties(i: int, spaces: bool = True) -> dict[str, str]:
     return shapes[i % len(shapes)]
 
 
-@pytest.mark.parametrize("spaces", [True, False], ids=["several-keys", "one-key-each"])
-def test_the_batch_dispatcher_keys_match_the_record_parser(open_store: StoreFactory, spaces: bool) -> None:
+@pytest.mark.parametrize(("spaces", "topics"), [(True, 2), (False, 2), (False, 1)],
+                         ids=["several-keys", "one-key-each", "one-topic"])
+def test_the_batch_dispatcher_keys_match_the_record_parser(open_store: StoreFactory, spaces: bool,
+                                                           topics: int) -> None:
     """The slave's one-pass key extraction (from the properties the batch dispatcher cuts out)
     yields exactly the entries of the record-at-a-time parser, in commit log order."""
     from services.broker.storage.dispatch import Scanner
 
     store = open_store(message_index_enable=False, mapped_file_size_commit_log=1 << 20)
-    store.put_messages([msg(i, topic=("TopicA", "TopicB")[i % 3 == 0], properties=_odd_properties(i, spaces))
+    store.put_messages([msg(i, topic=("TopicA", "TopicB")[topics > 1 and i % 3 == 0],
+                            properties=_odd_properties(i, spaces))
                         for i in range(400)])
     data = store.get_data(0, store.max_offset)
     assert data is not None
     with data:
         batch = Scanner().scan(data.data, 0, data.size, 1 << 30, 10_000, True)
         assert batch is not None and len(batch) == 400
-        expected = index_module._scan(data.data, 0, {})
-    got = [[int(v) for v in column] for column in index_module._batch_keys([batch], {})]
+        expected = indexkeys.scan_records(data.data, 0, {})
+    got = [[int(v) for v in column] for column in indexkeys.batch_keys([batch], {})]
     assert expected[0] == batch.end_offset == store.max_offset
     # (within a record the entries may come in either order: they share offset and time)
     assert got[1] == sorted(got[1]) and len(got[0]) == (500 if spaces else 400)  # (keys per 8 shapes)
@@ -306,6 +310,7 @@ def test_without_numpy_the_plain_paths_index_the_same(open_store: StoreFactory,
     """The container image has no NumPy: fed appends (single and batched) and the log
     read-back are indexed by the plain-Python paths."""
     monkeypatch.setattr(index_module, "_np", None)
+    monkeypatch.setattr(indexkeys, "_np", None)
     store = open_store(max_hash_slot_num=64, max_index_num=200)
     store.put_messages([msg(i, properties=_odd_properties(i)) for i in range(200)])
     for i in range(200, 400):
