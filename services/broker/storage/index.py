@@ -75,7 +75,7 @@ FLUSH_INTERVAL_S = 10.0
 POPULATE_STEP = 4 * 1024 * 1024
 #: The index thread waits this long after being woken before it indexes what arrived: one
 #: pass (and one vectorised put) per this much time, not per append.
-GATHER_S = 0.02
+GATHER_S = 0.05
 
 #: A run of replicated records handed to :meth:`IndexService.feed_batch` by the batch
 #: dispatcher: (first record offset, end offset, the batch).
