@@ -148,7 +148,7 @@ class BrokerApp:
                                                   self.acl_table)
         self.store = MessageStore(store_config, store_host=(ip, cfg.listen_port))
         self.metrics = BrokerMetrics(cfg.broker_cluster_name, cfg.broker_name, cfg.broker_id, registry)
-        self.consumers = ConsumerManager(cfg.consumer_channel_expired_time / 1000)
+        self.consumers = ConsumerManager(cfg.consumer_channel_expired_time / 1000, self.offsets)
         self.ha: ReplicationService | None = None
         #: Fencing under a failover controller: while it returns True this master must not
         #: acknowledge a write (its leader lease may be about to expire).
@@ -341,6 +341,12 @@ class BrokerApp:
         await asyncio.to_thread(self.transactions.load)
 
     async def _label_pod(self) -> None:
+        # under a controller, its one labeller writes the label of the newest role (an app of the
+        # previous role may still have a patch in flight); the chart's master Service selects it
+        want = getattr(self.controller, "want_pod_label", None)
+        if want is not None:
+            want(self.broker_config.broker_role, self.broker_config.broker_id)
+            return
         await k8s_labels.label_own_pod(self.broker_config.broker_role, self.broker_config.broker_id)
 
     def _ensure_system_topics(self) -> None:
