@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import mmap
+import os
 import struct
 import threading
 import time
@@ -124,6 +125,8 @@ assert _DISPATCH.size == HEADER_SIZE
 _DISPATCH_UNPACK = _DISPATCH.unpack_from
 _U16 = U16.unpack_from
 _TAGS_KEY = PROPERTY_TAGS.encode() + b"\x01"
+_MAGIC_BYTES = struct.pack(">I", MAGIC_CODE)
+_MARK = struct.Struct(">q")
 _TOPICS_MAX = 8192
 
 
@@ -226,6 +229,36 @@ def _packed_host(host: Host) -> bytes:
     return packed
 
 
+def _buffer_file(path: str, size: int = WRITE_BUFFER_SIZE) -> mmap.mmap:
+    """A shared mapping of the file ``path`` (created, or resized, to ``size``)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        if os.fstat(fd).st_size != size:
+            os.ftruncate(fd, size)
+        return mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    finally:
+        os.close(fd)
+
+
+def _buffer_chain(buf: mmap.mmap) -> tuple[list[int], list[int]]:
+    """The valid records from the start of a write buffer, each continuing the previous one:
+    (their PHYSICALOFFSETs, the buffer position where each ends)."""
+    offsets: list[int] = []
+    ends: list[int] = []
+    pos = 0
+    expected: int | None = None
+    view = memoryview(buf)
+    while pos + END_FILE_MIN_BLANK_LENGTH <= len(buf):
+        check = check_record(view, pos, len(buf) - pos, expected_offset=expected)
+        if check.kind is not CheckKind.RECORD or check.request is None:
+            break
+        offsets.append(check.request.commit_log_offset)
+        pos += check.size
+        ends.append(pos)
+        expected = check.request.commit_log_offset + check.size
+    return offsets, ends
+
+
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -238,7 +271,8 @@ def _within_bulk_window(stamp: float) -> bool:
 class CommitLog:
     def __init__(self, directory: str, segment_size: int, *, store_host: Host, dispatcher: Dispatcher,
                  sync: SyncFn = default_sync, populate_size: int = 0, populate_write: bool = False,
-                 warm_size: int = 0, direct_write: bool = False, write_buffer: bool = False) -> None:
+                 warm_size: int = 0, direct_write: bool = False, write_buffer: bool = False,
+                 write_buffer_dir: str | None = None) -> None:
         #: Held while appending, dispatching, truncating; take it to change the log and the
         #: consume queues consistently.
         self.lock = threading.Lock()
@@ -315,6 +349,14 @@ class CommitLog:
         self._buffered = write_buffer
         if write_buffer:
             self._populate_size = 0  # (nothing to map ahead: the writer does not touch the file)
+        #: Where the buffers are files (shared mappings: what a killed process buffered stays in
+        #: the page cache and :meth:`replay_write_buffers` appends it at the next start); None:
+        #: anonymous memory. The files are opened by :meth:`load`.
+        self._wb_dir = write_buffer_dir if write_buffer else None
+        #: ``writebuffer/committed``: the log offset up to which commits completed (8 bytes,
+        #: mapped; updated per commit). Recovery replays buffered records only past it, so
+        #: records that were in the file already are never taken from a buffer again.
+        self._mark: mmap.mmap | None = None
         # (anonymous mappings: memory only for the pages used)
         self._wb = mmap.mmap(-1, WRITE_BUFFER_SIZE)
         self._wb_spare = mmap.mmap(-1, WRITE_BUFFER_SIZE)
@@ -461,18 +503,20 @@ class CommitLog:
                 mm = self._wb
             else:
                 mm, at = self._write_target(seg, pos, size)
-            try:
+            buffered = mm is self._wb
+            try:  # (in the buffer, MAGICCODE goes in last: a torn record there is none)
                 _PACK_HEADER(
-                    mm, at, size, MAGIC_CODE, crc, queue_id, flag, queue_offset, physical_offset,
-                    sys_flag, born_ts or ts, born, ts, self._store_host_bytes, reconsume_times,
-                    prepared_tx, body_len)
+                    mm, at, size, 0 if buffered else MAGIC_CODE, crc, queue_id, flag, queue_offset,
+                    physical_offset, sys_flag, born_ts or ts, born, ts, self._store_host_bytes,
+                    reconsume_times, prepared_tx, body_len)
             except struct.error as exc:
                 mm[at:at + HEADER_SIZE] = bytes(HEADER_SIZE)
                 raise RecordError(f"a header field is out of range: {exc}") from None
             body_end = at + HEADER_SIZE + body_len
             mm[at + HEADER_SIZE:body_end] = body
             mm[body_end:at + size] = tail
-            if mm is self._wb:
+            if buffered:
+                mm[at + 4:at + 8] = _MAGIC_BYTES
                 self._wb_len = at + size
                 if (at + size) // COMMIT_CHUNK != at // COMMIT_CHUNK and self.commit_wakeup is not None:
                     self.commit_wakeup()
@@ -1123,11 +1167,16 @@ class CommitLog:
         if pos + n > seg.size:
             raise CommitLogError(f"{n} bytes do not fit in {seg!r}")
         mm, at = self._write_target(seg, pos, n)
-        mm[at:at + n] = data
         if mm is self._wb:
+            # the first record's TOTALSIZE and MAGICCODE last: a torn batch there is none
+            view = memoryview(data)
+            mm[at + 8:at + n] = view[8:]
+            mm[at:at + 8] = view[:8]
             self._wb_len = at + n
             if (at + n) // COMMIT_CHUNK != at // COMMIT_CHUNK and self.commit_wakeup is not None:
                 self.commit_wakeup()
+        else:
+            mm[at:at + n] = data
         seg.write_pos = pos + n
 
     def commit(self) -> int:
@@ -1174,6 +1223,7 @@ class CommitLog:
         with self.lock:
             if self._wb_generation == generation:
                 self._inflight = None
+                self._set_mark(seg.start + base + n)
                 if self._wb_len:
                     seg.file_pos = base + n
                     self._file_end = seg.start + base + n
@@ -1200,6 +1250,7 @@ class CommitLog:
         if n:
             wb = self._wb
             seg.write_through(self._wb_base, memoryview(wb)[:n])
+        self._set_mark(seg.start + self._wb_base + n)
         self._wb_generation += 1
         self._inflight = None
         self._wb_len = 0
@@ -1213,7 +1264,11 @@ class CommitLog:
         """Cut the log back to ``offset`` (hold :attr:`lock`; the caller fixes the consume
         queues)."""
         self._commit_locked()
+        if self._wb_dir is not None:  # records cut away must never be replayed
+            for buf in (self._wb, self._wb_spare):
+                buf[:] = bytes(len(buf))
         self._queue.truncate(offset)
+        self._set_mark(self.max_offset)
         self._generation += 1
         self._ring_end = self._ring_from = 0
         self._dispatched = min(self._dispatched, self.max_offset)
@@ -1236,6 +1291,57 @@ class CommitLog:
 
     def load(self) -> None:
         self._queue.load()
+        if self._wb_dir is not None:
+            os.makedirs(self._wb_dir, exist_ok=True)
+            self._wb, self._wb_spare = (_buffer_file(os.path.join(self._wb_dir, name))
+                                        for name in ("0", "1"))
+            self._mark = _buffer_file(os.path.join(self._wb_dir, "committed"), PAGE_SIZE)
+
+    def _set_mark(self, offset: int) -> None:
+        if self._mark is not None:
+            _MARK.pack_into(self._mark, 0, offset)
+
+    def replay_write_buffers(self) -> int:
+        """After a crash: append the records a killed process left in its write buffer files
+        that continue the log exactly (each one whole, its body CRC right, PHYSICALOFFSET at
+        the end of the log, in one chain from the start of its buffer). Returns the bytes
+        appended (then dispatched like any other records by recovery)."""
+        if self._wb_dir is None or self._mark is None:
+            return 0
+        (mark,) = _MARK.unpack_from(self._mark, 0)
+        if self.max_offset < mark:
+            # The log ends before what was committed (a machine crash lost unflushed pages, or
+            # the file is damaged): the buffers hold no record that never reached the file.
+            log.info("write buffer not replayed: the log ends at %d, commits reached %d",
+                     self.max_offset, mark)
+            self._set_mark(self.max_offset)
+            return 0
+        replayed = 0
+        chains = [(buf, _buffer_chain(buf)) for buf in (self._wb, self._wb_spare)]
+        for _ in chains:  # the older buffer's chain may continue in the other one
+            for buf, (offsets, ends) in chains:
+                end = self.max_offset
+                if end not in offsets:
+                    continue
+                k = offsets.index(end)
+                first = ends[k - 1] if k else 0
+                data = bytes(buf[first:ends[-1]])
+                seg = self._queue.last
+                if seg is not None and end == seg.end:
+                    seg = self._new_segment(end)
+                if seg is None or end != seg.start + seg.write_pos \
+                        or seg.write_pos + len(data) + END_FILE_MIN_BLANK_LENGTH > seg.size:
+                    log.warning("write buffer records at %d do not fit the log; not replayed", end)
+                    return replayed
+                seg.write_at(seg.write_pos, [data])
+                for at in range(k, len(offsets)):
+                    self._last_store_ts = max(self._last_store_ts, read_store_timestamp(
+                        memoryview(buf), ends[at - 1] if at else 0))
+                replayed += len(data)
+        if replayed:
+            log.warning("appended %d bytes of records from the write buffer of the last run", replayed)
+        self._set_mark(self.max_offset)
+        return replayed
 
     def recover_from_checkpoint(self, offset: int, last_store_timestamp: int) -> bool:
         """Clean start: trust ``offset`` (the max offset written at shutdown) if it lies in the

@@ -85,15 +85,15 @@ class StoreConfig:
     #: received. Falls back to the page cache by itself where the file system refuses direct
     #: I/O. Only replicated appends: a master writes through the mapping.
     replica_direct_write: bool = True
-    #: A master appends into a write buffer in memory that a committer thread writes to the
-    #: commit log file with ``pwrite`` in large chunks (RocketMQ's transient store pool); the
-    #: mapping stays for reading, and a reader of bytes not yet committed commits them first.
-    #: SYNC_FLUSH always does this (a flush commits first, so an acknowledged message is on
-    #: disk as before). Under ASYNC_FLUSH it is this switch: appends cost about half the CPU,
-    #: but a killed process loses what was not committed yet (at most
-    #: ``commitIntervalCommitLog`` ms or 128 KiB of messages), which with the mapping alone
-    #: only a machine crash loses.
-    transient_store_pool_enable: bool = False
+    #: A master appends into a write buffer (two 4 MiB files under ``writebuffer/``, mapped)
+    #: that a committer thread writes to the commit log file with ``pwrite`` in large chunks
+    #: (RocketMQ's transient store pool); the segment mapping stays for reading, a reader of
+    #: bytes not yet committed commits them first, and a flush commits before it syncs. What
+    #: a killed process had buffered is still in the page cache and is appended at the next
+    #: start, so this changes no durability (unlike RocketMQ's pool, whence our default
+    #: ``true``). SYNC_FLUSH always does it; ``false`` makes ASYNC_FLUSH masters write through
+    #: the mapping (with the warmer preparing the pages).
+    transient_store_pool_enable: bool = True
     #: How often the committer writes the write buffer out when fewer than 128 KiB are
     #: buffered (ms; RocketMQ's default is 200).
     commit_interval_commit_log: int = 20
@@ -172,6 +172,10 @@ class StoreConfig:
     @property
     def consume_queue_dir(self) -> str:
         return os.path.join(self.store_path_root_dir, "consumequeue")
+
+    @property
+    def write_buffer_dir(self) -> str:
+        return os.path.join(self.store_path_root_dir, "writebuffer")
 
     @property
     def index_dir(self) -> str:

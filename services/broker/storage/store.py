@@ -125,7 +125,8 @@ class MessageStore:
                               populate_write=config.flush_disk_type is FlushDiskType.ASYNC_FLUSH,
                               warm_size=config.warm_ahead_size,
                               direct_write=config.replica_direct_write,
-                              write_buffer=config.write_buffer)
+                              write_buffer=config.write_buffer,
+                              write_buffer_dir=config.write_buffer_dir)
         self._cq.append_lock = self._log.lock
         self._checkpoint = CheckpointFile(config.checkpoint_path)
         #: The message key index (None when ``messageIndexEnable`` is off).
@@ -307,6 +308,9 @@ class MessageStore:
             scan = self._log.recover_by_scan(scan_from)
             scan_from, scanned_records, scanned_bytes, stop_reason = (
                 scan.start, scan.records, scan.bytes, scan.stop_reason)
+        if abnormal:
+            # What the killed process had appended but not yet written to the file.
+            self._log.replay_write_buffers()
         # With a trusted checkpoint (it matched the commit log, or the last run crashed and it
         # bounds what was flushed), dispatch resumes from its consume queue offset: no queue
         # has to be opened to find it, so queues open on first use (start time does not grow
