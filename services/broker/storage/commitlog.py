@@ -351,8 +351,9 @@ class CommitLog:
             self._populate_size = 0  # (nothing to map ahead: the writer does not touch the file)
         #: Where the buffers are files (shared mappings: what a killed process buffered stays in
         #: the page cache and :meth:`replay_write_buffers` appends it at the next start); None:
-        #: anonymous memory. The files are opened by :meth:`load`.
-        self._wb_dir = write_buffer_dir if write_buffer else None
+        #: anonymous memory. The files are opened by :meth:`load` (also without
+        #: ``write_buffer`` if they exist: a run that used them may have crashed).
+        self._wb_dir = write_buffer_dir
         #: ``writebuffer/committed``: the log offset up to which commits completed (8 bytes,
         #: mapped; updated per commit). Recovery replays buffered records only past it, so
         #: records that were in the file already are never taken from a buffer again.
@@ -1264,7 +1265,7 @@ class CommitLog:
         """Cut the log back to ``offset`` (hold :attr:`lock`; the caller fixes the consume
         queues)."""
         self._commit_locked()
-        if self._wb_dir is not None:  # records cut away must never be replayed
+        if self._mark is not None:  # records cut away must never be replayed
             for buf in (self._wb, self._wb_spare):
                 buf[:] = bytes(len(buf))
         self._queue.truncate(offset)
@@ -1291,11 +1292,11 @@ class CommitLog:
 
     def load(self) -> None:
         self._queue.load()
-        if self._wb_dir is not None:
-            os.makedirs(self._wb_dir, exist_ok=True)
-            self._wb, self._wb_spare = (_buffer_file(os.path.join(self._wb_dir, name))
-                                        for name in ("0", "1"))
-            self._mark = _buffer_file(os.path.join(self._wb_dir, "committed"), PAGE_SIZE)
+        directory = self._wb_dir
+        if directory is not None and (self._buffered or os.path.exists(os.path.join(directory, "committed"))):
+            os.makedirs(directory, exist_ok=True)
+            self._wb, self._wb_spare = (_buffer_file(os.path.join(directory, name)) for name in ("0", "1"))
+            self._mark = _buffer_file(os.path.join(directory, "committed"), PAGE_SIZE)
 
     def _set_mark(self, offset: int) -> None:
         if self._mark is not None:
@@ -1306,7 +1307,7 @@ class CommitLog:
         that continue the log exactly (each one whole, its body CRC right, PHYSICALOFFSET at
         the end of the log, in one chain from the start of its buffer). Returns the bytes
         appended (then dispatched like any other records by recovery)."""
-        if self._wb_dir is None or self._mark is None:
+        if self._mark is None:
             return 0
         (mark,) = _MARK.unpack_from(self._mark, 0)
         if self.max_offset < mark:

@@ -175,3 +175,14 @@ def test_truncated_records_are_never_replayed(open_store: StoreFactory, tmp_path
     again = open_store(root=copy, transient_store_pool_enable=True)
     assert again.max_offset == results[1].end_offset
     assert again.max_queue_offset("TopicA", 0) == 2
+
+
+def test_replayed_after_a_crash_even_with_the_buffer_switched_off(open_store: StoreFactory,
+                                                                   tmp_path: Path) -> None:
+    store = pool_store(open_store)
+    results = [store.put_message(msg(i)) for i in range(3)]
+    copy = crash_copy(store, tmp_path / "crashed")
+    again = open_store(root=copy, transient_store_pool_enable=False)
+    assert again.max_offset == results[-1].end_offset
+    got = again.get_messages("TopicA", 0, 0, 32)
+    assert [r.body for r in got.messages] == [msg(i).body for i in range(3)]
