@@ -33,9 +33,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pocketmq.console", description=__doc__)
     parser.add_argument("--namesrv", required=True, help="NameServer address(es), host:port[;host:port]")
     parser.add_argument("--listen", default="127.0.0.1:9878", help="host:port to serve on (port 0 = any)")
+    parser.add_argument("--log-format", default="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        help="logging format of the lines written to stderr")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format=args.log_format)
     try:
         host, port = parse_host_port(args.listen, default_host="127.0.0.1", allow_port_zero=True)
     except AddressError as exc:

@@ -248,7 +248,9 @@ def test_sigkill_the_sync_master_five_times_loses_no_acknowledged_message(
     finally:
         producers.finish()
     assert len(set(victims)) >= 2, "victims alternate between members"
-    assert max(failover_s) < 5.0, f"failover times {failover_s}"
+    # the target (< 5 s with the defaults) is a benchmark's (make bench-failover); this bound only
+    # proves a failover, not a restart, brought the group back, also on a loaded machine
+    assert max(failover_s) < 2 * 5.0, f"failover times {failover_s}"
     master = master_of(members)
     final = master.status()
     assert final is not None
@@ -328,7 +330,7 @@ def test_a_lagging_slave_is_never_promoted_and_the_group_waits(
         assert not lagging.is_master()
         assert "not promoted: member" in lagging.proc.log_text()
         in_sync.restart()  # an in-sync member returns: it is promoted, and the group writes again
-        new_master = master_of([in_sync, lagging], timeout=20)
+        new_master = master_of([in_sync, lagging], timeout=40)  # a restart: slow under load
         assert new_master is in_sync
         resumed = time.monotonic()
         wait_until(lambda: producers.ok_since(resumed, -1), 20, message="PUT_OK again")

@@ -206,10 +206,10 @@ async def test_slave_serves_timers_and_transactions_after_failover(tc: Cluster) 
         await producer.send_in_transaction(Message("tx-failover", "open"),
                                            lambda _m, _r: TransactionState.UNKNOWN)
         master_end = status(old_master).commit_log_max_offset
-        await until(lambda: status(old_slave).commit_log_max_offset == master_end, 5, "slave caught up")
-        await until(lambda: status(old_slave).transaction_half_pending == 1, 5, "slave knows the open one")
+        await until(lambda: status(old_slave).commit_log_max_offset == master_end, 15, "slave caught up")
+        await until(lambda: status(old_slave).transaction_half_pending == 1, 15, "slave knows the open one")
         # (metadata sync: the slave serves reads of topics it knows)
-        await until(lambda: all(knows_topic(old_slave, t) for t in ("tx-failover", "tm-failover")), 5,
+        await until(lambda: all(knows_topic(old_slave, t) for t in ("tx-failover", "tm-failover")), 15,
                     "slave knows the topics")
         assert status(old_slave).timer_pending >= n
         old_master.proc.kill()
