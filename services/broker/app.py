@@ -341,6 +341,12 @@ class BrokerApp:
         await asyncio.to_thread(self.transactions.load)
 
     async def _label_pod(self) -> None:
+        # under a controller, its one labeller writes the label of the newest role (an app of the
+        # previous role may still have a patch in flight); the chart's master Service selects it
+        want = getattr(self.controller, "want_pod_label", None)
+        if want is not None:
+            want(self.broker_config.broker_role, self.broker_config.broker_id)
+            return
         await k8s_labels.label_own_pod(self.broker_config.broker_role, self.broker_config.broker_id)
 
     def _ensure_system_topics(self) -> None:

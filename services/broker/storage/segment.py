@@ -120,7 +120,13 @@ class Segment:
                 os.ftruncate(fd, size)
             else:
                 actual = os.fstat(fd).st_size
-                if actual != size:
+                if actual == 0:
+                    # killed between creating the file and sizing it: nothing was ever written
+                    # to it (writes start after the mapping), so finish its creation
+                    log.warning("segment file is empty (creation interrupted); sizing it",
+                                extra={"path": path, "size": size})
+                    os.ftruncate(fd, size)
+                elif actual != size:
                     raise SegmentError(f"segment {path} is {actual} bytes, expected {size} "
                                        "(was the segment size changed?)")
             self.mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)

@@ -217,6 +217,8 @@ class MessageStore:
                 notify(offset)
 
             self._log.on_dispatched = on_reput_dispatched
+            # Replicated records: the batch dispatcher hands over the properties it cut out.
+            self._cq.batch_listener = self.index.feed_batch
         if cfg.warm_ahead_size or cfg.populate_ahead_size:
             self._warmer = ServiceThread("CommitLogWarmer", 1.0, self._log.warm_ahead)
             self._log.warm_wakeup = self._warmer.wakeup
@@ -242,6 +244,7 @@ class MessageStore:
             self._log.warm_wakeup = None
             self._warmer.stop()
         if self.index is not None:
+            self._cq.batch_listener = None
             self.index.stop()
         if self._flush_service is not None:
             self._flush_service.stop()
@@ -390,8 +393,7 @@ class MessageStore:
         if self._listeners:
             self._notify(self._log.max_offset)
         if self.index is not None:
-            self.index.feed(result.physical_offsets[0], result.end_offset, result.physical_offsets,
-                            result.store_timestamp, (msg,))
+            self.index.feed_one(result.physical_offsets[0], result.end_offset, result.store_timestamp, msg)
         if self._dispatch_listeners:
             self._notify_dispatched(result.end_offset)
         return result
