@@ -5,9 +5,10 @@ Three servers, each its own process on loopback, driven by one Python client pro
 
 * PocketMQ: ``python -m services.broker`` (ASYNC_MASTER, ASYNC_FLUSH, fresh store, no
   NameServer), one topic with one queue.
-* echo: a minimal grpc.aio service with the broker's RPC shapes that stores nothing and answers
-  with replies of the same size (pull replies carry pre-encoded records of the same messages):
-  what Python gRPC alone can move with the same payloads and the same client code.
+* echo: a minimal grpc.aio service with the broker's RPC shapes, built by the broker's own server
+  construction (``start_grpc_server``), that stores nothing and answers with replies of the same
+  size (pull replies carry pre-encoded records of the same messages): what Python gRPC alone can
+  move with the same payloads and the same client code.
 * Redis Streams: Debian's ``redis-server`` as primary + replica, ``appendonly yes``,
   ``appendfsync everysec``; XADD pipelined in batches of 32 from one redis-py client, read back
   with XRANGE batches.
@@ -69,10 +70,12 @@ from benchlib import (
 )
 
 from pocketmq.broker.v1 import broker_pb2 as pb
+from pocketmq.broker.v1 import broker_pb2_grpc
 from pocketmq.wire.auth import Credentials
 from pocketmq.wire.grpcauth import signing_interceptors
 from pocketmq.wire.tls import ClientTls, aio_channel
 from services.broker.storage.record import Message, decode_record, encode_record
+from services.common.grpcserver import start_grpc_server
 
 BODY_SIZE = 1024
 BATCH = 32
@@ -122,25 +125,18 @@ def run_echo_server(port: int, pull_batch: int) -> None:
             yield pb.PullMessageResponse(status=pb.FOUND, next_begin_offset=offset, max_offset=1 << 40,
                                          records=records)
 
+    class EchoServicer(broker_pb2_grpc.BrokerServicer):  # type: ignore[misc]
+        SendMessage = staticmethod(send)
+        SendMessageBatch = staticmethod(send_batch)
+        SendMessageStream = staticmethod(send_stream)
+        PullMessageStream = staticmethod(pull_stream)
+
     async def serve() -> None:
-        server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 << 20),
-                                          ("grpc.max_send_message_length", 64 << 20)])
-        batch_in = pb.SendMessageBatchRequest.FromString
-        batch_out = pb.SendMessageBatchResponse.SerializeToString
-        handlers = {
-            "SendMessage": grpc.unary_unary_rpc_method_handler(
-                send, pb.SendMessageRequest.FromString, pb.SendMessageResponse.SerializeToString),
-            "SendMessageBatch": grpc.unary_unary_rpc_method_handler(
-                send_batch, batch_in, batch_out),
-            "SendMessageStream": grpc.stream_stream_rpc_method_handler(
-                send_stream, batch_in, batch_out),
-            "PullMessageStream": grpc.unary_stream_rpc_method_handler(
-                pull_stream, pb.PullMessageRequest.FromString, pb.PullMessageResponse.SerializeToString),
-        }
-        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(ECHO_SERVICE, handlers),))
-        server.add_insecure_port(f"127.0.0.1:{port}")
-        await server.start()
-        await server.wait_for_termination()
+        # Built exactly like the broker's server (options, registration, health, reflection).
+        server = await start_grpc_server(
+            f"127.0.0.1:{port}", lambda s: broker_pb2_grpc.add_BrokerServicer_to_server(EchoServicer(), s),
+            [ECHO_SERVICE])
+        await server.server.wait_for_termination()
 
     asyncio.run(serve())
 

@@ -5,17 +5,21 @@ Runs, each as a separate CLI process:
 
 1. produce, one message per request (``--batch 1``), 8 requests in flight;
 2. produce, batches of 32, 8 requests in flight (the throughput figure);
-3. consume the backlog of (2) with a new group (drain rate);
+3. consume the backlog of (2) with a new group (drain rate; ``--rounds`` times, a new group each);
 4. produce and consume at the same time (end-to-end latency under load: born -> received).
 
 As a reference for (3), the same backlog is also read here with bare ``PullMessageStream`` calls
-(raw records, every queue at once, nothing decoded): what the broker and gRPC deliver, which the
-client's decoding and bookkeeping bring down to the consume rate.
+(raw records, every queue at once, nothing decoded), after each consume round: what the broker and
+gRPC deliver, which the client's decoding and bookkeeping bring down to the consume rate. Each
+round prints both rates with the CPU per message of the reading process and of the broker (the
+machine may be shared: CPU per message is the steadier figure).
 
-Prints one table row per run, the reference row, a line ``consume/raw_pull=<ratio>`` and a last
-line ``client_produce_msgs_per_s=<n> client_consume_msgs_per_s=<m> client_e2e_p99_ms=<l>``.
+Prints every round, the load before and after, one table row per run (the consume row and the
+reference row are the medians), a line ``consume/raw_pull=<median of the rounds' ratios>`` and a
+last line ``client_produce_msgs_per_s=<n> client_consume_msgs_per_s=<m> client_e2e_p99_ms=<l>
+client_consume_cpu_us_per_msg=<c> raw_pull_cpu_us_per_msg=<r>``.
 
-    python benchmarks/bench_client.py [--messages 200000] [--size 1024] [--slave]
+    python benchmarks/bench_client.py [--messages 200000] [--size 1024] [--slave] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import asyncio
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -33,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from benchlib import ROOT, free_port
+from benchlib import ROOT, cpu_seconds, free_port
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from pocketmq.broker.v1 import broker_pb2, broker_pb2_grpc
@@ -79,9 +84,10 @@ async def raw_pull(broker: str, topic: str, messages: int) -> dict[str, Any]:
         got = nbytes = 0
         first: float | None = None
         last = 0.0
+        first_cpu = last_cpu = 0.0
 
         async def follow(queue_id: int) -> None:
-            nonlocal got, nbytes, first, last
+            nonlocal got, nbytes, first, last, first_cpu, last_cpu
             call = stub.PullMessageStream(broker_pb2.PullMessageRequest(
                 consumer_group="bench-raw-pull", topic=topic, queue_id=queue_id, queue_offset=0,
                 max_msg_nums=256, subscription="*", raw_records=True, suspend_timeout_ms=2000))
@@ -92,7 +98,9 @@ async def raw_pull(broker: str, topic: str, messages: int) -> dict[str, Any]:
                     if reply is grpc.aio.EOF or reply.status != broker_pb2.FOUND:
                         return
                     last = time.perf_counter()
-                    first = first or last
+                    last_cpu = time.process_time()
+                    if first is None:
+                        first, first_cpu = last, last_cpu
                     got += reply.next_begin_offset - offset
                     nbytes += len(reply.records)
                     offset = reply.next_begin_offset
@@ -102,7 +110,12 @@ async def raw_pull(broker: str, topic: str, messages: int) -> dict[str, Any]:
         await asyncio.gather(*(follow(q) for q in range(config.read_queue_nums)))
     seconds = max(1e-9, last - (first or last))
     return {"messages": got, "msgs_per_s": got / seconds, "mb_per_s": nbytes / seconds / 1e6,
-            "latency": "-", "p50_ms": 0.0, "p99_ms": 0.0, "errors": 0}
+            "latency": "-", "p50_ms": 0.0, "p99_ms": 0.0, "errors": 0,
+            "cpu_us_per_msg": (last_cpu - first_cpu) / max(1, got) * 1e6}
+
+
+def load() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
 def main() -> int:
@@ -111,9 +124,14 @@ def main() -> int:
     parser.add_argument("--messages", type=int, default=200_000, help="messages of the batched runs")
     parser.add_argument("--size", type=int, default=1024, help="body bytes")
     parser.add_argument("--slave", action="store_true", help="also run a slave replicating from the master")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of consume backlog + raw pull")
     args = parser.parse_args()
 
     procs: list[subprocess.Popen[bytes]] = []
+    drains: list[dict[str, Any]] = []
+    references: list[dict[str, Any]] = []
+    print(f"bench-client: {args.messages} messages of {args.size} bytes, {args.rounds} rounds, "
+          f"load before {load()}", flush=True)
     master = ""
     tmp = Path(tempfile.mkdtemp(prefix="pocketmq-bench-client-"))
     env = {k: v for k, v in os.environ.items()
@@ -149,10 +167,26 @@ def main() -> int:
             ("produce batch=32", bench(namesrv, "produce", "--topic", "bench-batch", "--messages",
                                        str(args.messages), "--size", size, "--batch", "32",
                                        "--concurrency", "8")),
-            ("consume backlog", bench(namesrv, "consume", "--topic", "bench-batch", "--messages",
-                                      str(args.messages), "--idle", "10")),
         ]
-        reference = asyncio.run(raw_pull(master, "bench-batch", args.messages))
+        # The backlog, read by a new consumer group each round, then by bare pulls; the broker's
+        # CPU per message next to each (the machine is shared: CPU per message is the steadier
+        # figure).
+        broker_pid = procs[1].pid
+        for r in range(args.rounds):
+            cpu0 = cpu_seconds(broker_pid)
+            d = bench(namesrv, "consume", "--topic", "bench-batch", "--messages", str(args.messages),
+                      "--idle", "10")
+            d["broker_cpu_us_per_msg"] = (cpu_seconds(broker_pid) - cpu0) / max(1, d["messages"]) * 1e6
+            cpu0 = cpu_seconds(broker_pid)
+            ref = asyncio.run(raw_pull(master, "bench-batch", args.messages))
+            ref["broker_cpu_us_per_msg"] = (cpu_seconds(broker_pid) - cpu0) / max(1, ref["messages"]) * 1e6
+            drains.append(d)
+            references.append(ref)
+            print(f"round {r + 1}: consume {d['msgs_per_s']:,.0f} msgs/s (client CPU "
+                  f"{d['cpu_us_per_msg']:.2f} us/msg, broker {d['broker_cpu_us_per_msg']:.2f}), raw pull "
+                  f"{ref['msgs_per_s']:,.0f} msgs/s (CPU {ref['cpu_us_per_msg']:.2f} us/msg, broker "
+                  f"{ref['broker_cpu_us_per_msg']:.2f}), ratio {d['msgs_per_s'] / ref['msgs_per_s']:.2f}, "
+                  f"load {load()}", flush=True)
         # Produce and consume together: the consumer joins first, reads only new messages.
         consumer = subprocess.Popen(
             [*cli(), "bench", "consume", "--topic", "bench-live", "--from", "last", "--messages",
@@ -166,6 +200,7 @@ def main() -> int:
         if consumer.returncode != 0:
             raise SystemExit(f"live consume failed:\n{err}")
         runs += [("produce while consuming", live_produce), ("consume live (e2e)", json.loads(out))]
+        print(f"load after {load()}")
     finally:
         for proc in reversed(procs):
             proc.terminate()
@@ -176,20 +211,36 @@ def main() -> int:
                 proc.kill()
         shutil.rmtree(tmp, ignore_errors=True)
 
+    def median_of(rows: list[dict[str, Any]], key: str) -> float:
+        return statistics.median(row[key] for row in rows)
+
+    drain = dict(drains[0], msgs_per_s=median_of(drains, "msgs_per_s"),
+                 mb_per_s=median_of(drains, "mb_per_s"), p50_ms=median_of(drains, "p50_ms"),
+                 p99_ms=median_of(drains, "p99_ms"))
+    r = dict(references[0], msgs_per_s=median_of(references, "msgs_per_s"),
+             mb_per_s=median_of(references, "mb_per_s"))
+    runs.insert(2, ("consume backlog (median)", drain))
     print(f"{'run':<26}{'messages':>10}{'msgs/s':>11}{'MB/s':>8}{'latency':>9}{'p50 ms':>9}{'p99 ms':>9}"
           f"{'errors':>8}")
-    for name, r in runs:
-        print(f"{name:<26}{r['messages']:>10}{r['msgs_per_s']:>11,.0f}{r['mb_per_s']:>8.1f}{r['latency']:>9}"
-              f"{r['p50_ms']:>9.2f}{r['p99_ms']:>9.2f}{r['errors']:>8}")
-    r = reference
-    print(f"{'raw pull (reference)':<26}{r['messages']:>10}{r['msgs_per_s']:>11,.0f}{r['mb_per_s']:>8.1f}"
+    for name, row in runs:
+        print(f"{name:<26}{row['messages']:>10}{row['msgs_per_s']:>11,.0f}{row['mb_per_s']:>8.1f}"
+              f"{row['latency']:>9}{row['p50_ms']:>9.2f}{row['p99_ms']:>9.2f}{row['errors']:>8}")
+    print(f"{'raw pull (ref., median)':<26}{r['messages']:>10}{r['msgs_per_s']:>11,.0f}{r['mb_per_s']:>8.1f}"
           f"{r['latency']:>9}{'':>9}{'':>9}{r['errors']:>8}")
+    ratios = [d["msgs_per_s"] / max(1e-9, ref["msgs_per_s"])
+              for d, ref in zip(drains, references, strict=True)]
+    print(f"consume/raw_pull rounds: {' '.join(f'{x:.2f}' for x in ratios)}")
+    client_cpu = median_of(drains, "cpu_us_per_msg")
+    raw_cpu = median_of(references, "cpu_us_per_msg")
+    print(f"CPU per message (median): client consume {client_cpu:.2f} us, raw pull {raw_cpu:.2f} us; broker "
+          f"{median_of(drains, 'broker_cpu_us_per_msg'):.2f} us (consume) vs "
+          f"{median_of(references, 'broker_cpu_us_per_msg'):.2f} us (raw pull)")
     produce = runs[1][1]
-    drain = runs[2][1]
-    live = runs[4][1]
-    print(f"consume/raw_pull={drain['msgs_per_s'] / max(1e-9, r['msgs_per_s']):.2f}")
+    live = runs[-1][1]
+    print(f"consume/raw_pull={statistics.median(ratios):.2f}")
     print(f"client_produce_msgs_per_s={produce['msgs_per_s']:.0f} "
-          f"client_consume_msgs_per_s={drain['msgs_per_s']:.0f} client_e2e_p99_ms={live['p99_ms']:.1f}")
+          f"client_consume_msgs_per_s={drain['msgs_per_s']:.0f} client_e2e_p99_ms={live['p99_ms']:.1f} "
+          f"client_consume_cpu_us_per_msg={client_cpu:.2f} raw_pull_cpu_us_per_msg={raw_cpu:.2f}")
     return 0
 
 

@@ -21,7 +21,8 @@
 
 Run ``python benchmarks/bench_index.py`` (a few minutes: building 10M entries takes most);
 the last line is ``index_on_off_batch=<x> index_on_off_single=<y> index_on_off_slave=<z>
-lookup_p50_ms=... lookup_p99_ms=... store_query_p99_ms=... entries=...``.
+lookup_p50_ms=... lookup_p99_ms=... store_query_p99_ms=... entries=... load_before=...
+load_after=...`` (1-minute load averages: the machine's other work moves every CPU figure).
 """
 
 from __future__ import annotations
@@ -190,7 +191,8 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=60_000, help="messages per dispatch round")
     parser.add_argument("--body-size", type=int, default=512)
     parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="off/on pairs per dispatch case (the median ratio counts)")
     parser.add_argument("--entries", type=int, default=10_000_000, help="entries for the lookup benchmark")
     parser.add_argument("--lookups", type=int, default=2000)
     parser.add_argument("--dir", default=None, help="work directory (default: a temporary one)")
@@ -198,8 +200,9 @@ def main() -> None:
     work = tempfile.mkdtemp(prefix="bench-index-", dir=args.dir)
     try:
         msgs = messages(args.messages, args.body_size)
+        load_before = os.getloadavg()[0]
         print(f"{args.messages} messages of {args.body_size} B, 2 index entries each; dir {work}; "
-              f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
+              f"{os.cpu_count()} CPUs, load {load_before:.1f}")
         warmup = messages(2000, args.body_size)
         batch_ratio = rounds(f"master-batch append_messages x{args.batch}", args.rounds,
                              lambda root, on: run_master(root, on, msgs, args.batch, warmup), work)
@@ -248,9 +251,12 @@ def main() -> None:
             assert key_hash(TOPIC, "key-1") == zlib.crc32(b"key-1", zlib.crc32(TOPIC.encode() + b"#"))
         finally:
             service.stop()
+        load_after = os.getloadavg()[0]
+        print(f"load average (1 min) before {load_before:.1f}, after {load_after:.1f}")
         print(f"index_on_off_batch={batch_ratio:.2f} index_on_off_single={single_ratio:.2f} "
               f"index_on_off_slave={slave_ratio:.2f} lookup_p50_ms={p50:.3f} lookup_p99_ms={p99:.3f} "
-              f"store_query_p99_ms={percentile(query_ms, 0.99):.3f} entries={args.entries}")
+              f"store_query_p99_ms={percentile(query_ms, 0.99):.3f} entries={args.entries} "
+              f"load_before={load_before:.1f} load_after={load_after:.1f}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

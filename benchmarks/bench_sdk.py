@@ -11,10 +11,13 @@ Starts a NameServer and one broker on loopback, then for each mode runs ``--roun
   time (also one message per RPC);
 * ``own async``    - PocketMQ's client, ``--in-flight`` concurrent single sends.
 
-Each median line also shows the broker's CPU time per message (the server's share of the cost:
-the SDK spends more of its own CPU per message than PocketMQ's client, on the same 2 cores).
-Last line: ``sdk_send_msgs=<SDK async median msgs/s> sdk_vs_own=<SDK async / own async>``,
-plus the sync figures (``sdk_sync_msgs``, ``sdk_sync_vs_own``). Target: sdk_vs_own >= 0.8.
+Every round and median line shows the CPU per message of the sending process and of the broker
+(sampled over the round only). Last line: ``sdk_send_msgs=<SDK async median msgs/s>
+sdk_vs_own=<SDK async / own async>``, the sync figures (``sdk_sync_msgs``, ``sdk_sync_vs_own``),
+the async CPU per message of each side (``sdk_client_us``, ``own_client_us``, ``sdk_broker_us``,
+``own_broker_us``), and the ratio CPU alone allows: ``cpu_ratio`` = own total / SDK total CPU per
+message (client and broker contending for the same cores), ``core_ratio`` = the same with each
+side's busier process instead of the total (a free core each). Target: sdk_vs_own >= 0.8.
 
     python benchmarks/bench_sdk.py [--rounds 3] [--seconds 3] [--size 1024] [--in-flight 64]
 """
@@ -28,7 +31,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from typing import NamedTuple
 
 from benchlib import ROOT, cpu_seconds, free_port, wait_port
 
@@ -44,51 +49,70 @@ def start(args: list[str], log_path: str) -> subprocess.Popen[bytes]:
         return subprocess.Popen([sys.executable, "-m", *args], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
 
 
-def sdk_rounds(endpoint: str, mode: str, args: argparse.Namespace) -> list[float]:
-    proc = subprocess.run(
-        [
-            str(SDK_PYTHON),
-            str(ROOT / "benchmarks" / "sdk_send.py"),
-            "--endpoint",
-            endpoint,
-            "--topic",
-            TOPIC,
-            "--mode",
-            mode,
-            "--rounds",
-            str(args.rounds),
-            "--seconds",
-            str(args.seconds),
-            "--size",
-            str(args.size),
-            "--in-flight",
-            str(args.in_flight),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=args.rounds * args.seconds * 4 + 120,
-    )
-    rates = []
-    for line in proc.stdout.splitlines():
-        if line.startswith("{"):
-            doc = json.loads(line)
-            rates.append(doc["messages"] / doc["seconds"])
-            print(f"sdk {mode:5s} round {doc['round']}: {rates[-1]:9.0f} msgs/s   "
-                  f"(SDK process CPU {doc['cpu'] / max(doc['messages'], 1) * 1e6:.0f} us/msg)", flush=True)
-    if len(rates) != args.rounds:
-        raise SystemExit(
-            f"SDK {mode} run failed (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr[-3000:]}"
-        )
-    return rates
+class Round(NamedTuple):
+    rate: float  # msgs/s
+    client_us: float  # the sending process's CPU per message
+    broker_us: float  # the broker's CPU per message, over the round only
 
 
-async def own_rounds(namesrv: str, mode: str, args: argparse.Namespace) -> list[float]:
+    def show(self, label: str) -> None:
+        print(f"{label}: {self.rate:9.0f} msgs/s   (CPU per message: client {self.client_us:.0f} us + "
+              f"broker {self.broker_us:.0f} us = {self.client_us + self.broker_us:.0f} us)", flush=True)
+
+
+def report(who: str, mode: str, i: int, messages: int, seconds: float, client_cpu: float,
+           broker_cpu: float) -> Round:
+    n = max(messages, 1)
+    r = Round(messages / seconds, client_cpu / n * 1e6, broker_cpu / n * 1e6)
+    r.show(f"{who} {mode:5s} round {i}")
+    return r
+
+
+def sdk_rounds(endpoint: str, mode: str, args: argparse.Namespace, broker_pid: int) -> list[Round]:
+    """The SDK's rounds; the broker's CPU is sampled at each round's start and end lines."""
+    cmd = [
+        str(SDK_PYTHON), str(ROOT / "benchmarks" / "sdk_send.py"), "--endpoint", endpoint,
+        "--topic", TOPIC, "--mode", mode, "--rounds", str(args.rounds), "--seconds", str(args.seconds),
+        "--size", str(args.size), "--in-flight", str(args.in_flight),
+    ]
+    rounds: list[Round] = []
+    lines: list[str] = []
+    with tempfile.TemporaryFile("w+") as err, subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=err, text=True) as proc:
+        timer = threading.Timer(args.rounds * args.seconds * 4 + 120, proc.kill)
+        timer.start()
+        try:
+            assert proc.stdout is not None
+            broker_before = 0.0
+            for line in proc.stdout:
+                lines.append(line)
+                if not line.startswith("{"):
+                    continue
+                doc = json.loads(line)
+                if "start" in doc:
+                    broker_before = cpu_seconds(broker_pid)
+                else:
+                    broker_cpu = cpu_seconds(broker_pid) - broker_before
+                    rounds.append(report("sdk", mode, doc["round"], doc["messages"], doc["seconds"],
+                                         doc["cpu"], broker_cpu))
+            proc.wait()
+        finally:
+            timer.cancel()
+        if len(rounds) != args.rounds:
+            err.seek(0)
+            raise SystemExit(
+                f"SDK {mode} run failed (rc {proc.returncode}):\n{''.join(lines)}\n{err.read()[-3000:]}")
+    return rounds
+
+
+async def own_rounds(namesrv: str, mode: str, args: argparse.Namespace, broker_pid: int) -> list[Round]:
     body = b"x" * args.size
-    rates = []
+    rounds = []
     async with AsyncProducer(namesrv) as producer:
         await producer.send(Message(TOPIC, body))  # warm-up: route, channels
         for i in range(args.rounds):
             end = time.perf_counter() + args.seconds
+            broker_before = cpu_seconds(broker_pid)
             start = time.perf_counter()
             cpu = time.process_time()
             count = 0
@@ -100,11 +124,10 @@ async def own_rounds(namesrv: str, mode: str, args: argparse.Namespace) -> list[
                     count += 1
 
             await asyncio.gather(*(loop(end) for _ in range(1 if mode == "sync" else args.in_flight)))
-            rates.append(count / (time.perf_counter() - start))
-            print(f"own {mode:5s} round {i}: {rates[-1]:9.0f} msgs/s   "
-                  f"(client process CPU {(time.process_time() - cpu) / max(count, 1) * 1e6:.0f} us/msg)",
-                  flush=True)
-    return rates
+            broker_cpu = cpu_seconds(broker_pid) - broker_before
+            rounds.append(report("own", mode, i, count, time.perf_counter() - start,
+                                 time.process_time() - cpu, broker_cpu))
+    return rounds
 
 
 def main() -> int:
@@ -155,29 +178,33 @@ def main() -> int:
                 f"{args.in_flight} in flight for async; one broker, loopback",
                 flush=True,
             )
-            medians = {}
+            medians: dict[tuple[str, str], Round] = {}
             broker_pid = procs[1].pid
             for who, mode in (("sdk", "sync"), ("own", "sync"), ("sdk", "async"), ("own", "async")):
-                cpu_before = cpu_seconds(broker_pid)
                 if who == "sdk":
-                    rates = sdk_rounds(namesrv, mode, args)
+                    rounds = sdk_rounds(namesrv, mode, args, broker_pid)
                 else:
-                    rates = asyncio.run(own_rounds(namesrv, mode, args))
-                cpu = cpu_seconds(broker_pid) - cpu_before
-                sent = sum(rates) * args.seconds
-                medians[(who, mode)] = statistics.median(rates)
-                print(f"{who} {mode:5s} median : {medians[(who, mode)]:9.0f} msgs/s   "
-                      f"(broker CPU {cpu / sent * 1e6:.0f} us/msg)", flush=True)
+                    rounds = asyncio.run(own_rounds(namesrv, mode, args, broker_pid))
+                medians[(who, mode)] = Round(*(statistics.median(c) for c in zip(*rounds, strict=True)))
+                medians[(who, mode)].show(f"{who} {mode:5s} median ")
         finally:
             for p in reversed(procs):
                 p.terminate()
             for p in procs:
                 p.wait(30)
-    sync_ratio = medians[("sdk", "sync")] / medians[("own", "sync")]
-    async_ratio = medians[("sdk", "async")] / medians[("own", "async")]
+    sdk, own = medians[("sdk", "async")], medians[("own", "async")]
+    sdk_sync, own_sync = medians[("sdk", "sync")], medians[("own", "sync")]
+    sdk_cpu, own_cpu = sdk.client_us + sdk.broker_us, own.client_us + own.broker_us
+    # The sdk_vs_own that CPU alone allows: cpu_ratio when client and broker contend for the same
+    # core time (a loaded machine: each side's rate ~ 1 / its total CPU per message), core_ratio
+    # when each process has a core of its own (each side's rate ~ 1 / its busier process).
+    core_ratio = max(own.client_us, own.broker_us) / max(sdk.client_us, sdk.broker_us)
     print(
-        f"sdk_send_msgs={medians[('sdk', 'async')]:.0f} sdk_vs_own={async_ratio:.2f} "
-        f"sdk_sync_msgs={medians[('sdk', 'sync')]:.0f} sdk_sync_vs_own={sync_ratio:.2f}"
+        f"sdk_send_msgs={sdk.rate:.0f} sdk_vs_own={sdk.rate / own.rate:.2f} "
+        f"sdk_sync_msgs={sdk_sync.rate:.0f} sdk_sync_vs_own={sdk_sync.rate / own_sync.rate:.2f} "
+        f"sdk_client_us={sdk.client_us:.0f} own_client_us={own.client_us:.0f} "
+        f"sdk_broker_us={sdk.broker_us:.0f} own_broker_us={own.broker_us:.0f} "
+        f"cpu_ratio={own_cpu / sdk_cpu:.2f} core_ratio={core_ratio:.2f}"
     )
     return 0
 

@@ -2,7 +2,8 @@
 PocketMQ's process). Sends ``--size``-byte NORMAL messages for ``--seconds`` per round, either
 one at a time (``sync``) or with ``--in-flight`` outstanding ``send_async`` calls, and prints
 one JSON line per round: ``{"mode", "round", "messages", "seconds", "cpu"}`` (the SDK process's
-CPU seconds in the round)."""
+CPU seconds in the round), preceded by ``{"start": <round>}`` just before the round begins (the
+caller samples the broker's CPU between the two)."""
 
 from __future__ import annotations
 
@@ -78,6 +79,7 @@ def main() -> None:
     try:
         producer.send(message(args.topic, body))  # warm-up: route, channels
         for i in range(args.rounds):
+            print(json.dumps({"start": i}), flush=True)
             cpu = time.process_time()
             if args.mode == "sync":
                 n, secs = run_sync(producer, args.topic, body, args.seconds)

@@ -26,6 +26,16 @@ PER_SLAVE = "{{broker}} {{slave}}"
 RATE = "[$__rate_interval]"
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 POP_EVENTS = "pocketmq_pop_messages_total"
+#: Series of the failover controller (controllerMode etcd / kubernetes), per member.
+IS_MASTER = "pocketmq_controller_is_master"
+MEMBER = "namespace, cluster, broker, member"
+
+
+def on_master(metric: str) -> str:
+    """``metric`` of the member holding each group's lease (one series per member first: a
+    restarted pod's old series may linger)."""
+    return (f"max by (broker) (max by ({MEMBER}) ({metric}{{{BROKER}}}) * on ({MEMBER}) "
+            f"(max by ({MEMBER}) ({IS_MASTER}{{{BROKER}}}) == 1))")
 
 
 def target(ref: str, expr: str, legend: str) -> dict[str, Any]:
@@ -101,6 +111,42 @@ def by(labels: str, metric: str, agg: str = "max", selector: str = BROKER) -> st
 def rate_by(labels: str, metric: str) -> str:
     """``sum by (<labels>) (rate(<metric>{<broker selector>}[$__rate_interval]))``."""
     return f"sum by ({labels}) (rate({metric}{{{BROKER}}}{RATE}))"
+
+
+def failover_panels(y: int) -> list[dict[str, Any]]:
+    """The failover controller's row (docs/failover.md): empty with controllerMode none."""
+    epoch = "pocketmq_controller_epoch"
+    sss = "pocketmq_controller_sync_state_set_size"
+    last = "pocketmq_controller_last_failover_timestamp_seconds"
+    return [
+        row("Failover (controllerMode kubernetes / etcd)", y),
+        stat("Masters per group", "Members holding their group's leader lease: 1 is healthy, 0 means the "
+             "group takes no writes (no in-sync member to promote yet).", "none",
+             [target("A", by("broker", IS_MASTER, "sum"), "{{broker}}")], 0, y + 1),
+        stat("Epoch", "The group's epoch: one more at every change of master.", "none",
+             [target("A", by("broker", epoch), "{{broker}}")], 6, y + 1),
+        stat("SyncStateSet size", "Members in the group's SyncStateSet as its master publishes it (master "
+             "included). 1 = no in-sync slave: a failover now would lose data, so none would happen.",
+             "none", [target("A", on_master(sss), "{{broker}}")], 12, y + 1),
+        stat("Time since last failover", "Since a member last took its group's leader lease.", "s",
+             [target("A", f"time() - max by (broker) ({last}{{{BROKER}}} > 0)", "{{broker}}")], 18, y + 1),
+        timeseries("Current master per group", "The member (brokerId as configured) holding each group's "
+                   "leader lease; a new line is a failover or switchover.", "none",
+                   [target("A", f"max by (broker, member) ({IS_MASTER}{{{BROKER}}}) > 0",
+                           "{{broker}} member {{member}}")], 0, y + 5),
+        timeseries("Failovers", "Times each group's members took the leader lease (the first election "
+                   "counts; a counter per member process).", "none",
+                   [target("A", by("broker", "pocketmq_controller_failovers_total", "sum"), "{{broker}}")],
+                   12, y + 5),
+        timeseries("Lease renew latency", "Duration of the master's last leader-lease renewal (an etcd "
+                   "transaction or a Lease read and conditional replace). Near the renew interval, the "
+                   "master is about to fence itself.", "s",
+                   [target("A", on_master("pocketmq_controller_lease_renew_latency_seconds"), "{{broker}}")],
+                   0, y + 13),
+        timeseries("SyncStateSet size over time", "The master's SyncStateSet size; dips to 1 are windows "
+                   "in which a failover would have had no member to promote.", "none",
+                   [target("A", on_master(sss), "{{broker}}")], 12, y + 13),
+    ]
 
 
 def overview() -> dict[str, Any]:
@@ -194,6 +240,7 @@ def overview() -> dict[str, Any]:
                    "Age of the oldest popped, not acked message of each group: growing steadily means a "
                    "consumer holds messages without acking them.", "s",
                    [target("A", by("group", "pocketmq_pop_oldest_in_flight_seconds"), "{{group}}")], 12, 70),
+        *failover_panels(78),
     ]
     for number, panel in enumerate(panels, start=1):
         panel["id"] = number

@@ -347,24 +347,85 @@ class AsyncConsumer:
                     self._consumed += 1
                     return msg
                 current.clear()  # the queue moved to another member: it re-delivers these
-            if self._closed:
-                return None
-            if ready.empty():
-                if deadline is None and timeout is not None:
-                    deadline = time.monotonic() + timeout
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return None
-                try:
-                    item = await asyncio.wait_for(ready.get(), remaining)
-                except TimeoutError:
-                    return None
-            else:
-                item = ready.get_nowait()
+            item = await self._next_batch(ready, timeout, deadline)
             if item is None:
                 return None
-            self._current_pq, batch = item
-            current.extend(batch)
+            deadline = item[2]
+            self._current_pq = item[0]
+            current.extend(item[1])
+
+    async def receive_batch(self, max_messages: int | None = None,
+                            timeout: float | None = None) -> list[ReceivedMessage]:  # noqa: ASYNC109
+        """The next messages of one queue, in order, as they were pulled (at most
+        ``max_messages``; all of one pull when None), or ``[]`` after ``timeout`` seconds / on
+        close (iterator mode, like :meth:`receive`, with which it may be mixed). The messages
+        returned before count as processed from now on. One call per pulled batch: what a
+        consumer that handles messages in batches saves over a call per message."""
+        if max_messages is not None and max_messages < 1:
+            raise InvalidArgumentError("max_messages must be >= 1")
+        if self._closed:
+            return []
+        ready = self._ready
+        if ready is None:
+            self._check_started()
+            raise InvalidArgumentError("receive_batch() is for consumers started without a handler")
+        self._ack_last()
+        current = self._current
+        deadline: float | None = None
+        while True:
+            if current:
+                pq = self._current_pq
+                assert pq is not None
+                if not pq.dropped:
+                    if max_messages is None or max_messages >= len(current):
+                        batch = list(current)
+                        current.clear()
+                    else:
+                        batch = [current.popleft() for _ in range(max_messages)]
+                    return self._hand_out(pq, batch)
+                current.clear()  # the queue moved to another member: it re-delivers these
+            item = await self._next_batch(ready, timeout, deadline)
+            if item is None:
+                return []
+            pq, batch, deadline = item
+            if pq.dropped or not batch:
+                continue
+            if max_messages is None or max_messages >= len(batch):
+                return self._hand_out(pq, batch)
+            self._current_pq = pq
+            current.extend(batch[max_messages:])
+            return self._hand_out(pq, batch[:max_messages])
+
+    def _hand_out(self, pq: ProcessQueue, batch: list[ReceivedMessage]) -> list[ReceivedMessage]:
+        """``batch`` (not empty) of ``pq`` goes to the application: its last message is the one
+        acked (with all before it) at the next receive."""
+        self._last_yielded = batch[-1]
+        self._last_pq = pq
+        self._consumed += len(batch)
+        return batch
+
+    async def _next_batch(self, ready: asyncio.Queue[tuple[ProcessQueue, list[ReceivedMessage]] | None],
+                          timeout: float | None, deadline: float | None,  # noqa: ASYNC109
+                          ) -> tuple[ProcessQueue, list[ReceivedMessage], float | None] | None:
+        """The next pulled batch (waiting up to the deadline set from ``timeout`` on the first
+        wait), with the deadline; None on timeout or close."""
+        if self._closed:
+            return None
+        if ready.empty():
+            if deadline is None and timeout is not None:
+                deadline = time.monotonic() + timeout
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return None
+            try:
+                item = await asyncio.wait_for(ready.get(), remaining)
+            except TimeoutError:
+                return None
+        else:
+            item = ready.get_nowait()
+        if item is None:
+            return None
+        return item[0], item[1], deadline
 
     def _ack_last(self) -> None:
         msg, pq = self._last_yielded, self._last_pq
@@ -536,6 +597,13 @@ class Consumer:
         if not self._async._started:
             self.start()
         return _loop.run(self._async.receive(timeout))
+
+    def receive_batch(self, max_messages: int | None = None, timeout: float | None = None,
+                      ) -> list[ReceivedMessage]:
+        """See :meth:`AsyncConsumer.receive_batch`."""
+        if not self._async._started:
+            self.start()
+        return _loop.run(self._async.receive_batch(max_messages, timeout))
 
     def __iter__(self) -> Iterator[ReceivedMessage]:
         while True:

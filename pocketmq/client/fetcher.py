@@ -130,7 +130,8 @@ class Fetcher:
         if not filt.matches_all:
             messages = [m for m in messages if filt.matches(m.tags)]
         next_offset = pq.next_offset
-        messages = [m for m in messages if m.queue_offset >= next_offset]
+        if messages and messages[0].queue_offset < next_offset:  # ascending: only a re-read repeats
+            messages = [m for m in messages if m.queue_offset >= next_offset]
         pq.next_offset = max(next_offset, reply.next_begin_offset)
         if messages:
             pq.inflight.extend(map(_QUEUE_OFFSET, messages))

@@ -119,7 +119,8 @@ class MessageLookup:
                           broker_id: int | None = None) -> ReceivedMessage:
         """The message with ``msg_id``: an offset message id (store host + commit log offset,
         read directly from that broker group: its master, else a slave; ``broker_id`` picks the
-        member) or, with ``topic``, a unique client message id (looked up in the index)."""
+        member) or a unique client message id, looked up in the index of ``topic``, or without
+        it in every topic of every broker group."""
         msg_id = msg_id.strip()
         target: BrokerTarget | None = None
         offset = -1
@@ -146,14 +147,40 @@ class MessageLookup:
             if orphan is not None:
                 return orphan
         if topic is None:
-            raise NotFoundError(
-                f"{msg_id!r} is not the offset message id of a registered broker; to look it up as a "
-                "unique message id, give the topic")
+            found = await self._find_unique_anywhere(msg_id, broker_id)
+            if not found.messages:
+                detail = "".join(f"; {name}: {e}" for name, e in sorted(found.errors.items()))
+                raise NotFoundError(f"no message with id {msg_id!r}: not the offset message id of a "
+                                    f"registered broker, nor a unique message id in any topic{detail}")
+            return found.messages[0]
         found = await self.find_messages(topic, msg_id, limit=1, unique=True)
         if not found.messages:
             detail = "".join(f"; {name}: {e}" for name, e in sorted(found.errors.items()))
             raise NotFoundError(f"no message with id {msg_id!r} in topic {topic!r}{detail}")
         return found.messages[0]
+
+    async def _find_unique_anywhere(self, msg_id: str, broker_id: int | None) -> KeyQueryResult:
+        """The messages with unique id ``msg_id`` in any topic: every broker group is asked (its
+        master, else a slave, or member ``broker_id``) to probe its index once per topic."""
+        request = broker_pb2.QueryMessageRequest(key=msg_id, unique_key=True, max_num=1)
+        names = sorted({t.broker_name for t in await self.brokers()})
+
+        async def one(name: str) -> list[ReceivedMessage]:
+            reply = await self._ask_group(name, "MessageQuery/QueryMessage", request, broker_id)
+            return [from_message_ext(m, name) for m in reply.messages]
+
+        results = await asyncio.gather(*(one(n) for n in names), return_exceptions=True)
+        messages: list[ReceivedMessage] = []
+        errors: dict[str, PocketMQError] = {}
+        for name, r in zip(names, results, strict=True):
+            if isinstance(r, PocketMQError):
+                errors[name] = r
+            elif isinstance(r, BaseException):
+                raise r
+            else:
+                messages.extend(r)
+        messages.sort(key=lambda m: (m.queue.topic.startswith(("%RETRY%", "%DLQ%")), -m.store_timestamp))
+        return KeyQueryResult(messages, errors)
 
     async def _view_on_orphans(self, store_addr: str, offset: int,
                                broker_id: int | None) -> ReceivedMessage | None:

@@ -53,7 +53,7 @@ def _detail(m: Any) -> str:
 def _forms(query: Mapping[str, str]) -> str:
     by_id = form("/message", {}, "Find by id", visible=[
         ("id", "message id", f'<input name="id" size="36" value="{esc(query.get("id", ""))}">'),
-        ("topic", "topic (for a unique client id)",
+        ("topic", "topic (optional: narrows a unique id lookup)",
          f'<input name="topic" size="20" value="{esc(query.get("topic", "") if query.get("id") else "")}">')],
         form_id="by-id")
     by_key = form("/message", {}, "Find by key", visible=[
@@ -74,7 +74,8 @@ async def render(admin: AsyncAdmin, query: Mapping[str, str]) -> str:
                 (ip, port), offset = parse_offset_msg_id(msg_id)
                 where = f"offset message id: stored by {ip}:{port} at commit log offset {offset}"
             except RecordError:
-                where = "not an offset message id: looked up as a unique client id in the topic's index"
+                where = ("not an offset message id: looked up as a unique client id in the index of "
+                         + (f"topic {topic}" if topic else "every topic"))
             out.append(f'<p class="muted">{esc(where)}</p>')
             out.append(_detail(await admin.get_message(msg_id, topic=topic or None)))
         elif topic and key:

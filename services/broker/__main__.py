@@ -53,11 +53,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         # A set haAuthSecret is printed as a comment: the output may end up in logs or tickets.
         sys.stdout.write(mask_secrets(to_properties([broker_config, store_config])))
         return 0
-    if broker_config.controller_mode == "etcd":
-        from services.broker.controller.runner import run_controlled_broker  # (needs aetcd)
+    if broker_config.controller_mode != "none":
+        from services.broker.controller.runner import Controller, open_dcs  # (needs aetcd / kubernetes)
 
-        return run_service(lambda stop: run_controlled_broker(broker_config, store_config, stop,
-                                                              ha_factory=create_replication_service))
+        try:
+            dcs = open_dcs(broker_config)
+        except ConfigError as exc:
+            log.error("invalid configuration", extra={"key": exc.key, "error": str(exc)})
+            return 2
+        controller = Controller(broker_config, store_config, create_replication_service, dcs)
+        return run_service(controller.run)
     return run_service(lambda stop: run_broker(broker_config, store_config, stop,
                                                ha_factory=create_replication_service))
 

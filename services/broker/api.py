@@ -435,7 +435,9 @@ class BrokerMetadataServicer(broker_pb2_grpc.BrokerMetadataServicer):  # type: i
         return pb.ConsumerOffsetTable(
             data_version=offsets.data_version.to_proto(),
             offsets=[pb.ConsumerOffsetEntry(consumer_group=g, topic=t, queue_id=q, offset=o)
-                     for g, t, q, o in offsets.entries()])
+                     for g, t, q, o in offsets.entries()],
+            reset_generations=[pb.ResetGenerationEntry(consumer_group=g, topic=t, generation=gen)
+                               for g, t, gen in offsets.reset_entries()])
 
     @grpc_method
     async def GetAllDelayOffsets(

@@ -32,6 +32,7 @@ from services.broker.delay import DelayDeliveryService
 from services.broker.longpoll import QueueNotifier
 from services.broker.metadata import (
     ConsumerOffsetManager,
+    DataVersion,
     DelayOffsetManager,
     MetadataTable,
     SubscriptionGroupConfig,
@@ -147,7 +148,7 @@ class BrokerApp:
                                                   self.acl_table)
         self.store = MessageStore(store_config, store_host=(ip, cfg.listen_port))
         self.metrics = BrokerMetrics(cfg.broker_cluster_name, cfg.broker_name, cfg.broker_id, registry)
-        self.consumers = ConsumerManager(cfg.consumer_channel_expired_time / 1000)
+        self.consumers = ConsumerManager(cfg.consumer_channel_expired_time / 1000, self.offsets)
         self.ha: ReplicationService | None = None
         #: Fencing under a failover controller: while it returns True this master must not
         #: acknowledge a write (its leader lease may be about to expire).
@@ -160,6 +161,8 @@ class BrokerApp:
         self._master_ha_addr = ""
         self._tasks: list[asyncio.Task[None]] = []
         self._register_task: asyncio.Task[None] | None = None
+        #: Topics changed while _register_task was already publishing: it goes round again.
+        self._topics_dirty = False
         self._grpc: GrpcServer | None = None
         self._metrics_server: MetricsServer | None = None
         self._registrar: BrokerRegistrar | None = None
@@ -300,7 +303,8 @@ class BrokerApp:
                 cfg.namesrv_addrs, self.identity, self._topic_snapshot,
                 period_s=clamp_register_period(cfg.register_name_server_period),
                 timeout_s=cfg.register_broker_timeout_mills / 1000, on_master=self._on_master,
-                tls=self.client_tls, credentials=cfg.inner_credentials, acl_snapshot=self._acl_snapshot)
+                tls=self.client_tls, credentials=cfg.inner_credentials, acl_snapshot=self._acl_snapshot,
+                topic_delta=self._topic_delta)
             await self._registrar.start()
         self.topics.add_listener(self._topics_changed)
         # In Kubernetes, show the role on the pod (`kubectl get pods -L pocketmq.io/role`); outside
@@ -337,6 +341,12 @@ class BrokerApp:
         await asyncio.to_thread(self.transactions.load)
 
     async def _label_pod(self) -> None:
+        # under a controller, its one labeller writes the label of the newest role (an app of the
+        # previous role may still have a patch in flight); the chart's master Service selects it
+        want = getattr(self.controller, "want_pod_label", None)
+        if want is not None:
+            want(self.broker_config.broker_role, self.broker_config.broker_id)
+            return
         await k8s_labels.label_own_pod(self.broker_config.broker_role, self.broker_config.broker_id)
 
     def _ensure_system_topics(self) -> None:
@@ -475,12 +485,23 @@ class BrokerApp:
 
     def _topic_snapshot(self) -> tuple[common_pb2.DataVersion, list[common_pb2.TopicConfig]]:
         version, topics = self.topics.snapshot()
+        return version.to_proto(), self._registered_configs(topics)
+
+    def _topic_delta(self, base: common_pb2.DataVersion,
+                     ) -> tuple[common_pb2.DataVersion, list[common_pb2.TopicConfig], list[str]] | None:
+        changes = self.topics.changes_since(DataVersion.from_proto(base))
+        if changes is None:
+            return None
+        version, changed, deleted = changes
+        return version.to_proto(), self._registered_configs(changed), deleted
+
+    def _registered_configs(self, topics: list[TopicConfig]) -> list[common_pb2.TopicConfig]:
         configs = [t.to_proto() for t in topics]
         mask = self.broker_config.broker_permission | v.PERM_INHERIT
         if mask != v.PERM_READ | v.PERM_WRITE | v.PERM_INHERIT:
             for config in configs:  # brokerPermission: registered as this broker serves them
                 config.perm &= mask
-        return version.to_proto(), configs
+        return configs
 
     def republish_topics(self) -> None:
         """Register the topics with every NameServer again now (brokerPermission changed)."""
@@ -496,17 +517,22 @@ class BrokerApp:
         """Persist topic changes and publish them to the NameServers soon (coalesced)."""
         if self._stopping:
             return
+        self._topics_dirty = True
         if self._register_task is None or self._register_task.done():
             self._register_task = asyncio.get_running_loop().create_task(self._topics_changed_soon())
 
     async def _topics_changed_soon(self) -> None:
-        await asyncio.sleep(REGISTER_DEBOUNCE_S)
-        try:
-            await self.topics.persist_if_dirty()
-        except OSError as exc:
-            log.error("cannot persist topics", extra={"error": str(exc)})
-        if self._registrar is not None and not self._stopping and self.broker_config.is_master:
-            await self._registrar.register_now()
+        # Until no change came in meanwhile: one that lands while a registration is on its way
+        # (after its table was read) is published by the next round, not 30 s later.
+        while self._topics_dirty and not self._stopping:
+            await asyncio.sleep(REGISTER_DEBOUNCE_S)
+            self._topics_dirty = False
+            try:
+                await self.topics.persist_if_dirty()
+            except OSError as exc:
+                log.error("cannot persist topics", extra={"error": str(exc)})
+            if self._registrar is not None and not self._stopping and self.broker_config.is_master:
+                await self._registrar.register_now(incremental=True)
 
     def _on_master(self, master_addr: str, master_ha_addr: str) -> None:
         self._master_addr, self._master_ha_addr = master_addr, master_ha_addr

@@ -12,6 +12,7 @@ import dataclasses
 import enum
 import re
 import socket
+from pathlib import Path
 
 from pocketmq.wire.address import DEFAULT_NAMESRV, split_addresses
 from pocketmq.wire.auth import Credentials
@@ -22,6 +23,8 @@ from services.common.tls import TlsSettings
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 _DURATION = re.compile(r"^(\d+)([smhd])$")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
@@ -172,13 +175,23 @@ class BrokerConfig(TlsSettings):
     default_invisible_time_mills: int = 60_000
     renew_ahead_time_millis: int = 10_000
     renew_max_time_millis: int = 3 * 3600 * 1000
-    #: Automatic failover (docs/failover.md): ``none`` (static roles) or ``etcd``.
+    #: Automatic failover (docs/failover.md): ``none`` (static roles), ``etcd`` or ``kubernetes``
+    #: (a coordination.k8s.io/v1 Lease per group).
     #: With a controller, brokerId is the member's id (> 0) and brokerRole the role it takes
     #: while it holds the group's leader lease (ASYNC_MASTER or SYNC_MASTER); it registers as
     #: brokerId 0 while master.
     controller_mode: str = "none"
     #: etcd endpoints, ``host:port;host:port`` (the first reachable one is used).
     controller_etcd_endpoints: str = "127.0.0.1:2379"
+    #: controllerMode=kubernetes: the Leases' namespace (empty = this pod's: POD_NAMESPACE, the
+    #: ServiceAccount's namespace file, else ``default``), the API server's URL (empty = in-cluster
+    #: in a pod, else the kubeconfig), a kubeconfig file (its credentials are used; empty = the
+    #: in-cluster ServiceAccount in a pod) and the group's Lease name (empty =
+    #: ``pocketmq-<brokerClusterName>-<brokerName>`` lower-cased; members go to ``<name>-members``).
+    controller_k8s_namespace: str = ""
+    controller_k8s_api_server: str = ""
+    controller_k8s_kubeconfig: str = ""
+    controller_k8s_lease_name: str = ""
     #: Leader lease TTL (ms) and how often the master renews it (ms).
     controller_lease_ttl: int = 3_000
     controller_renew_interval: int = 500
@@ -241,9 +254,9 @@ class BrokerConfig(TlsSettings):
         require(self.transaction_time_out > 0, "transactionTimeOut", "must be > 0")
         require(self.transaction_check_interval > 0, "transactionCheckInterval", "must be > 0")
         require(self.transaction_check_max > 0, "transactionCheckMax", "must be > 0")
-        require(self.controller_mode in ("none", "etcd"), "controllerMode",
-                f"must be none or etcd (got {self.controller_mode!r}; kubernetes Leases are not "
-                "implemented yet)")
+        require(self.controller_mode in ("none", "etcd", "kubernetes"), "controllerMode",
+                f"must be none, etcd or kubernetes (got {self.controller_mode!r})")
+        self._check_k8s_keys()
         require(self.controller_lease_ttl >= 2000, "controllerLeaseTtl", "must be >= 2000 (etcd's minimum)")
         require(0 < self.controller_renew_interval * 2 < self.controller_lease_ttl, "controllerRenewInterval",
                 "must be > 0 and below half of controllerLeaseTtl")
@@ -251,6 +264,22 @@ class BrokerConfig(TlsSettings):
         for addr in self.controller_etcd_endpoints.split(";"):
             if addr.strip():
                 parse_address(addr.strip(), "controllerEtcdEndpoints")
+
+    def _check_k8s_keys(self) -> None:
+        namespace = self.controller_k8s_namespace
+        require(not namespace or bool(_DNS_LABEL.fullmatch(namespace)), "controllerK8sNamespace",
+                f"not a namespace name: {namespace!r}")
+        lease = self.controller_k8s_lease_name
+        require(not lease or (len(lease) <= 240 and bool(_DNS_SUBDOMAIN.fullmatch(lease))),
+                "controllerK8sLeaseName", f"not a DNS-1123 subdomain of at most 240 characters: {lease!r}")
+        api = self.controller_k8s_api_server
+        if api:
+            scheme, _, rest = api.partition("://")
+            require(scheme in ("http", "https") and bool(rest), "controllerK8sApiServer",
+                    f"must be an http(s):// URL (got {api!r})")
+        if self.controller_mode == "kubernetes" and self.controller_k8s_kubeconfig:
+            require(Path(self.controller_k8s_kubeconfig).is_file(), "controllerK8sKubeconfig",
+                    f"no such file: {self.controller_k8s_kubeconfig}")
 
     @property
     def is_master(self) -> bool:

@@ -4,9 +4,11 @@ Consumers heartbeat every few seconds with their subscriptions; a member silent 
 ``consumerChannelExpiredTime`` is dropped by :meth:`ConsumerManager.scan_expired`. Clients
 rebalance a topic's queues among the sorted member list of their group (GetConsumerList).
 
-Offset resets (``ResetConsumerOffset``) bump the (group, topic) reset generation kept here:
-members learn it from heartbeat and pull replies and read the topic again from the reset
-offsets; commits that carry an older generation are ignored meanwhile.
+Offset resets (``ResetConsumerOffset``) bump the (group, topic) reset generation: members learn
+it from heartbeat and pull replies and read the topic again from the reset offsets; commits that
+carry an older generation are ignored meanwhile. The generations live with the consumer offsets
+(:class:`~services.broker.metadata.offsets.ConsumerOffsetManager`: persisted and synced to
+slaves with them); this class answers for them.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping
+
+from services.broker.metadata.offsets import ConsumerOffsetManager
 
 log = logging.getLogger(__name__)
 
@@ -34,12 +38,13 @@ class ConsumerMember:
 
 
 class ConsumerManager:
-    def __init__(self, expiry_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, expiry_s: float, resets: ConsumerOffsetManager,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.expiry_s = expiry_s
         self._clock = clock
         self._groups: dict[str, dict[str, ConsumerMember]] = {}
-        #: (group, topic) -> reset generation (ms since the epoch of the last reset, increasing).
-        self._resets: dict[tuple[str, str], int] = {}
+        #: Holds the (group, topic) reset generations.
+        self._resets = resets
 
     def heartbeat(self, group: str, client_id: str, subscriptions: Mapping[str, str], *,
                   addr: str = "", language: str = "", version: str = "") -> bool:
@@ -83,22 +88,19 @@ class ConsumerManager:
 
     def record_reset(self, group: str, topic: str) -> int:
         """A reset of (group, topic) happened: its new generation (greater than any before)."""
-        key = (group, topic)
-        generation = max(int(time.time() * 1000), self._resets.get(key, 0) + 1)
-        self._resets[key] = generation
-        return generation
+        return self._resets.record_reset(group, topic)
 
     def reset_generation(self, group: str, topic: str) -> int:
-        """0 when (group, topic) was never reset on this broker (since it started)."""
-        return self._resets.get((group, topic), 0) if self._resets else 0
+        """0 when (group, topic) was never reset."""
+        return self._resets.reset_generation(group, topic)
 
     def reset_generations(self, group: str) -> dict[str, int]:
-        return {t: g for (grp, t), g in self._resets.items() if grp == group}
+        return self._resets.reset_generations(group)
 
     def stale_commit(self, group: str, topic: str, generation: int | None) -> bool:
         """A commit carrying ``generation`` (None: a client that does not track resets) predates
         the last reset of (group, topic) and must be ignored."""
-        return generation is not None and generation < self.reset_generation(group, topic)
+        return self._resets.stale_commit(group, topic, generation)
 
     def subscriptions(self, group: str) -> dict[str, dict[str, str]]:
         return {cid: dict(m.subscriptions) for cid, m in self._groups.get(group, {}).items()}

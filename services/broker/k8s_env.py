@@ -4,8 +4,10 @@
 
 A broker group runs as one StatefulSet; its pod ``<statefulset>-<ordinal>`` is brokerId
 ``<ordinal>``. Ordinal 0 keeps the role written in broker.conf (the group's master role), every
-other ordinal runs as SLAVE. This module reads the pod name (``POD_NAME`` from the downward API,
-else ``HOSTNAME``), sets ``POCKETMQ_BROKER_ID`` (and ``POCKETMQ_BROKER_ROLE=SLAVE`` for
+other ordinal runs as SLAVE. Under a failover controller (``POCKETMQ_CONTROLLER_MODE`` etcd or
+kubernetes) the pod is member ``<ordinal> + 1`` (member ids are > 0) and keeps the master role,
+which it takes whenever it holds the group's lease. This module reads the pod name (``POD_NAME``
+from the downward API, else ``HOSTNAME``), sets ``POCKETMQ_BROKER_ID`` (and ``POCKETMQ_BROKER_ROLE=SLAVE`` for
 ordinals > 0), which override broker.conf, logs one line, and replaces itself with the command
 that follows (``os.execvpe``), so the broker is the container's main process and receives
 SIGTERM directly.
@@ -26,6 +28,7 @@ log = logging.getLogger(__name__)
 
 BROKER_ID_ENV = "POCKETMQ_BROKER_ID"
 BROKER_ROLE_ENV = "POCKETMQ_BROKER_ROLE"
+CONTROLLER_MODE_ENV = "POCKETMQ_CONTROLLER_MODE"
 SLAVE_ROLE = "SLAVE"
 _ORDINAL = re.compile(r"^(?P<set>[a-z0-9]([-a-z0-9.]*[a-z0-9])?)-(?P<ordinal>0|[1-9][0-9]*)$")
 
@@ -51,9 +54,12 @@ def pod_name_from(environ: Mapping[str, str]) -> str:
     return environ.get("POD_NAME") or environ.get("HOSTNAME") or socket.gethostname()
 
 
-def broker_environment(pod_name: str) -> dict[str, str]:
-    """The variables that make the pod ``pod_name`` its group's master (ordinal 0) or a slave."""
+def broker_environment(pod_name: str, controller_mode: str = "none") -> dict[str, str]:
+    """The variables that make the pod ``pod_name`` its group's master (ordinal 0) or a slave,
+    or, under a controller, member ``ordinal + 1``."""
     ordinal = pod_ordinal(pod_name)
+    if controller_mode not in ("", "none"):
+        return {BROKER_ID_ENV: str(ordinal + 1)}
     env = {BROKER_ID_ENV: str(ordinal)}
     if ordinal > 0:
         env[BROKER_ROLE_ENV] = SLAVE_ROLE
@@ -71,7 +77,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         return 2
     pod_name = pod_name_from(source)
     try:
-        derived = broker_environment(pod_name)
+        derived = broker_environment(pod_name, source.get(CONTROLLER_MODE_ENV, "none"))
     except PodNameError as exc:
         log.error("cannot derive brokerId", extra={"error": str(exc)})
         return 2

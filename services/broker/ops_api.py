@@ -24,9 +24,13 @@ log = logging.getLogger(__name__)
 Ctx: TypeAlias = grpc.aio.ServicerContext
 
 
-def reset_offsets(app: BrokerApp, request: pb.ResetConsumerOffsetRequest) -> pb.ResetConsumerOffsetResponse:
-    """Set the group's offset of every queue of the topic as the request says, bump the reset
-    generation and wake parked pulls of the topic so members learn it at once."""
+async def reset_offsets(app: BrokerApp,
+                        request: pb.ResetConsumerOffsetRequest) -> pb.ResetConsumerOffsetResponse:
+    """Set the group's offset of every queue of the topic as the request says, move the POP
+    positions (a RESET record in the revive log), bump the reset generation, make all of it
+    durable (the generation is kept with the offsets, so a restart or a promoted slave still
+    ignores commits from before the reset) and wake parked pulls of the topic so members learn
+    it at once."""
     if not app.broker_config.is_master:
         raise FailedPreconditionError(
             f"offsets are reset on the master; broker {app.broker_config.broker_name} "
@@ -44,6 +48,7 @@ def reset_offsets(app: BrokerApp, request: pb.ResetConsumerOffsetRequest) -> pb.
     app.ensure_group(group)
     store = app.store
     changes = []
+    positions: dict[int, int] = {}
     for qid in range(max(tc.read_queue_nums, tc.write_queue_nums)):
         lo, hi = store.min_queue_offset(topic, qid), store.max_queue_offset(topic, qid)
         if target == "timestamp_ms":
@@ -56,10 +61,12 @@ def reset_offsets(app: BrokerApp, request: pb.ResetConsumerOffsetRequest) -> pb.
             new = hi
         old = app.offsets.query(group, topic, qid)
         app.offsets.commit(group, topic, qid, new)
-        app.pop.reset_queue(group, topic, qid, new)
+        positions[qid] = new
         changes.append(pb.QueueOffsetChange(queue_id=qid, old_offset=-1 if old is None else old,
                                             new_offset=new))
+    app.pop.reset_queues(group, topic, positions)
     generation = app.consumers.record_reset(group, topic)
+    await app.offsets.persist_async()
     for qid in range(max(tc.read_queue_nums, tc.write_queue_nums)):
         app.notifier.notify(topic, qid)
     log.info("consumer offsets reset", extra={
@@ -94,7 +101,7 @@ class OpsMethods:
     @grpc_method
     async def ResetConsumerOffset(self, request: pb.ResetConsumerOffsetRequest,
                                   context: Ctx) -> pb.ResetConsumerOffsetResponse:
-        return reset_offsets(self.app, request)
+        return await reset_offsets(self.app, request)
 
     @grpc_method
     async def GetConsumerConnections(self, request: pb.GetConsumerConnectionsRequest,

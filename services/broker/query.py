@@ -2,6 +2,10 @@
 """``pocketmq.broker.v1.MessageQuery``: find messages for operators - by commit log offset (what
 an offset message id decodes to), by key or unique id through the message index, and a page of
 one queue. Reads run in a worker thread (they touch the files); masters and slaves answer alike.
+
+A unique message id asked for without a topic is probed in the index once per topic of the
+store (one hash-slot probe each; see docs/message-index.md), bounded below by the time a
+RocketMQ 5 SDK id carries.
 """
 
 from __future__ import annotations
@@ -13,9 +17,12 @@ import grpc
 
 from pocketmq.broker.v1 import broker_pb2 as pb
 from pocketmq.broker.v1 import broker_pb2_grpc
+from pocketmq.wire.msgid import uniq_id_time_ms
+from pocketmq.wire.names import SYSTEM_TOPICS
 from services.broker import validation as v
 from services.broker.pull import to_message_ext
 from services.broker.storage.consumequeue import FILLER_SIZE
+from services.broker.storage.record import MessageRecord
 from services.common.errors import InvalidArgumentError, NotFoundError, grpc_method
 
 if TYPE_CHECKING:
@@ -32,6 +39,17 @@ MAX_BROWSE_NUM = 256
 DEFAULT_BROWSE_NUM = 32
 #: Consume queue entries a browse looks at to fill one page (filler / deleted entries skipped).
 BROWSE_SCAN = 4096
+#: A message is stored after its SDK made its id: index files older than the id's time less a
+#: day (the Java SDK's zone, clock skew) are skipped. No upper bound (timer messages are
+#: stored again when due, with the same id).
+UNIQ_TIME_SLACK_MS = 24 * 3600 * 1000
+#: Prefixes of broker-made topics (retries, dead letters, revive log, timer): a message found by
+#: its unique id there is listed after the one in its own topic.
+_INTERNAL_PREFIXES = ("%RETRY%", "%DLQ%", "rmq_sys_", "RMQ_SYS_")
+
+
+def _internal(topic: str) -> bool:
+    return topic in SYSTEM_TOPICS or topic.startswith(_INTERNAL_PREFIXES)
 
 
 class MessageQueryServicer(broker_pb2_grpc.MessageQueryServicer):  # type: ignore[misc]
@@ -57,7 +75,8 @@ class MessageQueryServicer(broker_pb2_grpc.MessageQueryServicer):  # type: ignor
 
     @grpc_method
     async def QueryMessage(self, request: pb.QueryMessageRequest, context: Ctx) -> pb.QueryMessageResponse:
-        v.validate_topic(request.topic)
+        if request.topic or not request.unique_key:
+            v.validate_topic(request.topic)
         if not request.key:
             raise InvalidArgumentError("key must not be empty")
         begin = request.begin_timestamp_ms
@@ -71,11 +90,31 @@ class MessageQueryServicer(broker_pb2_grpc.MessageQueryServicer):  # type: ignor
         index = store.index
         if index is None:
             return pb.QueryMessageResponse(max_offset=store.max_offset, index_enabled=False)
-        records = await asyncio.to_thread(store.query_by_key, request.topic, request.key, begin, end, limit,
-                                          request.unique_key)
+        if request.topic:
+            records = await asyncio.to_thread(store.query_by_key, request.topic, request.key, begin, end,
+                                              limit, request.unique_key)
+        else:
+            born = uniq_id_time_ms(request.key)
+            if born is not None and not request.begin_timestamp_ms:
+                begin = max(0, born - UNIQ_TIME_SLACK_MS)
+            records = await asyncio.to_thread(self._find_unique, request.key, begin, end, limit)
         return pb.QueryMessageResponse(messages=[to_message_ext(r) for r in records],
                                        indexed_offset=index.indexed_offset, max_offset=store.max_offset,
                                        index_enabled=True)
+
+    def _find_unique(self, key: str, begin: int, end: int, limit: int) -> list[MessageRecord]:
+        """Messages whose unique id is ``key`` in any topic of the store: one index probe per
+        topic, candidates read and checked; messages of user topics first, newest first."""
+        store = self.app.store
+        index = store.index
+        assert index is not None
+        candidates: dict[int, None] = {}
+        for topic in store.topics():
+            candidates.update(dict.fromkeys(index.lookup(topic, key, begin, end, limit + 16)))
+        found = [r for r in store.read_messages(candidates)
+                 if r is not None and r.uniq_key == key and begin <= r.store_timestamp <= end]
+        found.sort(key=lambda r: (_internal(r.topic), -r.store_timestamp, r.physical_offset))
+        return found[:limit]
 
     @grpc_method
     async def BrowseMessages(self, request: pb.BrowseMessagesRequest,

@@ -65,7 +65,13 @@ NAMESRV_CHANNEL_OPTIONS: list[tuple[str, int]] = [
 ]
 
 TopicSnapshot = Callable[[], tuple[common_pb2.DataVersion, list[common_pb2.TopicConfig]]]
+#: ``base version -> (version, changed topics, deleted topic names)`` since ``base``, or None when
+#: only the whole table can tell (see TopicConfigManager.changes_since).
+TopicDelta = Callable[[common_pb2.DataVersion],
+                      tuple[common_pb2.DataVersion, list[common_pb2.TopicConfig], list[str]] | None]
 MasterCallback = Callable[[str, str], None]
+#: (base version, version, changed topics, deleted topic names) of an incremental registration.
+_Delta = tuple[common_pb2.DataVersion, common_pb2.DataVersion, list[common_pb2.TopicConfig], list[str]]
 #: ``(host, port) -> IP addresses`` of the host (no ports); raises when the host does not resolve.
 Resolver = Callable[[str, int], Awaitable[list[str]]]
 
@@ -160,6 +166,8 @@ class RegistrationOutcome:
     error: str = ""
     master_addr: str = ""
     master_ha_addr: str = ""
+    #: The NameServer did not apply an incremental registration (it holds another table).
+    topic_full_needed: bool = False
 
 
 class BrokerRegistrar:
@@ -192,8 +200,14 @@ class BrokerRegistrar:
         tls: ClientTls | None = None,
         credentials: Credentials | None = None,
         acl_snapshot: Callable[[], common_pb2.AclTable | None] | None = None,
+        topic_delta: TopicDelta | None = None,
     ) -> None:
-        """``tls``: the NameServers speak TLS (None = plaintext)."""
+        """``tls``: the NameServers speak TLS (None = plaintext). ``topic_delta``: the topic
+        changes since a version, for incremental registrations (``register_now(incremental=True)``)."""
+        self.topic_delta = topic_delta
+        #: NameServer address -> the topic table version it applied from this broker (only
+        #: NameServers that take incremental registrations).
+        self._topic_acked: dict[str, common_pb2.DataVersion] = {}
         self.tls = tls
         #: The broker group's ACL table to register (NameServers learn its users), if any.
         self.acl_snapshot = acl_snapshot
@@ -379,10 +393,17 @@ class BrokerRegistrar:
 
     # ------------------------------------------------------------ registration
 
-    def _request(self) -> namesrv_pb2.RegisterBrokerRequest:
-        version, topics = self.topic_snapshot()
+    def _request(self, delta: _Delta | None = None) -> namesrv_pb2.RegisterBrokerRequest:
+        """The registration: the whole topic table, or (``delta`` = base, version, changed,
+        deleted) the changes since the version ``base``."""
+        if delta is None:
+            version, topics = self.topic_snapshot()
+            base, deleted = None, None
+        else:
+            base, version, topics, deleted = delta
         ident = self.identity
         return namesrv_pb2.RegisterBrokerRequest(
+            topic_delta_base=base, deleted_topics=deleted,
             cluster_name=ident.cluster_name,
             broker_name=ident.broker_name,
             broker_id=ident.broker_id,
@@ -395,10 +416,15 @@ class BrokerRegistrar:
             acl_table=self.acl_snapshot() if self.acl_snapshot is not None else None,
         )
 
-    async def register_now(self) -> list[RegistrationOutcome]:
+    async def register_now(self, incremental: bool = False) -> list[RegistrationOutcome]:
         """Resolve the NameServer names, then register with every address in parallel (each
         step bounded by ``timeout_s``). Failures are logged with the NameServer's address;
-        never raises. Returns one outcome per NameServer address (empty after :meth:`stop`)."""
+        never raises. Returns one outcome per NameServer address (empty after :meth:`stop`).
+
+        ``incremental`` (a master after topic changes): a NameServer that applied an earlier
+        table of this broker gets only the topics changed since (the cost of a topic change
+        does not grow with the topic count); the others, and any that asks for it, the whole
+        table."""
         async with self._lock:
             if self._stopping.is_set():
                 return []
@@ -408,13 +434,24 @@ class BrokerRegistrar:
                 log.exception("cannot refresh the namesrv addresses")
             if not self._targets:
                 return []
+            full: list[namesrv_pb2.RegisterBrokerRequest] = []
+
+            def full_request() -> namesrv_pb2.RegisterBrokerRequest:
+                if not full:
+                    full.append(self._request())
+                return full[0]
+
+            deltas: dict[str, namesrv_pb2.RegisterBrokerRequest] = {}
             try:
-                request = self._request()
+                if incremental and self.topic_delta is not None and self.identity.is_master:
+                    deltas = self._delta_requests()
+                if len(deltas) < len(self._targets):
+                    full_request()
             except Exception:
                 log.exception("cannot build the registration (topic snapshot failed)")
                 return []
             outcomes = await asyncio.gather(
-                *(self._register_one(addr, request) for addr in self._targets)
+                *(self._register_addr(addr, deltas.get(addr), full_request) for addr in self._targets)
             )
             self.rounds += 1
             for outcome in outcomes:
@@ -423,11 +460,43 @@ class BrokerRegistrar:
                 self._learn_master(outcomes)
             return list(outcomes)
 
+    def _delta_requests(self) -> dict[str, namesrv_pb2.RegisterBrokerRequest]:
+        """Incremental registrations for the NameServers that applied an earlier table (one
+        per base version)."""
+        assert self.topic_delta is not None
+        by_base: dict[tuple[int, int], namesrv_pb2.RegisterBrokerRequest | None] = {}
+        out: dict[str, namesrv_pb2.RegisterBrokerRequest] = {}
+        for addr in self._targets:
+            base = self._topic_acked.get(addr)
+            if base is None:
+                continue
+            key = (base.timestamp, base.counter)
+            if key not in by_base:
+                changes = self.topic_delta(base)
+                by_base[key] = None if changes is None else self._request((base, *changes))
+            request = by_base[key]
+            if request is not None:
+                out[addr] = request
+        return out
+
+    async def _register_addr(self, addr: str, delta: namesrv_pb2.RegisterBrokerRequest | None,
+                             full_request: Callable[[], namesrv_pb2.RegisterBrokerRequest],
+                             ) -> RegistrationOutcome:
+        """Register with one NameServer: incrementally when ``delta`` is given and it applies
+        there, else with the whole table."""
+        if delta is not None:
+            outcome = await self._register_one(addr, delta)
+            if not outcome.ok or not outcome.topic_full_needed:
+                return outcome
+            log.info("namesrv asks for the whole topic table", extra={"namesrv": addr})
+        return await self._register_one(addr, full_request())
+
     async def _register_one(
         self, addr: str, request: namesrv_pb2.RegisterBrokerRequest
     ) -> RegistrationOutcome:
         start = time.monotonic()
         fields = {"namesrv": addr, "broker": self.identity.broker_name, "broker_id": self.identity.broker_id}
+        self._topic_acked.pop(addr, None)  # unknown until it answers
         try:
             reply = await self._stubs[addr].RegisterBroker(request, timeout=self.timeout_s)
         except grpc.aio.AioRpcError as exc:
@@ -447,8 +516,11 @@ class BrokerRegistrar:
             log.info("registered with namesrv", extra={**fields, "elapsed_ms": round(elapsed * 1000)})
         else:
             log.debug("registered with namesrv", extra=fields)
+        if reply.topic_delta_supported and not reply.topic_full_needed:
+            self._topic_acked[addr] = request.topic_config_version
         return RegistrationOutcome(addr, True, elapsed, master_addr=reply.master_addr,
-                                   master_ha_addr=reply.ha_server_addr)
+                                   master_ha_addr=reply.ha_server_addr,
+                                   topic_full_needed=reply.topic_full_needed)
 
     def _learn_master(self, outcomes: Sequence[RegistrationOutcome]) -> None:
         votes = collections.Counter(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import struct
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import MappingProxyType
@@ -113,7 +114,12 @@ class SendService:
 
     def msg_ids(self, physical_offsets: Sequence[int]) -> list[str]:
         prefix = self._msg_id_prefix
-        return [f"{prefix}{offset:016X}" for offset in physical_offsets]
+        n = len(physical_offsets)
+        if n < 4:
+            return [f"{prefix}{offset:016X}" for offset in physical_offsets]
+        # A batch: every offset in hex at once (one pack and one hex() for the batch), then cut.
+        digits = struct.pack(f">{n}Q", *physical_offsets).hex().upper()
+        return [prefix + digits[i:i + 16] for i in range(0, 16 * n, 16)]
 
     # -- checks -----------------------------------------------------------------------------
 

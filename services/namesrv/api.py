@@ -188,6 +188,9 @@ class NameServerServicer(namesrv_pb2_grpc.NameServerServicer):  # type: ignore[m
             topic_configs=request.topic_configs,
             metrics_addr=request.metrics_addr,
             broker_role=request.broker_role,
+            delta_base=(DataVersion(request.topic_delta_base.timestamp, request.topic_delta_base.counter)
+                        if request.HasField("topic_delta_base") else None),
+            deleted_topics=request.deleted_topics,
         )
         try:
             result = self.table.register(reg)
@@ -209,6 +212,7 @@ class NameServerServicer(namesrv_pb2_grpc.NameServerServicer):  # type: ignore[m
             self.metrics.topic_updates.inc()
             log.info("topic config updated", extra={
                 **fields, "topics": len(request.topic_configs),
+                "deleted": len(request.deleted_topics), "incremental": reg.delta_base is not None,
                 "data_version": f"{version.timestamp}/{version.counter}",
             })
         if request.HasField("acl_table"):
@@ -218,6 +222,8 @@ class NameServerServicer(namesrv_pb2_grpc.NameServerServicer):  # type: ignore[m
             master_addr=result.master_addr,
             ha_server_addr=result.master_ha_addr,
             order_topic_config=self.kv.namespace(ORDER_TOPIC_CONFIG),
+            topic_delta_supported=True,
+            topic_full_needed=result.topic_full_needed,
         )
 
     @observed

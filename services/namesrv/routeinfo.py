@@ -137,6 +137,10 @@ class Registration:
     topic_configs: Iterable[TopicConfigLike] = ()
     metrics_addr: str = ""
     broker_role: str = ""
+    #: Incremental: ``topic_configs`` are the topics changed since the table had this version,
+    #: ``deleted_topics`` those deleted since (None: ``topic_configs`` is the whole table).
+    delta_base: DataVersion | None = None
+    deleted_topics: Iterable[str] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,6 +154,8 @@ class RegisterResult:
     topics_updated: bool = False
     #: Broker addresses whose entries this registration replaced (e.g. an old master).
     displaced: tuple[str, ...] = ()
+    #: An incremental registration did not match the table held: the broker must register in full.
+    topic_full_needed: bool = False
 
 
 class RouteConflictError(ValueError):
@@ -261,11 +267,18 @@ class RouteTable:
                     self.broker_live_table.pop(old_addr, None)
         first = first or old_addr is None
 
-        topics_updated = False
+        topics_updated = full_needed = False
         if reg.broker_id == MASTER_ID:
             source = (addr, reg.data_version)
             meta = self._groups[reg.broker_name]
-            if first or meta.topic_source != source:
+            if reg.delta_base is not None:
+                if first or meta.topic_source != (addr, reg.delta_base):
+                    full_needed = meta.topic_source != source
+                else:
+                    self._apply_topic_delta(reg.broker_name, reg.topic_configs, reg.deleted_topics)
+                    meta.topic_source = source
+                    topics_updated = changed = True
+            elif first or meta.topic_source != source:
                 self._replace_topics(reg.broker_name, reg.topic_configs)
                 meta.topic_source = source
                 topics_updated = True
@@ -294,22 +307,40 @@ class RouteTable:
             live = self.broker_live_table.get(candidate) if candidate else None
             if candidate and live is not None:
                 master_addr, master_ha = candidate, live.ha_server_addr
-        return RegisterResult(master_addr, master_ha, prev_live is None, topics_updated, tuple(displaced))
+        return RegisterResult(master_addr, master_ha, prev_live is None, topics_updated, tuple(displaced),
+                              full_needed)
 
-    def _replace_topics(self, broker_name: str, configs: Iterable[TopicConfigLike]) -> None:
-        meta = self._groups[broker_name]
-        seen: set[str] = set()
+    def _put_queue_data(self, broker_name: str, configs: Iterable[TopicConfigLike]) -> set[str]:
+        """Set the group's queue data of each topic of ``configs``; their names."""
+        names: set[str] = set()
+        drained = broker_name in self.drained
         for tc in configs:
             name = tc.topic_name
-            seen.add(name)
-            perm = tc.perm & ~PERM_WRITE if broker_name in self.drained else tc.perm
+            names.add(name)
+            perm = tc.perm & ~PERM_WRITE if drained else tc.perm
             self.topic_queue_table.setdefault(name, {})[broker_name] = QueueData(
                 broker_name, tc.read_queue_nums, tc.write_queue_nums, perm, tc.topic_sys_flag,
                 tc.attributes.get(MESSAGE_TYPE_ATTRIBUTE, ""),
             )
+        return names
+
+    def _replace_topics(self, broker_name: str, configs: Iterable[TopicConfigLike]) -> None:
+        meta = self._groups[broker_name]
+        seen = self._put_queue_data(broker_name, configs)
         for gone in meta.topics - seen:
             self._remove_queue_data(gone, broker_name)
         meta.topics = seen
+
+    def _apply_topic_delta(self, broker_name: str, configs: Iterable[TopicConfigLike],
+                           deleted: Iterable[str]) -> None:
+        """An incremental registration: the changed topics and the deleted ones only (the cost
+        of a change does not grow with the broker's topic count)."""
+        meta = self._groups[broker_name]
+        meta.topics |= self._put_queue_data(broker_name, configs)
+        for gone in deleted:
+            if gone in meta.topics:
+                meta.topics.discard(gone)
+                self._remove_queue_data(gone, broker_name)
 
     def _remove_queue_data(self, topic: str, broker_name: str) -> None:
         queues = self.topic_queue_table.get(topic)

@@ -89,6 +89,10 @@ def validate_register(req: Any, max_topics: int) -> None:
                                      "(maxTopicsPerRegistration)")
     if not _topic_table_ok(req.topic_configs):
         _explain_topic_table(req.topic_configs)
+    if req.deleted_topics and not req.HasField("topic_delta_base"):
+        raise _fail("deleted_topics", "only an incremental registration (topic_delta_base) deletes topics")
+    for i, name in enumerate(req.deleted_topics):
+        check_topic(f"deleted_topics[{i}]", name)
 
 
 _TOPIC_LINES_RE = re.compile(rf"(?:{NAME_CHARSET}{{1,{MAX_NAME_LENGTH}}}\n)*")

@@ -25,6 +25,8 @@ NAMESPACE = "mq"
 KUBE_VERSIONS = ("1.30", "1.33")
 
 Obj = dict[str, Any]
+#: The label a broker sets on its own pod (services.broker.k8s_labels).
+ROLE_LABEL = "pocketmq.io/role"
 #: broker.haAuth.value of the "ha-auth" value set.
 HA_AUTH_VALUE = "9f4c1e7a2b8d6035-helm-ha-auth"
 
@@ -37,6 +39,10 @@ VALUE_SETS: dict[str, Obj] = {
     "sync-master": {"broker": {"masterRole": "SYNC_MASTER", "flushDiskType": "SYNC_FLUSH",
                                "config": {"slaveTimeout": 3000, "haSlaveFallbehindMax": 268435456}}},
     "metrics-off": {"metrics": {"enabled": False}},
+    # the default is controllerMode kubernetes; the other two modes
+    "static-roles": {"broker": {"controllerMode": "none", "slavesPerGroup": 2}},
+    "etcd-controller": {"broker": {"controllerMode": "etcd", "masterRole": "SYNC_MASTER", "controller": {
+        "etcdEndpoints": "etcd-0.etcd:2379;etcd-1.etcd:2379;etcd-2.etcd:2379"}}},
     # the HA port authenticated with a Secret the chart generates
     "ha-auth": {"broker": {"slavesPerGroup": 2, "haAuth": {"create": True, "value": HA_AUTH_VALUE}}},
     # TLS on every port from an existing Secret, mutual TLS, scraped by a ServiceMonitor over HTTPS
@@ -159,7 +165,10 @@ class Manifests:
     def pods(self) -> list[PodTemplate]:
         """Every pod the workloads would create, named and labelled as their controllers do:
         ``<statefulset>-<ordinal>`` with ``statefulset.kubernetes.io/pod-name`` and
-        ``apps.kubernetes.io/pod-index``; ``<deployment>-<hash>-<n>`` with ``pod-template-hash``."""
+        ``apps.kubernetes.io/pod-index``; ``<deployment>-<hash>-<n>`` with ``pod-template-hash``.
+        Broker pods also carry the role label each broker sets on its own pod at run time
+        (``pocketmq.io/role``), as when ordinal 0 is the master (always so with controllerMode
+        none; under a controller whichever pod holds the lease: see :func:`with_master`)."""
         pods = []
         for t in self.pod_templates():
             if t.owner_kind == "Pod":
@@ -173,6 +182,8 @@ class Manifests:
                     name = f"{t.owner_name}-{i}"
                     labels["statefulset.kubernetes.io/pod-name"] = name
                     labels["apps.kubernetes.io/pod-index"] = str(i)
+                    if labels.get("app.kubernetes.io/component") == "broker":
+                        labels[ROLE_LABEL] = "master" if i == 0 else "slave"
                     pods.append(dataclasses.replace(t, metadata=meta, name=name, ordinal=i))
                 else:
                     labels["pod-template-hash"] = "5d8f7c9b6"
@@ -218,6 +229,20 @@ def lint(values: Mapping[str, Any] | None, kube_version: str) -> list[str]:
 
 def default_values() -> Obj:
     return _chart().values
+
+
+def with_master(pods: list[PodTemplate], master: str) -> list[PodTemplate]:
+    """``pods`` with the role labels as brokers set them when pod ``master`` holds its group's
+    lease (the other pods of its StatefulSet are slaves)."""
+    owner = next(p.owner_name for p in pods if p.name == master)
+    out = []
+    for p in pods:
+        if p.owner_name == owner:
+            meta = copy.deepcopy(p.metadata)
+            meta["labels"][ROLE_LABEL] = "master" if p.name == master else "slave"
+            p = dataclasses.replace(p, metadata=meta)
+        out.append(p)
+    return out
 
 
 def selector_matches(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:

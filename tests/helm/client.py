@@ -54,6 +54,11 @@ def status(addr: str) -> bpb.BrokerStatus:
         return stub.GetBrokerStatus(bpb.GetBrokerStatusRequest(), timeout=TIMEOUT)
 
 
+def ha_status(addr: str) -> bpb.HAStatus:
+    with broker(addr) as stub:
+        return stub.GetHAStatus(bpb.GetHAStatusRequest(), timeout=TIMEOUT)
+
+
 def create_topic(addr: str, topic: str, queues: int) -> None:
     config = common_pb2.TopicConfig(topic_name=topic, read_queue_nums=queues, write_queue_nums=queues,
                                     perm=PERM_READ_WRITE)

@@ -19,6 +19,7 @@ from apache.rocketmq.v2 import service_pb2 as v2s
 from apache.rocketmq.v2 import service_pb2_grpc as v2_grpc
 from pocketmq.broker.v1 import broker_pb2 as bpb
 from pocketmq.wire.auth import Credentials
+from tests.fake_apiserver import FakeApiServer
 from tests.helm import client
 from tests.helm.chart import CHART_DIR, NAMESPACE, Manifests, render
 from tests.helm.localpods import LocalCluster, LocalPod
@@ -68,12 +69,12 @@ def chart_credentials(manifests: Manifests) -> Credentials | None:
 
 
 @contextlib.contextmanager
-def running_cluster(values: dict[str, Any],
-                    tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+def running_cluster(values: dict[str, Any], tmp_path_factory: pytest.TempPathFactory,
+                    api_server: FakeApiServer | None = None) -> Iterator[LocalCluster]:
     """The chart rendered with ``values``, started as local pods (:func:`start_cluster`), stopped
-    on exit."""
+    on exit; ``api_server``: the Kubernetes API the pods use (localpods.py, emulation 6)."""
     manifests = render(values)
-    local = LocalCluster(manifests, tmp_path_factory.mktemp("pods"), NAMESPACE)
+    local = LocalCluster(manifests, tmp_path_factory.mktemp("pods"), NAMESPACE, api_server=api_server)
     client.CREDENTIALS = chart_credentials(manifests)
     try:
         start_cluster(local)
@@ -164,12 +165,14 @@ def dashboard() -> dict[str, Any]:
     return data
 
 
-def dashboard_targets() -> list[Any]:
-    """One pytest param per query of the shipped dashboard."""
+def dashboard_targets(controller: bool = False) -> list[Any]:
+    """One pytest param per query of the shipped dashboard; the failover controller's panels
+    (pocketmq_controller_*, empty under controllerMode none) only with ``controller``."""
     params = []
     for panel in dashboard()["panels"]:
         for target in panel.get("targets", []):
-            params.append(pytest.param(target["expr"], id=f"{panel['title']}/{target['refId']}"))
+            if ("pocketmq_controller_" in target["expr"]) == controller:
+                params.append(pytest.param(target["expr"], id=f"{panel['title']}/{target['refId']}"))
     return params
 
 

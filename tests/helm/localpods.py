@@ -6,7 +6,7 @@ the kubelet's semantics (downward API, ``$(VAR)`` expansion, the image's ``ENV``
 Dockerfile), readiness judged by the rendered gRPC readiness probe, and termination by SIGTERM
 with the pod's ``terminationGracePeriodSeconds``. What a cluster provides and a laptop does not is
 emulated by five rewrites, applied to argv, env values and mounted files alike, and recorded per
-pod (:attr:`LocalPod.rewrites`):
+pod (:attr:`LocalPod.rewrites`), and optionally a sixth piece (6):
 
 1. **Pod network.** Every pod gets its own loopback address (127.x.y.n) as its pod IP, and a bind
    to ``0.0.0.0`` (all of the pod's interfaces) becomes a bind to that address, so all pods use
@@ -30,6 +30,12 @@ pod (:attr:`LocalPod.rewrites`):
    list the registrar would get from DNS with every selected pod ready. This tests that the
    chart's brokers name every NameServer; the registrar's own resolution (and its following of
    pods that come and go) is tested in tests/integration/namesrv/test_resolution.py.
+6. **Kubernetes API** (only with ``api_server``, a :class:`tests.fake_apiserver.FakeApiServer`).
+   In a pod the API server is reached in-cluster with the ServiceAccount's token; here every pod
+   gets ``POCKETMQ_CONTROLLER_K8S_API_SERVER`` naming the fake instead (recorded as a rewrite),
+   the fake holds every workload pod with its template's labels, and Service selection (DNS,
+   scrape targets) uses the labels the pods have there now, so a Service selecting
+   ``pocketmq.io/role: master`` follows the broker that labelled itself master.
 """
 
 from __future__ import annotations
@@ -51,7 +57,8 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from tests.helm.chart import ROOT, Manifests, PodTemplate, selector_matches
+from tests.fake_apiserver import FakeApiServer
+from tests.helm.chart import ROLE_LABEL, ROOT, Manifests, PodTemplate, selector_matches
 from tests.helm.podenv import container_argv, container_env
 
 DOCKERFILE = ROOT / "Dockerfile"
@@ -148,8 +155,10 @@ class LocalCluster:
 
     def __init__(self, manifests: Manifests, workdir: Path, namespace: str,
                  cluster_domain: str = "cluster.local", subnet: str | None = None,
-                 keep_mount_paths: bool = False) -> None:
+                 keep_mount_paths: bool = False, api_server: FakeApiServer | None = None) -> None:
         self.manifests = manifests
+        #: Emulation 6 (the Kubernetes API), or None.
+        self.api_server = api_server
         #: Leave mountPaths as written (no rewrite 3): for pods run as containers that mount
         #: each :attr:`LocalPod.mounts` directory at its mountPath.
         self.keep_mount_paths = keep_mount_paths
@@ -164,6 +173,10 @@ class LocalCluster:
         templates = manifests.pods()
         for n, template in enumerate(templates, start=10):
             self.pods.append(LocalPod(template, f"{subnet}.{n}", workdir / template.name))
+        if api_server is not None:
+            for pod in self.workload_pods():  # as created: without the labels brokers set at run time
+                labels = {k: v for k, v in pod.template.labels.items() if k != ROLE_LABEL}
+                api_server.add_pod(namespace, pod.name, labels)
         self.dns = self._dns_table()
 
     # -- lookup -------------------------------------------------------------------------------
@@ -177,9 +190,15 @@ class LocalCluster:
     def workload_pods(self) -> list[LocalPod]:
         return [p for p in self.pods if p.template.owner_kind != "Pod"]
 
+    def labels(self, pod: LocalPod) -> Mapping[str, str]:
+        """The pod's labels now: the fake API server's (emulation 6), else its template's."""
+        if self.api_server is not None and (self.namespace, pod.name) in self.api_server.pods:
+            return self.api_server.pod_labels(self.namespace, pod.name)
+        return pod.template.labels
+
     def _selected(self, selector: Mapping[str, str]) -> list[LocalPod]:
         return [p for p in self.pods if p.template.owner_kind != "Pod"
-                and selector_matches({"matchLabels": dict(selector)}, p.template.labels)]
+                and selector_matches({"matchLabels": dict(selector)}, self.labels(p))]
 
     # -- DNS ----------------------------------------------------------------------------------
 
@@ -229,6 +248,8 @@ class LocalCluster:
 
     def resolve(self, name: str, port: int | None = None) -> str:
         """``name[:port]`` -> ``ip[:target port]`` as a client in the namespace would reach it."""
+        if self.api_server is not None:  # labels change at run time
+            self.dns = self._dns_table()
         if name not in self.dns:
             raise ClusterError(f"{name!r} does not resolve")
         service, pods = self.dns[name]
@@ -242,6 +263,8 @@ class LocalCluster:
     def resolve_all(self, name: str, port: int | None = None) -> list[str]:
         """Every address ``name[:port]`` resolves to: one per selected pod for a headless Service
         (its A records, all pods taken as ready), else the one :meth:`resolve` gives."""
+        if self.api_server is not None:
+            self.dns = self._dns_table()
         if name not in self.dns:
             raise ClusterError(f"{name!r} does not resolve")
         service, pods = self.dns[name]
@@ -335,6 +358,10 @@ class LocalCluster:
         pod.spec_env = {k: self._rewrite(pod, v, mounts, f"env {k}", namesrv_list=k == NAMESRV_LIST_ENV)
                         for k, v in spec_env.items()}
         pod.env = {**self.image_env, "HOSTNAME": pod.name, "HOME": str(pod.dir), **pod.spec_env}
+        if self.api_server is not None:
+            pod.env["POCKETMQ_CONTROLLER_K8S_API_SERVER"] = self.api_server.url
+            pod.rewrites.append(f"Kubernetes API: POCKETMQ_CONTROLLER_K8S_API_SERVER={self.api_server.url} "
+                                "(in a pod: in-cluster)")
         pod.argv = []
         for i, arg in enumerate(argv):
             flag, eq, value = arg.partition("=")

@@ -72,3 +72,39 @@ def test_dashboard_and_alerts_use_only_contract_metrics() -> None:
     (rule,) = render({"metrics": {"prometheusRule": {"enabled": True}}}).of_kind("PrometheusRule")
     used |= {n for g in rule["spec"]["groups"] for r in g["rules"] for n in _PROMQL_NAME.findall(r["expr"])}
     assert used - contract == set()
+
+
+def test_dashboard_has_the_failover_panels_issue_16_asks_for() -> None:
+    titles = " | ".join(p["title"] for p in load()["panels"]).lower()
+    for needle in ("current master per group", "epoch", "syncstateset size", "failovers",
+                   "time since last failover", "lease renew latency"):
+        assert needle in titles, needle
+
+
+def test_controller_panels_query_series_the_broker_exports(tmp_path: Any) -> None:
+    """Every pocketmq_controller_* name of the dashboard is a sample the broker's controller
+    collector really exposes (its exposition text, counters with their _total suffix)."""
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from services.broker.config import BrokerConfig
+    from services.broker.controller.dcs import EtcdDcs
+    from services.broker.controller.metrics import ControllerCollector
+    from services.broker.controller.runner import Controller
+    from services.broker.storage.config import StoreConfig
+
+    cfg = BrokerConfig(broker_id=2, controller_mode="etcd")
+    controller = Controller(cfg, StoreConfig(store_path_root_dir=str(tmp_path)), None,
+                            dcs=EtcdDcs("127.0.0.1:1", "c", "g", 3, 1.0))
+    registry = CollectorRegistry()
+    registry.register(ControllerCollector(controller))
+    exposition = generate_latest(registry).decode()
+    samples = {s.name: s.labels for family in text_string_to_metric_families(exposition)
+               for s in family.samples}
+    exported = set(samples)
+    used = {n for _, t in targets(load()) for n in _PROMQL_NAME.findall(t["expr"])
+            if n.startswith("pocketmq_controller_")}
+    assert len(used) == 6, used
+    assert used <= exported, used - exported
+    for name in used:  # the labels the panels group and join by
+        assert {"cluster", "broker", "member"} <= set(samples[name]), name

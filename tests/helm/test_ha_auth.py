@@ -113,7 +113,7 @@ def test_existing_secret_reaches_the_brokers_parser(tmp_path: Any) -> None:
         with pytest.raises(KeyError, match="pocketmq-ha"):  # no Secret: the kubelet would not start it
             container_env(c, pod_obj, secrets={})
         env = container_env(c, pod_obj, secrets=operator_secret)
-        final_env = {**env, **k8s_env.broker_environment(env["POD_NAME"])}
+        final_env = {**env, **k8s_env.broker_environment(env["POD_NAME"], env["POCKETMQ_CONTROLLER_MODE"])}
         mounts = write_config_maps(m, pod, c, tmp_path / pod.name)
         args = build_parser().parse_args(localise(container_argv(c, env)[6:], mounts))
         broker, _ = from_arguments(args, SECTIONS, environ=final_env)

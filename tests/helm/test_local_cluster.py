@@ -47,7 +47,9 @@ VALUES: dict[str, Any] = {
     # A short readiness warm-up: the NameServers' readiness probe (their NameServer health
     # service) passes only after it, which start_cluster waits for.
     "namesrv": {"readinessWarmUpSeconds": 2},
-    "broker": {"groups": 2, "slavesPerGroup": 1},
+    # static roles: these tests check the ordinal -> identity mapping (failover under
+    # controllerMode kubernetes: test_local_cluster_k8s.py)
+    "broker": {"groups": 2, "slavesPerGroup": 1, "controllerMode": "none"},
     "metrics": {"serviceMonitor": {"enabled": True, "interval": "1s"}, "prometheusRule": {"enabled": True}},
 }
 

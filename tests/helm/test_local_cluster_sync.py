@@ -33,7 +33,7 @@ pytestmark = pytest.mark.slow
 VALUES: dict[str, Any] = {
     # the StatefulSet kind (not the default): brokers name the NameServer pod by its stable name
     "namesrv": {"kind": "StatefulSet", "replicas": 1, "readinessWarmUpSeconds": 1},
-    "broker": {"groups": 1, "slavesPerGroup": 2, "masterRole": "SYNC_MASTER",
+    "broker": {"groups": 1, "slavesPerGroup": 2, "masterRole": "SYNC_MASTER", "controllerMode": "none",
                "haAuth": {"create": True, "value": HA_AUTH_VALUE}},
     "metrics": {"serviceMonitor": {"enabled": True, "interval": "1s"}, "prometheusRule": {"enabled": True}},
 }

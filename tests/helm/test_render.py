@@ -11,7 +11,7 @@ import jsonschema
 import kubernetes_validate
 import pytest
 
-from tests.helm.chart import KUBE_VERSIONS, VALUE_SETS, lint, render
+from tests.helm.chart import KUBE_VERSIONS, RELEASE, VALUE_SETS, lint, render
 
 #: The prometheus-operator CRD kinds have no schema in kubernetes-validate; these are our own
 #: strict subsets of monitoring.coreos.com/v1 (only the fields the chart may emit are allowed).
@@ -128,6 +128,12 @@ def test_every_value_set_renders_the_expected_kinds() -> None:
     ({"broker": {"namesrvAddr": "no-port"}}, "/broker/namesrvAddr"),
     ({"tls": {"enabled": True}}, "/tls/existingSecret"),
     ({"tls": {"enabled": True, "existingSecret": "s", "mode": "permissive"}}, "mode"),
+    ({"broker": {"controllerMode": "zookeeper"}}, "/broker/controllerMode"),
+    ({"broker": {"controllerMode": "etcd"}}, "/broker/controller/etcdEndpoints"),
+    ({"broker": {"controller": {"etcdEndpoints": "no-port"}}}, "/broker/controller/etcdEndpoints"),
+    ({"broker": {"controller": {"leaseTtl": 1000}}}, "/broker/controller/leaseTtl"),
+    ({"broker": {"config": {"controllerMode": "none"}}}, "controllerMode"),
+    ({"broker": {"config": {"controllerK8sLeaseName": "x"}}}, "controllerK8sLeaseName"),
 ])
 def test_schema_rejects_invalid_values(values: dict[str, Any], message: str) -> None:
     with pytest.raises(helm.HelmError) as info:
@@ -138,4 +144,7 @@ def test_schema_rejects_invalid_values(values: dict[str, Any], message: str) -> 
 def test_notes_tell_how_to_find_the_master() -> None:
     notes = render({}).notes()
     assert "-L pocketmq.io/role" in notes
+    assert f"Lease {RELEASE}-pocketmq-broker-a-leader" in notes and "Automatic failover" in notes
+    static = render({"broker": {"controllerMode": "none"}}).notes()
+    assert "(pod -0 is the master)" in static and "Automatic failover" not in static
     assert "helm test pmq" in notes

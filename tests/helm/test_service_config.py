@@ -72,12 +72,21 @@ def test_every_broker_pod_loads_its_intended_identity(value_set: str, tmp_path: 
         assert argv[:3] == ["python", "-m", "services.broker.k8s_env"]
         exec_argv = argv[3:]
         assert exec_argv[:3] == ["python", "-m", "services.broker"]
-        final_env = {**env, **k8s_env.broker_environment(env["POD_NAME"])}
+        final_env = {**env, **k8s_env.broker_environment(env["POD_NAME"], env["POCKETMQ_CONTROLLER_MODE"])}
         mounts = write_config_maps(m, pod, c, tmp_path / pod.name)
         args = build_parser().parse_args(localise(exec_argv[3:], mounts))
         broker, store = from_arguments(args, SECTIONS, environ=final_env)
-        assert broker.broker_id == pod.ordinal, pod.name
-        assert broker.broker_role.name == (master_role if pod.ordinal == 0 else "SLAVE"), pod.name
+        mode = values.get("broker", {}).get("controllerMode", "kubernetes")
+        assert broker.controller_mode == mode
+        if mode == "none":
+            assert broker.broker_id == pod.ordinal, pod.name
+            assert broker.broker_role.name == (master_role if pod.ordinal == 0 else "SLAVE"), pod.name
+        else:  # every pod is a member (id ordinal + 1) that takes the master role with the lease
+            assert broker.broker_id == pod.ordinal + 1, pod.name
+            assert broker.broker_role.name == master_role, pod.name
+        if mode == "kubernetes":
+            assert broker.controller_k8s_lease_name == f"{pod.owner_name}-leader"
+            assert not broker.controller_k8s_api_server and not broker.controller_k8s_namespace
         assert broker.broker_name == pod.labels["pocketmq.io/broker-name"]
         assert broker.broker_cluster_name == pod.labels["pocketmq.io/cluster"]
         if values.get("broker", {}).get("advertise") == "podDNS":

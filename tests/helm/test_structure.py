@@ -21,6 +21,7 @@ from tests.helm.chart import (
     default_values,
     render,
     selector_matches,
+    with_master,
 )
 
 FULLNAME = f"{RELEASE}-pocketmq"
@@ -150,11 +151,28 @@ def test_namesrv_kind_defaults_to_deployment_and_explicit_override_wins() -> Non
 
 
 def test_client_service_selects_only_the_groups_master() -> None:
-    m = render(VALUE_SETS["three-groups-two-slaves"])
+    # controllerMode none: ordinal 0, by its pod name
+    m = render(VALUE_SETS["static-roles"])
     for name in groups_of(m):
         svc = m.get("Service", name)
+        assert svc["spec"]["selector"]["statefulset.kubernetes.io/pod-name"] == f"{name}-0"
         selected = m.pods_selected_by(svc["spec"]["selector"], plain_labels=True)
         assert [p.name for p in selected] == [f"{name}-0"]
+
+
+@pytest.mark.parametrize("value_set", ["three-groups-two-slaves", "etcd-controller"])
+def test_under_a_controller_the_client_service_follows_the_role_label(value_set: str) -> None:
+    m = render(VALUE_SETS[value_set])
+    for name in groups_of(m):
+        selector = m.get("Service", name)["spec"]["selector"]
+        assert selector["pocketmq.io/role"] == "master"
+        assert "statefulset.kubernetes.io/pod-name" not in selector
+        group_pods = [p for p in m.pods() if p.owner_name == name]
+        assert len(group_pods) > 1
+        for master in group_pods:  # whichever pod holds the lease, and only it
+            selected = [p.name for p in with_master(m.pods(), master.name)
+                        if selector_matches({"matchLabels": selector}, p.labels)]
+            assert selected == [master.name]
 
 
 # -- rollout triggers -------------------------------------------------------------------------
@@ -364,9 +382,61 @@ def test_only_broker_pods_get_a_token_and_the_role_allows_exactly_their_pods() -
             assert pod.spec["serviceAccountName"] == subject["name"]
             env = {e["name"]: e for e in pod.container()["env"]}
             assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
-    m = render({"broker": {"rbac": {"create": False}}})
+    m = render({"broker": {"rbac": {"create": False}, "controllerMode": "none"}})
     assert "Role" not in m.kinds()
     assert all(p.spec["automountServiceAccountToken"] is False for p in m.pod_templates())
+    # controllerMode kubernetes needs the token for its Lease even with your own RBAC
+    m = render({"broker": {"rbac": {"create": False}}})
+    assert "Role" not in m.kinds()
+    assert [p.spec["automountServiceAccountToken"] for p in m.pod_templates()
+            if p.labels["app.kubernetes.io/component"] == "broker"] == [True]
+
+
+def test_kubernetes_mode_role_allows_exactly_the_groups_leases() -> None:
+    m = render(VALUE_SETS["three-groups-two-slaves"])
+    role = m.get("Role", f"{FULLNAME}-broker-leases")
+    create, named = role["rules"]
+    for rule in role["rules"]:
+        assert rule["apiGroups"] == ["coordination.k8s.io"] and rule["resources"] == ["leases"]
+    assert create["verbs"] == ["create"] and "resourceNames" not in create
+    assert sorted(named["verbs"]) == ["get", "list", "patch", "update", "watch"]
+    leases = [f"{FULLNAME}-broker-{g}-leader" for g in "abc"]
+    assert named["resourceNames"] == [n for lease in leases for n in (lease, f"{lease}-members")]
+    binding = m.get("RoleBinding", f"{FULLNAME}-broker-leases")
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                  "name": role["metadata"]["name"]}
+    (subject,) = binding["subjects"]
+    for pod in m.pod_templates():
+        if pod.labels["app.kubernetes.io/component"] == "broker":
+            assert pod.spec["serviceAccountName"] == subject["name"]
+            assert pod.spec["automountServiceAccountToken"] is True
+    # the pods' own labels stay a separate, unchanged Role (the master Service selects by them)
+    assert m.get("Role", f"{FULLNAME}-broker-pod-labeler")["rules"][0]["resources"] == ["pods"]
+    for other in ("static-roles", "etcd-controller"):
+        names = {o["metadata"]["name"] for o in render(VALUE_SETS[other]).of_kind("Role")}
+        assert names == {f"{FULLNAME}-broker-pod-labeler"}, other
+
+
+@pytest.mark.parametrize(("value_set", "mode"), [("default", "kubernetes"), ("etcd-controller", "etcd"),
+                                                 ("static-roles", "none")])
+def test_controller_mode_reaches_every_broker(value_set: str, mode: str) -> None:
+    m = render(VALUE_SETS[value_set])
+    for name in groups_of(m):
+        conf = broker_conf(m, name)
+        env = {e["name"]: e.get("value") for e in m.get("StatefulSet", name)["spec"]["template"]["spec"][
+            "containers"][0]["env"]}
+        assert env["POCKETMQ_CONTROLLER_MODE"] == mode
+        assert "controllerMode" not in conf  # one owner: the environment (k8s_env reads it too)
+        if mode == "none":
+            assert not {k for k in conf if k.startswith("controller")}
+            continue
+        assert (conf["controllerLeaseTtl"], conf["controllerRenewInterval"]) == ("3000", "500")
+        if mode == "kubernetes":
+            assert conf["controllerK8sLeaseName"] == f"{name}-leader"
+            assert "controllerEtcdEndpoints" not in conf
+        else:
+            assert conf["controllerEtcdEndpoints"] == "etcd-0.etcd:2379;etcd-1.etcd:2379;etcd-2.etcd:2379"
+            assert "controllerK8sLeaseName" not in conf
 
 
 def test_store_is_a_persistent_volume_claim_per_broker() -> None:

@@ -36,7 +36,9 @@ pytestmark = [pytest.mark.image, pytest.mark.slow, pytest.mark.timeout(900)]
 #: One NameServer (ready as soon as it serves: no warm-up, so its start time is what is
 #: measured) and one group of master + slave.
 VALUES: dict[str, Any] = {"namesrv": {"replicas": 1, "readinessWarmUpSeconds": 0},
-                          "broker": {"groups": 1, "slavesPerGroup": 1}}
+                          "broker": {"groups": 1, "slavesPerGroup": 1,
+                                     # no API server next to the containers: static roles
+                                     "controllerMode": "none"}}
 TOPIC = "ImageE2E"
 MESSAGES = 200
 QUEUES = 4

@@ -675,12 +675,24 @@ class ConsumerOffsetEntry(_message.Message):
     def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
 
 class ConsumerOffsetTable(_message.Message):
-    __slots__ = ("data_version", "offsets")
+    __slots__ = ("data_version", "offsets", "reset_generations")
     DATA_VERSION_FIELD_NUMBER: _ClassVar[int]
     OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    RESET_GENERATIONS_FIELD_NUMBER: _ClassVar[int]
     data_version: _common_pb2.DataVersion
     offsets: _containers.RepeatedCompositeFieldContainer[ConsumerOffsetEntry]
-    def __init__(self, data_version: _Optional[_Union[_common_pb2.DataVersion, _Mapping]] = ..., offsets: _Optional[_Iterable[_Union[ConsumerOffsetEntry, _Mapping]]] = ...) -> None: ...
+    reset_generations: _containers.RepeatedCompositeFieldContainer[ResetGenerationEntry]
+    def __init__(self, data_version: _Optional[_Union[_common_pb2.DataVersion, _Mapping]] = ..., offsets: _Optional[_Iterable[_Union[ConsumerOffsetEntry, _Mapping]]] = ..., reset_generations: _Optional[_Iterable[_Union[ResetGenerationEntry, _Mapping]]] = ...) -> None: ...
+
+class ResetGenerationEntry(_message.Message):
+    __slots__ = ("consumer_group", "topic", "generation")
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    topic: str
+    generation: int
+    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., generation: _Optional[int] = ...) -> None: ...
 
 class GetAllDelayOffsetsRequest(_message.Message):
     __slots__ = ()

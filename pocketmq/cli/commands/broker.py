@@ -11,7 +11,7 @@ import typer
 
 from pocketmq.cli.common import ACCESS, BROKER, CLUSTER, Conn, FailedError, connected, results_rows
 from pocketmq.cli.output import human_bytes, ms_to_iso, print_json, stderr_console, stdout_console, table
-from pocketmq.wire.dcs import LEADER, SWITCHOVER, group_key
+from pocketmq.wire.dcs import LEADER, SWITCHOVER, group_key, k8s_lease_name
 
 app = typer.Typer(help="Broker status and replication.", no_args_is_help=True)
 
@@ -95,12 +95,35 @@ def broker_switchover(
     = "127.0.0.1:2379",
     to: Annotated[int, typer.Option("--to", help="The member (brokerId) to hand over to; 0 = the most "
                                     "up-to-date in-sync slave.")] = 0,
+    kubernetes: Annotated[bool, typer.Option("--kubernetes", help="The group runs with "
+                                             "controllerMode=kubernetes: use its Lease, not etcd.")] = False,
+    kube_api: Annotated[str, typer.Option("--kube-api", help="API server URL (default: the kubeconfig's).")]
+    = "",
+    kubeconfig: Annotated[str, typer.Option("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or "
+                                            "~/.kube/config).")] = "",
+    namespace: Annotated[str, typer.Option("--namespace", "-n", help="The Lease's namespace.")] = "default",
+    lease: Annotated[str, typer.Option("--lease", help="The group's Lease (controllerK8sLeaseName; default "
+                                       "pocketmq-<cluster>-<group>).")] = "",
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for the new master.")] = 30.0,
     output: Annotated[str, typer.Option("--output", "-o", help="table or json")] = "table",
 ) -> None:
-    """Planned switchover of a group under controllerMode=etcd: the master stops acknowledging,
-    lets the target catch up, hands it the leader lease and becomes a slave."""
-    result = asyncio.run(_switchover(etcd, cluster, group, to, timeout))
+    """Planned switchover of a group under controllerMode=etcd (or kubernetes): the master stops
+    acknowledging, lets the target catch up, hands it the leader lease and becomes a slave."""
+    if kubernetes:
+        from pocketmq.cli import k8s_switchover
+
+        try:
+            outcome = k8s_switchover.switchover(kube_api, kubeconfig, namespace,
+                                                lease or k8s_lease_name(cluster, group), to, timeout)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc)) from exc
+        if outcome is None:
+            stdout_console().print(f"[red]no new master within {timeout:g} s (see the master's log: the "
+                                   "target must be an in-sync slave)[/red]")
+            raise FailedError
+        result = {**outcome, "group": group}
+    else:
+        result = asyncio.run(_switchover(etcd, cluster, group, to, timeout))
     if output == "json":
         print_json(result)
     else:

@@ -67,10 +67,10 @@ COLUMNS = ["broker", "queue", "offset", "msg id", "stored", "tags", "keys", "bod
 @app.command("get")
 @connected(BROKER, ACCESS)
 def get(
-    msg_id: Annotated[str, typer.Argument(help="Offset message id (or, with --topic, a unique message id).")],
+    msg_id: Annotated[str, typer.Argument(help="Offset message id or unique (SDK) message id.")],
     topic: Annotated[str | None, typer.Option("--topic", "-t",
-                                              help="Look the id up as a unique message id in this topic "
-                                                   "when it is not an offset message id.")] = None,
+                                              help="Look a unique message id up in this topic only "
+                                                   "(default: every topic of every broker group).")] = None,
     broker_id: Annotated[int | None, typer.Option(
         "--broker-id", min=0, help="Read from this member of the group (0 = master).")] = None,
     body: BodyOpt = Body.text,

@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class RegisterBrokerRequest(_message.Message):
-    __slots__ = ("cluster_name", "broker_name", "broker_id", "broker_addr", "ha_server_addr", "topic_config_version", "topic_configs", "metrics_addr", "broker_role", "acl_table")
+    __slots__ = ("cluster_name", "broker_name", "broker_id", "broker_addr", "ha_server_addr", "topic_config_version", "topic_configs", "metrics_addr", "broker_role", "acl_table", "topic_delta_base", "deleted_topics")
     CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
     BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -19,6 +19,8 @@ class RegisterBrokerRequest(_message.Message):
     METRICS_ADDR_FIELD_NUMBER: _ClassVar[int]
     BROKER_ROLE_FIELD_NUMBER: _ClassVar[int]
     ACL_TABLE_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_DELTA_BASE_FIELD_NUMBER: _ClassVar[int]
+    DELETED_TOPICS_FIELD_NUMBER: _ClassVar[int]
     cluster_name: str
     broker_name: str
     broker_id: int
@@ -29,10 +31,12 @@ class RegisterBrokerRequest(_message.Message):
     metrics_addr: str
     broker_role: str
     acl_table: _common_pb2.AclTable
-    def __init__(self, cluster_name: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., broker_addr: _Optional[str] = ..., ha_server_addr: _Optional[str] = ..., topic_config_version: _Optional[_Union[_common_pb2.DataVersion, _Mapping]] = ..., topic_configs: _Optional[_Iterable[_Union[_common_pb2.TopicConfig, _Mapping]]] = ..., metrics_addr: _Optional[str] = ..., broker_role: _Optional[str] = ..., acl_table: _Optional[_Union[_common_pb2.AclTable, _Mapping]] = ...) -> None: ...
+    topic_delta_base: _common_pb2.DataVersion
+    deleted_topics: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, cluster_name: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., broker_addr: _Optional[str] = ..., ha_server_addr: _Optional[str] = ..., topic_config_version: _Optional[_Union[_common_pb2.DataVersion, _Mapping]] = ..., topic_configs: _Optional[_Iterable[_Union[_common_pb2.TopicConfig, _Mapping]]] = ..., metrics_addr: _Optional[str] = ..., broker_role: _Optional[str] = ..., acl_table: _Optional[_Union[_common_pb2.AclTable, _Mapping]] = ..., topic_delta_base: _Optional[_Union[_common_pb2.DataVersion, _Mapping]] = ..., deleted_topics: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class RegisterBrokerResponse(_message.Message):
-    __slots__ = ("master_addr", "ha_server_addr", "order_topic_config")
+    __slots__ = ("master_addr", "ha_server_addr", "order_topic_config", "topic_delta_supported", "topic_full_needed")
     class OrderTopicConfigEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -43,10 +47,14 @@ class RegisterBrokerResponse(_message.Message):
     MASTER_ADDR_FIELD_NUMBER: _ClassVar[int]
     HA_SERVER_ADDR_FIELD_NUMBER: _ClassVar[int]
     ORDER_TOPIC_CONFIG_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_DELTA_SUPPORTED_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FULL_NEEDED_FIELD_NUMBER: _ClassVar[int]
     master_addr: str
     ha_server_addr: str
     order_topic_config: _containers.ScalarMap[str, str]
-    def __init__(self, master_addr: _Optional[str] = ..., ha_server_addr: _Optional[str] = ..., order_topic_config: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    topic_delta_supported: bool
+    topic_full_needed: bool
+    def __init__(self, master_addr: _Optional[str] = ..., ha_server_addr: _Optional[str] = ..., order_topic_config: _Optional[_Mapping[str, str]] = ..., topic_delta_supported: _Optional[bool] = ..., topic_full_needed: _Optional[bool] = ...) -> None: ...
 
 class UnregisterBrokerRequest(_message.Message):
     __slots__ = ("cluster_name", "broker_name", "broker_id", "broker_addr")

@@ -13,14 +13,14 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import aetcd
 
 from pocketmq.wire.dcs import LEADER, MEMBERS, SWITCHOVER, SYNC_STATE_SET, group_key
 from services.common.config import parse_address
 
-__all__ = ["EtcdDcs", "Leader", "SyncStateSet"]
+__all__ = ["Dcs", "EtcdDcs", "Leader", "SyncStateSet"]
 
 log = logging.getLogger(__name__)
 
@@ -42,13 +42,35 @@ class SyncStateSet:
     members: frozenset[int]
 
 
+class Dcs(Protocol):
+    """What the controller (:mod:`.runner`) needs of a coordination service: implemented on etcd
+    (:class:`EtcdDcs`) and on Kubernetes Leases (:class:`.k8s_dcs.KubernetesDcs`)."""
+
+    ttl_s: float
+
+    async def leader(self) -> Leader | None: ...
+    async def campaign(self, broker_id: int, addr: str, ha_addr: str, floor: int = 0) -> int | None: ...
+    async def mark_ready(self, epoch: int, broker_id: int, addr: str, ha_addr: str) -> bool: ...
+    async def renew(self) -> bool: ...
+    async def resign(self) -> None: ...
+    async def publish_sync_state(self, state: SyncStateSet) -> bool: ...
+    async def sync_state(self) -> SyncStateSet | None: ...
+    async def publish_member(self, broker_id: int, max_offset: int, addr: str) -> None: ...
+    async def members(self) -> dict[int, int]: ...
+    async def switchover(self) -> int | None: ...
+    async def hand_over(self, target: int) -> None: ...
+    async def clear_switchover(self) -> None: ...
+    async def failed(self) -> None: ...
+    async def close(self) -> None: ...
+
+
 class EtcdDcs:
     """One member's view of its group's keys (see the module doc)."""
 
     def __init__(self, endpoints: str, cluster: str, group: str, ttl_s: int, timeout_s: float) -> None:
         self._endpoints = [e.strip() for e in endpoints.split(";") if e.strip()]
         self._cluster, self._group = cluster, group
-        self.ttl_s = ttl_s
+        self.ttl_s: float = ttl_s
         self._timeout_s = timeout_s
         self._client: aetcd.Client | None = None
         self._lease: Any = None
@@ -88,8 +110,10 @@ class EtcdDcs:
         return Leader(int(obj["brokerId"]), str(obj["addr"]), str(obj["haAddr"]), int(got.create_revision),
                       bool(obj.get("ready", True)))
 
-    async def campaign(self, broker_id: int, addr: str, ha_addr: str) -> int | None:
-        """Create the leader key under a new lease if nobody holds it: the new epoch, or None."""
+    async def campaign(self, broker_id: int, addr: str, ha_addr: str, floor: int = 0) -> int | None:
+        """Create the leader key under a new lease if nobody holds it: the new epoch, or None.
+        (``floor``, the newest epoch in the candidate's store, is not used: etcd revisions only
+        grow, unless the etcd cluster is rebuilt empty.)"""
         c = await self._c()
         lease = await c.lease(self.ttl_s)
         t = c.transactions

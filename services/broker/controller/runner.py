@@ -1,4 +1,4 @@
-"""Runs a broker under a failover controller (``controllerMode`` etcd): every member starts as a
+"""Runs a broker under a failover controller (``controllerMode`` etcd or kubernetes): every member starts as a
 slave, the one that takes the group's leader lease becomes master in place (same process, same
 ports: the broker's services are rebuilt with the new role), and a master that cannot renew its
 lease stops acknowledging writes before the lease can expire, then becomes a slave again.
@@ -14,14 +14,15 @@ import logging
 import time
 from typing import Final
 
+from services.broker import k8s_labels
 from services.broker.app import BrokerApp, HAFactory
 from services.broker.config import BrokerConfig, BrokerRole
-from services.broker.controller.dcs import EtcdDcs, Leader, SyncStateSet
+from services.broker.controller.dcs import Dcs, EtcdDcs, Leader, SyncStateSet
 from services.broker.controller.metrics import ControllerCollector
 from services.broker.replication.epochfile import EpochFile
 from services.broker.storage.config import StoreConfig
 
-__all__ = ["Controller", "run_controlled_broker"]
+__all__ = ["Controller", "open_dcs"]
 
 log = logging.getLogger(__name__)
 
@@ -32,10 +33,28 @@ _SWITCH_GRACE_S: Final = 0.2
 _TICK_S: Final = 0.1
 
 
+def open_dcs(cfg: BrokerConfig) -> Dcs:
+    """The coordination service of ``controllerMode``.  Raises ConfigError when it cannot be set
+    up (e.g. no Kubernetes credentials)."""
+    ttl_s = cfg.controller_lease_ttl / 1000
+    renew_s = cfg.controller_renew_interval / 1000
+    if cfg.controller_mode == "kubernetes":
+        from services.broker.controller import k8s_dcs
+
+        return k8s_dcs.KubernetesDcs(
+            k8s_dcs.api_client_from(cfg.controller_k8s_api_server, cfg.controller_k8s_kubeconfig),
+            k8s_dcs.namespace_of(cfg.controller_k8s_namespace),
+            k8s_dcs.lease_name_of(cfg.controller_k8s_lease_name, cfg.broker_cluster_name, cfg.broker_name),
+            ttl_s, renew_s, timeout_s=renew_s * 2)
+    return EtcdDcs(cfg.controller_etcd_endpoints, cfg.broker_cluster_name, cfg.broker_name,
+                   max(2, round(ttl_s)), timeout_s=renew_s * 2)
+
+
 class Controller:
     """The member's loop (see the module doc)."""
 
-    def __init__(self, cfg: BrokerConfig, store_cfg: StoreConfig, ha_factory: HAFactory | None) -> None:
+    def __init__(self, cfg: BrokerConfig, store_cfg: StoreConfig, ha_factory: HAFactory | None,
+                 dcs: Dcs | None = None) -> None:
         self.cfg = cfg
         self.store_cfg = store_cfg
         self.ha_factory = ha_factory
@@ -44,8 +63,9 @@ class Controller:
         self.renew_s = cfg.controller_renew_interval / 1000
         #: The master stops acknowledging this long before its lease could expire.
         self.margin_s = max(2 * self.renew_s, self.ttl_s / 4)
-        self.dcs = EtcdDcs(cfg.controller_etcd_endpoints, cfg.broker_cluster_name, cfg.broker_name,
-                           max(2, round(self.ttl_s)), timeout_s=self.renew_s * 2)
+        self.dcs = dcs if dcs is not None else open_dcs(cfg)
+        #: controllerMode=kubernetes: the API client, also for the pod's role label.
+        self.k8s_api_client = getattr(self.dcs, "api_client", None)
         self.app: BrokerApp | None = None
         self.is_master = False
         self.epoch = 0
@@ -64,6 +84,8 @@ class Controller:
         self._leader: Leader | None = None
         self._said = ""
         self._renewed_at = 0.0
+        self._wanted_label: tuple[BrokerRole, int] | None = None
+        self._label_changed = asyncio.Event()
 
     # -- roles -----------------------------------------------------------------------------------
 
@@ -111,6 +133,22 @@ class Controller:
         if app is not None and not self.is_master and leader.broker_id != self.member_id:
             app._on_master(leader.addr, leader.ha_addr)
 
+    def want_pod_label(self, role: BrokerRole, broker_id: int) -> None:
+        """Label this pod with ``role`` (services.broker.k8s_labels), after any patch in flight."""
+        self._wanted_label = (role, broker_id)
+        self._label_changed.set()
+
+    async def _labeller(self) -> None:
+        """The one writer of this pod's role label: patches run one at a time, newest role last."""
+        written: tuple[BrokerRole, int] | None = None
+        while True:
+            await self._label_changed.wait()
+            self._label_changed.clear()
+            want = self._wanted_label
+            if want is not None and want != written and await k8s_labels.label_own_pod(
+                    *want, api_client=self.k8s_api_client):
+                written = want
+
     def _say(self, problem: str) -> None:
         self.problem = problem
         if problem and problem != self._said:
@@ -120,6 +158,7 @@ class Controller:
     # -- the loop --------------------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event) -> None:
+        labeller = asyncio.create_task(self._labeller(), name="k8s-self-label")
         await self._start_app(master=False)
         try:
             while not stop.is_set():
@@ -154,6 +193,9 @@ class Controller:
                     log.warning("could not resign the leader lease", extra={"member": self.member_id})
             if self.app is not None:
                 await self.app.stop()
+            labeller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await labeller
             await self.dcs.close()
 
     def _demote_at(self) -> float:
@@ -279,7 +321,9 @@ class Controller:
         await asyncio.sleep(_TICK_S)  # let the appends in flight land
         max_offset = app.store.max_offset
         before = time.monotonic()  # the lease cannot expire before before + TTL
-        epoch = await self.dcs.campaign(self.member_id, self.cfg.broker_addr, self.cfg.ha_server_addr)
+        stored = EpochFile(self.store_cfg.store_path_root_dir).entries
+        floor = max(self.epoch, stored[-1].epoch if stored else 0)
+        epoch = await self.dcs.campaign(self.member_id, self.cfg.broker_addr, self.cfg.ha_server_addr, floor)
         if epoch is None:
             return
         self.fence_at = before + self.ttl_s - self.margin_s
@@ -301,8 +345,3 @@ class Controller:
             await self.dcs.clear_switchover()
         await self._master_tick()
 
-
-async def run_controlled_broker(cfg: BrokerConfig, store_cfg: StoreConfig, stop: asyncio.Event,
-                                ha_factory: HAFactory | None = None) -> None:
-    """The entry point's main under ``controllerMode`` etcd."""
-    await Controller(cfg, store_cfg, ha_factory).run(stop)

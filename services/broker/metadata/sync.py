@@ -1,7 +1,8 @@
 """Slave metadata sync (RocketMQ's SlaveSynchronize): every ``slaveSyncInterval`` (first after
-3 s) a slave pulls the master's topic config, consumer offsets, delay offsets and subscription
-groups over gRPC (the BrokerMetadata service), replaces each local table whose DataVersion
-differs from the master's, and persists the replaced tables.
+3 s) a slave pulls the master's topic config, consumer offsets (with their offset-reset
+generations), delay offsets and subscription groups over gRPC (the BrokerMetadata service),
+replaces each local table whose DataVersion differs from the master's, and persists the replaced
+tables.
 
 The master's gRPC address comes from the NameServer (the registrar's ``on_master`` callback);
 a change of address reopens the channel.
@@ -175,7 +176,8 @@ class SlaveMetadataSync:
         version = DataVersion.from_proto(offset_t.data_version)
         if differs(self.offsets, version):
             self.offsets.replace_all(
-                [(e.consumer_group, e.topic, e.queue_id, e.offset) for e in offset_t.offsets], version)
+                [(e.consumer_group, e.topic, e.queue_id, e.offset) for e in offset_t.offsets], version,
+                [(e.consumer_group, e.topic, e.generation) for e in offset_t.reset_generations])
             result.replaced.append(self.offsets.file_name)
         version = DataVersion.from_proto(delay_t.data_version)
         if differs(self.delay_offsets, version):

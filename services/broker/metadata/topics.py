@@ -74,6 +74,10 @@ class TopicConfig:
         return self
 
 
+#: Topic changes remembered for incremental registrations (older ones: a full registration).
+_CHANGE_LOG_MAX = 8192
+
+
 class TopicConfigManager(MetadataTable):
     file_name = "topics.json"
     journaled = True
@@ -83,6 +87,10 @@ class TopicConfigManager(MetadataTable):
         self.default_queue_nums = default_queue_nums
         self._table: dict[str, TopicConfig] = {}
         self._listeners: list[Callable[[], None]] = []
+        #: This process's topic changes, oldest first: (the version after it, topic), after the
+        #: version ``_log_base`` (incremental registrations, see :meth:`changes_since`).
+        self._log: list[tuple[DataVersion, str]] = []
+        self._log_base: DataVersion | None = None
 
     # -- persistence hooks --------------------------------------------------------------------
 
@@ -135,8 +143,37 @@ class TopicConfigManager(MetadataTable):
 
     # -- changes ------------------------------------------------------------------------------
 
+    def changes_since(self, base: DataVersion) -> tuple[DataVersion, list[TopicConfig], list[str]] | None:
+        """(current version, topics created or changed since the table had version ``base``,
+        topics deleted since), or None when that is not known (``base`` is older than the
+        change log, or the version moved without a topic change): then only the whole table
+        tells the state."""
+        log = self._log
+        if not log or log[-1][0] != self.data_version:
+            return None if base != self.data_version else (base, [], [])
+        if base == self._log_base:
+            start = 0
+        else:
+            start = next((i + 1 for i in range(len(log) - 1, -1, -1) if log[i][0] == base), -1)
+            if start < 0:
+                return None
+        names = dict.fromkeys(topic for _, topic in log[start:])
+        table = self._table
+        return (self.data_version, [table[n] for n in names if n in table],
+                [n for n in names if n not in table])
+
     def _changed(self, topic: str) -> None:
+        before = self.data_version
         self.changed(topic)
+        log = self._log
+        if not log or log[-1][0] != before:  # the version moved without a logged change
+            log.clear()
+            self._log_base = before
+        log.append((self.data_version, topic))
+        if len(log) > _CHANGE_LOG_MAX:
+            drop = len(log) // 2
+            self._log_base = log[drop - 1][0]
+            del log[:drop]
         for callback in self._listeners:
             callback()
 

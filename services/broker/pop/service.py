@@ -28,6 +28,7 @@ from services.broker.pop.model import Popped, PoppedBatch, PopRequest
 from services.broker.pop.state import (
     OP_ACK,
     OP_CHECKPOINT,
+    OP_RESET,
     PROPERTY_POP_OP,
     AckBatch,
     Checkpoint,
@@ -37,7 +38,9 @@ from services.broker.pop.state import (
     QueueKey,
     ResetItem,
     decode_acks,
+    decode_reset,
     encode_acks,
+    encode_reset,
 )
 from services.broker.storage import record
 from services.broker.storage.status import PutResult
@@ -169,6 +172,10 @@ class PopService:
                         self.inflight.discard(ck, offsets)
                 for topic, qid, offset, attempt in resets:
                     self.inflight.reset((group, topic, qid, offset), attempt)
+            elif op == OP_RESET:
+                group, topic, positions = decode_reset(rec.body)
+                for qid, offset in positions.items():
+                    self.inflight.drop_queue((group, topic, qid), offset)
         except (ValueError, KeyError, TypeError) as exc:
             log.error("unreadable pop record skipped", extra={"offset": rec.queue_offset, "error": str(exc)})
 
@@ -345,12 +352,21 @@ class PopService:
             raise UnavailableError(f"cannot store pop state: {result.error or result.status.name}")
         return int(result.queue_offsets[0])
 
-    def reset_queue(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        """The group's offset of the queue was reset: POP consumers read from ``offset`` next
-        (messages popped and not acked are dropped; their receipts become invalid)."""
-        qk: QueueKey = (group, topic, queue_id)
-        if qk in self.inflight.cursors or self.inflight.busy(qk):
-            self.inflight.drop_queue(qk, offset)
+    def reset_queues(self, group: str, topic: str, positions: dict[int, int]) -> None:
+        """The group's offsets of queues of ``topic`` were reset (queue id -> new offset): POP
+        consumers read from there next (messages popped and not acked are dropped; their
+        receipts become invalid). The queues this service holds a position of get a RESET
+        record first, so a restart replaying their older checkpoints ends at the new position."""
+        moved = {qid: off for qid, off in positions.items()
+                 if (qk := (group, topic, qid)) in self.inflight.cursors or self.inflight.busy(qk)}
+        if not moved:
+            return
+        if self.active:
+            self._write(OP_RESET, encode_reset(group, topic, moved))
+        for qid, offset in moved.items():
+            self.inflight.drop_queue((group, topic, qid), offset)
+        log.info("pop positions reset", extra={"group": group, "topic": topic,
+                                                "queues": ",".join(f"{q}:{o}" for q, o in moved.items())})
 
     def _commit(self, qk: QueueKey) -> None:
         offset = self.inflight.committable(qk)

@@ -4,9 +4,12 @@ Every pop appends one *checkpoint* (CK) record to the revive topic naming the gr
 queue, the popped offsets, their delivery attempts and the invisible deadline; its queue offset
 in the revive topic is the checkpoint id, part of every receipt handle it issued. An ack (or a
 revive, or a dead-letter) appends one ACK record naming, per checkpoint, the offsets it resolves.
-Replaying the revive topic from the last progress point rebuilds the table exactly: a CK adds
-its offsets (a CK that *replaces* offsets of an older one takes them over: that is how
-ChangeInvisibleDuration works), an ACK removes offsets only from the checkpoint it names.
+An offset reset of a group appends one RESET record naming the group, the topic and each
+queue's new pop position. Replaying the revive topic from the last progress point rebuilds the
+table exactly: a CK adds its offsets (a CK that *replaces* offsets of an older one takes them
+over: that is how ChangeInvisibleDuration works), an ACK removes offsets only from the checkpoint
+it names, a RESET drops the queue's in-flight checkpoints before it and moves its cursor. A
+record of a kind the reader does not know is skipped (brokers before RESET records ignore them).
 
 The table is kept per checkpoint (one :class:`Ck` per pop, not one object per message): a batch
 of a thousand messages costs one CK record, one heap entry and one dict of pending offsets.
@@ -22,6 +25,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 PROPERTY_POP_OP = "POP_OP"
 OP_CHECKPOINT = "ck"
 OP_ACK = "ack"
+OP_RESET = "reset"
 
 #: (group, topic, queue id, queue offset): one popped message of a group.
 Key = tuple[str, str, int, int]
@@ -130,6 +134,17 @@ def decode_acks(body: bytes) -> tuple[str, list[AckBatch], list[ResetItem]]:
     acks.extend((str(t), int(q), int(c), [int(o)]) for t, q, o, c in d.get("k", ()))
     resets = [(str(t), int(q), int(o), int(a)) for t, q, o, a in d.get("f", ())]
     return str(d["g"]), acks, resets
+
+
+def encode_reset(group: str, topic: str, positions: Mapping[int, int]) -> bytes:
+    """A RESET record: the group's pop position of each listed queue of ``topic``."""
+    return json.dumps({"g": group, "t": topic, "q": [[q, o] for q, o in sorted(positions.items())]},
+                      separators=(",", ":")).encode()
+
+
+def decode_reset(body: bytes) -> tuple[str, str, dict[int, int]]:
+    d = json.loads(body)
+    return str(d["g"]), str(d["t"]), {int(q): int(o) for q, o in d["q"]}
 
 
 class InFlight:

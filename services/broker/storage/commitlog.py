@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import mmap
+import os
 import struct
 import threading
 import time
@@ -63,6 +64,7 @@ from services.broker.storage.record import (
     tag_hash_code,
 )
 from services.broker.storage.segment import (
+    ALL_IN_FILE,
     DIRECT_MIN,
     PAGE_SIZE,
     Segment,
@@ -107,6 +109,11 @@ BATCH_RECORDS_MIN = 128
 SCAN_BYTES = 2 * 1024 * 1024
 #: A slave keeps the last this many replicated bytes in memory for its dispatcher.
 DISPATCH_RING = 32 * 1024 * 1024
+#: Size of each of the two write buffers of a master's appends (``write_buffer``: RocketMQ's
+#: transient store pool); a larger record is written through the mapping.
+WRITE_BUFFER_SIZE = 4 * 1024 * 1024
+#: The appender wakes the committer each time this many bytes are buffered.
+COMMIT_CHUNK = 128 * 1024
 
 # TOTALSIZE and MAGICCODE: the dispatcher's first look at a record.
 _PREFIX = PREFIX.unpack_from
@@ -118,6 +125,8 @@ assert _DISPATCH.size == HEADER_SIZE
 _DISPATCH_UNPACK = _DISPATCH.unpack_from
 _U16 = U16.unpack_from
 _TAGS_KEY = PROPERTY_TAGS.encode() + b"\x01"
+_MAGIC_BYTES = struct.pack(">I", MAGIC_CODE)
+_MARK = struct.Struct(">q")
 _TOPICS_MAX = 8192
 
 
@@ -220,6 +229,36 @@ def _packed_host(host: Host) -> bytes:
     return packed
 
 
+def _buffer_file(path: str, size: int = WRITE_BUFFER_SIZE) -> mmap.mmap:
+    """A shared mapping of the file ``path`` (created, or resized, to ``size``)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        if os.fstat(fd).st_size != size:
+            os.ftruncate(fd, size)
+        return mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    finally:
+        os.close(fd)
+
+
+def _buffer_chain(buf: mmap.mmap) -> tuple[list[int], list[int]]:
+    """The valid records from the start of a write buffer, each continuing the previous one:
+    (their PHYSICALOFFSETs, the buffer position where each ends)."""
+    offsets: list[int] = []
+    ends: list[int] = []
+    pos = 0
+    expected: int | None = None
+    view = memoryview(buf)
+    while pos + END_FILE_MIN_BLANK_LENGTH <= len(buf):
+        check = check_record(view, pos, len(buf) - pos, expected_offset=expected)
+        if check.kind is not CheckKind.RECORD or check.request is None:
+            break
+        offsets.append(check.request.commit_log_offset)
+        pos += check.size
+        ends.append(pos)
+        expected = check.request.commit_log_offset + check.size
+    return offsets, ends
+
+
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -232,7 +271,8 @@ def _within_bulk_window(stamp: float) -> bool:
 class CommitLog:
     def __init__(self, directory: str, segment_size: int, *, store_host: Host, dispatcher: Dispatcher,
                  sync: SyncFn = default_sync, populate_size: int = 0, populate_write: bool = False,
-                 warm_size: int = 0, direct_write: bool = False) -> None:
+                 warm_size: int = 0, direct_write: bool = False, write_buffer: bool = False,
+                 write_buffer_dir: str | None = None) -> None:
         #: Held while appending, dispatching, truncating; take it to change the log and the
         #: consume queues consistently.
         self.lock = threading.Lock()
@@ -303,6 +343,42 @@ class CommitLog:
         #: Bumped whenever written bytes are cut away (a scan made outside the lock is void).
         self._generation = 0
         self.closed = False
+        # -- the write buffer (see docs/architecture.md, "The write buffer") --
+        #: A master's appends go into a buffer in memory (``_wb``), which :meth:`commit` writes
+        #: to the file with ``pwrite`` in large chunks; readers commit what they need first.
+        self._buffered = write_buffer
+        if write_buffer:
+            self._populate_size = 0  # (nothing to map ahead: the writer does not touch the file)
+        #: Where the buffers are files (shared mappings: what a killed process buffered stays in
+        #: the page cache and :meth:`replay_write_buffers` appends it at the next start); None:
+        #: anonymous memory. The files are opened by :meth:`load` (also without
+        #: ``write_buffer`` if they exist: a run that used them may have crashed).
+        self._wb_dir = write_buffer_dir
+        #: ``writebuffer/committed``: the log offset up to which commits completed (8 bytes,
+        #: mapped; updated per commit). Recovery replays buffered records only past it, so
+        #: records that were in the file already are never taken from a buffer again.
+        self._mark: mmap.mmap | None = None
+        # (anonymous mappings: memory only for the pages used)
+        self._wb = mmap.mmap(-1, WRITE_BUFFER_SIZE)
+        self._wb_spare = mmap.mmap(-1, WRITE_BUFFER_SIZE)
+        #: The segment whose bytes ``[_wb_base, _wb_base + _wb_len)`` are in ``_wb`` (None:
+        #: nothing is buffered or being committed); ``_wb_base + _wb_len`` is its write_pos.
+        self._wb_seg: Segment | None = None
+        self._wb_base = 0
+        self._wb_len = 0
+        #: Log offset up to which the buffered segment's bytes are in the file (ALL_IN_FILE:
+        #: every written byte is); a reader of bytes past it calls :meth:`commit`.
+        self._file_end = ALL_IN_FILE
+        #: Set while :meth:`commit` writes a chunk outside the lock (cleared when it is done).
+        self._inflight: threading.Event | None = None
+        #: (segment, position, size, buffer) of a chunk whose commit failed: written first next.
+        self._unwritten: tuple[Segment, int, int, mmap.mmap] | None = None
+        self._commit_lock = threading.Lock()
+        #: Bumped by :meth:`_commit_locked`: a chunk committed meanwhile changes no state.
+        self._wb_generation = 0
+        #: Called (under the lock) each time another ``COMMIT_CHUNK`` bytes are buffered:
+        #: wakes whoever calls :meth:`commit` (e.g. ``ServiceThread.wakeup``).
+        self.commit_wakeup: Callable[[], None] | None = None
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -351,6 +427,8 @@ class CommitLog:
 
     def _roll(self) -> Segment:
         """Close the current segment with a blank record and start the next (hold the lock)."""
+        if self._wb_seg is not None:
+            self._commit_locked()
         seg = self._queue.last
         if seg is None:
             start = 0
@@ -419,18 +497,30 @@ class CommitLog:
             else:
                 index = self._find((topic, queue_id)) or self._create(topic, queue_id)
                 queue_offset = index.max_offset
-            mm = seg.mm
-            try:  # straight into the mapping: header, then body, then topic and properties
+            # Straight into the write buffer (or the mapping): header, body, topic and properties.
+            if not self._buffered:
+                mm, at = seg.mm, pos
+            elif self._wb_seg is seg and (at := self._wb_len) + size <= WRITE_BUFFER_SIZE:
+                mm = self._wb
+            else:
+                mm, at = self._write_target(seg, pos, size)
+            buffered = mm is self._wb
+            try:  # (in the buffer, MAGICCODE goes in last: a torn record there is none)
                 _PACK_HEADER(
-                    mm, pos, size, MAGIC_CODE, crc, queue_id, flag, queue_offset, physical_offset,
-                    sys_flag, born_ts or ts, born, ts, self._store_host_bytes, reconsume_times,
-                    prepared_tx, body_len)
+                    mm, at, size, 0 if buffered else MAGIC_CODE, crc, queue_id, flag, queue_offset,
+                    physical_offset, sys_flag, born_ts or ts, born, ts, self._store_host_bytes,
+                    reconsume_times, prepared_tx, body_len)
             except struct.error as exc:
-                mm[pos:pos + HEADER_SIZE] = bytes(HEADER_SIZE)
+                mm[at:at + HEADER_SIZE] = bytes(HEADER_SIZE)
                 raise RecordError(f"a header field is out of range: {exc}") from None
-            body_end = pos + HEADER_SIZE + body_len
-            mm[pos + HEADER_SIZE:body_end] = body
-            mm[body_end:end] = tail
+            body_end = at + HEADER_SIZE + body_len
+            mm[at + HEADER_SIZE:body_end] = body
+            mm[body_end:at + size] = tail
+            if buffered:
+                mm[at + 4:at + 8] = _MAGIC_BYTES
+                self._wb_len = at + size
+                if (at + size) // COMMIT_CHUNK != at // COMMIT_CHUNK and self.commit_wakeup is not None:
+                    self.commit_wakeup()
             seg.write_pos = end
             if index is not None:
                 index.put(queue_offset, physical_offset, size, tags_code)
@@ -489,11 +579,16 @@ class CommitLog:
                         j += 1
                     if seg.write_pos + total > seg.refill_pos:
                         self._refill(seg, seg.write_pos + total)
-                    seg.append(encode_batch(prepared[i:j], queue_offsets[i:j], first, ts,
-                                            self._store_ip, self._store_port))
+                    data = encode_batch(prepared[i:j], queue_offsets[i:j], first, ts,
+                                        self._store_ip, self._store_port)
+                    if self._buffered:
+                        self._append_buffered(seg, data)
+                    else:
+                        seg.append(data)
                     i = j
             except BaseException:
                 if rollback_to is not None:
+                    self._commit_locked()
                     self._queue.truncate(rollback_to)
                     self._generation += 1
                 raise
@@ -533,6 +628,8 @@ class CommitLog:
                 self._dispatch_error = None
                 self.truncate_locked(error[0])
                 raise CorruptDataError(*error)
+            if self._wb_seg is not None:  # (appended as a master before)
+                self._commit_locked()
             last = self._queue.last
             if last is None:
                 if start_offset % size:
@@ -995,6 +1092,8 @@ class CommitLog:
                 if pos >= held.write_pos:
                     out.append(None)
                     continue
+                if offset >= self._file_end:
+                    self.commit()
                 try:
                     out.append(decode_record(held.view, pos, check_crc=False))
                 except RecordError:
@@ -1012,6 +1111,8 @@ class CommitLog:
         try:
             if offset - seg.start >= seg.write_pos:
                 return None
+            if offset >= self._file_end:
+                self.commit()
             return read_store_timestamp(seg.view, offset - seg.start)
         finally:
             seg.release()
@@ -1026,20 +1127,149 @@ class CommitLog:
         available = seg.write_pos - pos
         if available <= 0 or max_bytes <= 0:
             return None
+        if offset + min(available, max_bytes) > self._file_end:
+            self.commit()
         return seg.slice(pos, min(available, max_bytes))
 
     # -- flushing ------------------------------------------------------------------------------
 
     def flush(self, least_pages: int = 0) -> int:
-        """Sync written data; returns the flushed offset."""
+        """Sync written data (:meth:`commit` first); returns the flushed offset. Do not hold
+        :attr:`lock`."""
+        if self._wb_seg is not None:
+            self.commit()
         return self._queue.flush(least_pages)
+
+    # -- the write buffer ----------------------------------------------------------------------
+
+    def _write_target(self, seg: Segment, pos: int, size: int) -> tuple[mmap.mmap, int]:
+        """Where a master's append of ``size`` bytes at ``pos`` of the active ``seg`` goes: the
+        write buffer and the position in it, committing the buffer first if it holds another
+        segment's bytes or is full; a record larger than the buffer goes into the mapping (at
+        ``pos``). Hold the lock."""
+        if self._wb_seg is not None and (self._wb_seg is not seg or self._wb_len + size > WRITE_BUFFER_SIZE):
+            self._commit_locked()
+        if size > WRITE_BUFFER_SIZE:
+            return seg.mm, pos
+        wb = self._wb
+        if self._wb_seg is None:
+            # (file_pos first: a flush reads write_pos, then file_pos)
+            seg.file_pos = pos
+            self._file_end = seg.start + pos
+            self._wb_seg = seg
+            self._wb_base = pos
+            self._wb_len = 0
+        return wb, self._wb_len
+
+    def _append_buffered(self, seg: Segment, data: bytes) -> None:
+        """Append ``data`` (whole records) to the active ``seg`` through the write buffer."""
+        pos = seg.write_pos
+        n = len(data)
+        if pos + n > seg.size:
+            raise CommitLogError(f"{n} bytes do not fit in {seg!r}")
+        mm, at = self._write_target(seg, pos, n)
+        if mm is self._wb:
+            # the first record's TOTALSIZE and MAGICCODE last: a torn batch there is none
+            view = memoryview(data)
+            mm[at + 8:at + n] = view[8:]
+            mm[at:at + 8] = view[:8]
+            self._wb_len = at + n
+            if (at + n) // COMMIT_CHUNK != at // COMMIT_CHUNK and self.commit_wakeup is not None:
+                self.commit_wakeup()
+        else:
+            mm[at:at + n] = data
+        seg.write_pos = pos + n
+
+    def commit(self) -> int:
+        """Write what the write buffer holds to the file (``pwrite``: the GIL and the lock are
+        released meanwhile, appends go on into the other buffer). For the committer thread and
+        for readers of bytes past :attr:`_file_end`; do not hold :attr:`lock`. Everything
+        appended before the call is in the file when it returns. Returns the bytes written.
+        Raises OSError if the write fails (the bytes stay buffered; the next commit retries)."""
+        with self._commit_lock:
+            retried = self._unwritten is not None
+            n = self._commit_chunk()
+            if retried:  # that was the chunk whose commit failed; now the rest
+                n += self._commit_chunk()
+            return n
+
+    def _commit_chunk(self) -> int:
+        """One step of :meth:`commit` (hold ``_commit_lock``): the chunk whose commit failed
+        if there is one, else the live buffer."""
+        with self.lock:
+            if self._unwritten is not None:  # the last commit failed: that chunk first
+                seg, base, n, chunk = self._unwritten
+            else:
+                live = self._wb_seg
+                base, n = self._wb_base, self._wb_len
+                if live is None or not n:
+                    return 0
+                seg = live
+                chunk = self._wb
+                # Appends go on into the other buffer, after these bytes.
+                self._wb, self._wb_spare = self._wb_spare, chunk
+                self._wb_base = base + n
+                self._wb_len = 0
+            generation = self._wb_generation
+            done = self._inflight = threading.Event()
+        try:
+            seg.write_through(base, memoryview(chunk)[:n])
+        except BaseException:
+            self._unwritten = (seg, base, n, chunk)
+            raise
+        else:
+            self._unwritten = None
+        finally:
+            done.set()
+        with self.lock:
+            if self._wb_generation == generation:
+                self._inflight = None
+                self._set_mark(seg.start + base + n)
+                if self._wb_len:
+                    seg.file_pos = base + n
+                    self._file_end = seg.start + base + n
+                else:  # all in the file
+                    self._file_end = ALL_IN_FILE
+                    seg.file_pos = ALL_IN_FILE
+                    self._wb_seg = None
+        return n
+
+    def _commit_locked(self) -> None:
+        """Write everything buffered to the file now, waiting for a commit in flight (hold the
+        lock: before a roll, a truncation, a slave append, closing)."""
+        seg = self._wb_seg
+        if seg is None:
+            return
+        done = self._inflight
+        if done is not None:
+            done.wait()  # (its pwrite does not need the lock)
+        if self._unwritten is not None:  # a failed commit's chunk (precedes the live buffer)
+            failed, base, size, chunk = self._unwritten
+            failed.write_through(base, memoryview(chunk)[:size])
+            self._unwritten = None
+        n = self._wb_len
+        if n:
+            wb = self._wb
+            seg.write_through(self._wb_base, memoryview(wb)[:n])
+        self._set_mark(seg.start + self._wb_base + n)
+        self._wb_generation += 1
+        self._inflight = None
+        self._wb_len = 0
+        self._wb_seg = None
+        self._file_end = ALL_IN_FILE
+        seg.file_pos = ALL_IN_FILE
 
     # -- truncation and expiry -----------------------------------------------------------------
 
     def truncate_locked(self, offset: int) -> None:
         """Cut the log back to ``offset`` (hold :attr:`lock`; the caller fixes the consume
         queues)."""
+        self._commit_locked()
+        if self._mark is not None:  # records cut away must never be replayed
+            for buf in (self._wb, self._wb_spare):
+                buf[:] = bytes(len(buf))
         self._queue.truncate(offset)
+        self._set_mark(self.max_offset)
         self._generation += 1
         self._ring_end = self._ring_from = 0
         self._dispatched = min(self._dispatched, self.max_offset)
@@ -1062,6 +1292,57 @@ class CommitLog:
 
     def load(self) -> None:
         self._queue.load()
+        directory = self._wb_dir
+        if directory is not None and (self._buffered or os.path.exists(os.path.join(directory, "committed"))):
+            os.makedirs(directory, exist_ok=True)
+            self._wb, self._wb_spare = (_buffer_file(os.path.join(directory, name)) for name in ("0", "1"))
+            self._mark = _buffer_file(os.path.join(directory, "committed"), PAGE_SIZE)
+
+    def _set_mark(self, offset: int) -> None:
+        if self._mark is not None:
+            _MARK.pack_into(self._mark, 0, offset)
+
+    def replay_write_buffers(self) -> int:
+        """After a crash: append the records a killed process left in its write buffer files
+        that continue the log exactly (each one whole, its body CRC right, PHYSICALOFFSET at
+        the end of the log, in one chain from the start of its buffer). Returns the bytes
+        appended (then dispatched like any other records by recovery)."""
+        if self._mark is None:
+            return 0
+        (mark,) = _MARK.unpack_from(self._mark, 0)
+        if self.max_offset < mark:
+            # The log ends before what was committed (a machine crash lost unflushed pages, or
+            # the file is damaged): the buffers hold no record that never reached the file.
+            log.info("write buffer not replayed: the log ends at %d, commits reached %d",
+                     self.max_offset, mark)
+            self._set_mark(self.max_offset)
+            return 0
+        replayed = 0
+        chains = [(buf, _buffer_chain(buf)) for buf in (self._wb, self._wb_spare)]
+        for _ in chains:  # the older buffer's chain may continue in the other one
+            for buf, (offsets, ends) in chains:
+                end = self.max_offset
+                if end not in offsets:
+                    continue
+                k = offsets.index(end)
+                first = ends[k - 1] if k else 0
+                data = bytes(buf[first:ends[-1]])
+                seg = self._queue.last
+                if seg is not None and end == seg.end:
+                    seg = self._new_segment(end)
+                if seg is None or end != seg.start + seg.write_pos \
+                        or seg.write_pos + len(data) + END_FILE_MIN_BLANK_LENGTH > seg.size:
+                    log.warning("write buffer records at %d do not fit the log; not replayed", end)
+                    return replayed
+                seg.write_at(seg.write_pos, [data])
+                for at in range(k, len(offsets)):
+                    self._last_store_ts = max(self._last_store_ts, read_store_timestamp(
+                        memoryview(buf), ends[at - 1] if at else 0))
+                replayed += len(data)
+        if replayed:
+            log.warning("appended %d bytes of records from the write buffer of the last run", replayed)
+        self._set_mark(self.max_offset)
+        return replayed
 
     def recover_from_checkpoint(self, offset: int, last_store_timestamp: int) -> bool:
         """Clean start: trust ``offset`` (the max offset written at shutdown) if it lies in the
@@ -1123,6 +1404,7 @@ class CommitLog:
     def close(self) -> None:
         with self.lock:
             self.closed = True
+            self._commit_locked()
             self._queue.close()
             if self._stage is not None:
                 self._stage.close()

@@ -445,6 +445,8 @@ class ConsumeQueueStore:
         self.find: Callable[[tuple[str, int]], ConsumeQueue | None] = self._queues.get
         #: The lock entries are added under (the commit log's; set by the store).
         self.append_lock: contextlib.AbstractContextManager[object] = threading.Lock()
+        #: Called with each batch after :meth:`dispatch_batch` (the message index's hook).
+        self.batch_listener: Callable[[DispatchBatch], None] | None = None
 
     def _path(self, topic: str, queue_id: int) -> str:
         return os.path.join(self.root_dir, topic, str(queue_id))
@@ -541,6 +543,8 @@ class ConsumeQueueStore:
             cq = self.find((topic, queue_id)) or self.create(topic, queue_id)
             cq.put_many(batch.queue_offsets[rows], batch.physical_offsets[rows], batch.sizes[rows],
                         batch.tags_codes[rows])
+        if self.batch_listener is not None:
+            self.batch_listener(batch)
 
     def truncate_dirty(self, physical_offset: int) -> None:
         with self._open_lock:

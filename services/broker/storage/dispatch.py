@@ -75,6 +75,11 @@ class DispatchBatch(NamedTuple):
     #: Rows to index (False: a prepared transaction message, which is stored only).
     dispatchable: npt.NDArray[np.bool_]
     max_store_timestamp: int
+    store_timestamps: I64Array
+    #: Rows whose records carry properties, and those properties (encoded, one per row of
+    #: :attr:`props_rows`): what the message index takes its keys from (one parse for both).
+    props_rows: I64Array
+    props: list[bytes]
 
     def __len__(self) -> int:
         return len(self.physical_offsets)
@@ -174,29 +179,33 @@ class Scanner:
             return self.scan(data, base, end, room, bad, False) if bad else None
         dispatchable = (header["sys_flag"] & TRANSACTION_PREPARED_TYPE) == 0
         tags_codes = np.zeros(n, dtype=np.int64)
-        with_props = np.flatnonzero(dispatchable & (props_len > 0))
-        if len(with_props):
+        props_rows = np.flatnonzero(props_len > 0)
+        props: list[bytes] = []
+        if len(props_rows):
+            starts = (props_at[props_rows] + 2).tolist()
+            ends = (positions + total)[props_rows].tolist()
+            props = list(map(bytes, map(data.__getitem__, map(slice, starts, ends))))
             cache = self.tags
             codes = []
-            for a, b in zip((props_at[with_props] + 2).tolist(), (positions + total)[with_props].tolist(),
-                            strict=True):
-                props = bytes(data[a:b])
-                code = cache.get(props)
+            for raw in props:
+                code = cache.get(raw)
                 if code is None:
                     code = 0
-                    if _TAGS_KEY in props:
-                        tags = property_value(props, PROPERTY_TAGS)
+                    if _TAGS_KEY in raw:
+                        tags = property_value(raw, PROPERTY_TAGS)
                         if tags:
                             code = tag_hash_code(tags)
-                    if _UNIQ_KEY not in props:  # (unique per message: not worth keeping)
+                    if _UNIQ_KEY not in raw:  # (unique per message: not worth keeping)
                         if len(cache) >= _CACHE_MAX:
                             cache.clear()
-                        cache[props] = code
+                        cache[raw] = code
                 codes.append(code)
-            tags_codes[with_props] = codes
+            tags_codes[props_rows] = codes
+            tags_codes[~dispatchable] = 0
         return DispatchBatch(positions + base, total, header["queue_id"].astype(np.int64),
                              header["queue_offset"].astype(np.int64), tags_codes, topic_ids, topics,
-                             dispatchable, int(header["store_timestamp"].max()))
+                             dispatchable, int(header["store_timestamp"].max()),
+                             header["store_timestamp"].astype(np.int64), props_rows, props)
 
     def _topics(self, u8: npt.NDArray[np.uint8], data: memoryview, starts: I64Array,
                 lengths: I64Array) -> tuple[I64Array, list[str], int]:

@@ -32,7 +32,7 @@ class ServiceThread:
     """Runs ``tick()`` every ``interval`` seconds (or sooner after :meth:`wakeup`) until stopped.
     Exceptions from ``tick`` are logged and the loop goes on."""
 
-    def __init__(self, name: str, interval: float, tick: Callable[[], None]) -> None:
+    def __init__(self, name: str, interval: float, tick: Callable[[], object]) -> None:
         self.name = name
         self.interval = interval
         self._tick = tick

@@ -1,15 +1,15 @@
 """The message index: business keys (``KEYS``) and unique client message ids (``UNIQ_KEY``) ->
 commit log offsets, in hash-slot index files (RocketMQ's ``IndexService`` / ``IndexFile``).
 
-:class:`IndexService` works on its own thread, behind the dispatcher. Local appends are handed
-to it as they are stored (:meth:`IndexService.feed`: the messages' property dicts, no parsing);
-everything else - replicated records on a slave, the records past the index's end at start-up -
-it reads back from the commit log (whole dispatched records, zero-copy slices of the segments).
-Each pass appends one entry per key to the newest :class:`IndexFile` with one vectorised put.
-Recovery resumes from where the index files say they stopped; files whose records are all
-deleted are deleted with them. File format, crash behaviour and query semantics:
-``docs/message-index.md``.
-"""
+:class:`IndexService` works on its own thread, behind the dispatcher, one pass per
+:data:`GATHER_S`. Local appends are handed to it as they are stored (:meth:`IndexService.feed`:
+the messages' property dicts, no parsing); replicated records by the batch dispatcher
+(:meth:`IndexService.feed_batch`: the encoded properties it already cut out, keys found for a
+whole pass in one vectorised scan); everything else - the records past the index's end at
+start-up, records dispatched one at a time - it reads back from the commit log. Each pass
+appends one entry per key to the newest :class:`IndexFile` with one vectorised put. Recovery
+resumes from where the index files say they stopped; files whose records are all deleted are
+deleted with them. File format, crash behaviour, design and costs: ``docs/message-index.md``."""
 
 from __future__ import annotations
 
@@ -20,24 +20,20 @@ import os
 import struct
 import threading
 import time
-import zlib
-from collections import deque
+from array import array
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from itertools import repeat
+from typing import TYPE_CHECKING, Any
 
-from pocketmq.wire.record import header_format
-from services.broker.storage.record import (
-    BLANK_MAGIC_CODE,
-    HEADER_SIZE,
-    MAGIC_CODE,
-    PREFIX,
-    PROPERTY_KEYS,
-    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
-    U16,
-    Message,
+from services.broker.storage.indexkeys import (
+    batch_keys,
+    key_hash,
+    message_keys,
+    record_keys,
+    scan_records,
 )
+from services.broker.storage.record import PREFIX, Message
 from services.broker.storage.segment import (
-    MADV_POPULATE_READ,
     MADV_POPULATE_WRITE,
     PAGE_SIZE,
     SegmentSlice,
@@ -49,6 +45,9 @@ try:  # vectorised index-file writes where NumPy is installed (it is not in the 
     import numpy as _np
 except ImportError:  # pragma: no cover - exercised by the image
     _np = None
+
+if TYPE_CHECKING:
+    from services.broker.storage.dispatch import DispatchBatch
 
 log = logging.getLogger(__name__)
 
@@ -65,155 +64,25 @@ VECTOR_MIN = 64
 MAX_CHAIN_STEPS = 1_000_000
 #: Bytes of commit log read per batch by the index thread.
 READ_CHUNK = 1024 * 1024
-#: Log bytes of fed batches waiting for the index thread at most (they hold their messages;
-#: past this, appends are read back from the log instead).
+#: Log bytes past the index's end that fed appends may cover (they hold their messages or
+#: properties; past this, records are read back from the log instead).
 MAX_FED_BYTES = 64 * 1024 * 1024
+#: Seconds between syncs of the index files by the periodic flush (each sync write-protects
+#: the hash-slot pages again: every page written after it takes a fault). Whatever a crash
+#: leaves unsynced is indexed again from the commit log at start.
+FLUSH_INTERVAL_S = 10.0
 #: Entry bytes mapped ahead of the index writer per ``madvise``.
 POPULATE_STEP = 4 * 1024 * 1024
-#: The index thread waits this long after being woken before it indexes what arrived.
-GATHER_S = 0.005
-#: Entries written to an index file with one vectorised put at most.
-MAX_BATCH_ENTRIES = 65536
+#: The index thread waits this long after being woken before it indexes what arrived: one
+#: pass (and one vectorised put) per this much time, not per append.
+GATHER_S = 0.05
 
-_RECORD = struct.Struct(header_format(("total_size", "magic", "store_timestamp", "body_length")))
-_RECORD_UNPACK = _RECORD.unpack_from
-_U16 = U16.unpack_from
+#: A run of replicated records handed to :meth:`IndexService.feed_batch` by the batch
+#: dispatcher: (first record offset, end offset, the batch).
+_FedBatch = tuple[int, int, "DispatchBatch"]
 _PREFIX = PREFIX.unpack_from
-_KEYS = (PROPERTY_KEYS.encode() + b"\x01", PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX.encode() + b"\x01")
-_crc32 = zlib.crc32
-
-
-def key_hash(topic: str, key: str) -> int:
-    """The index hash of ``topic`` + ``key``: CRC-32 of ``topic#key`` (UTF-8)."""
-    return _crc32(key.encode(), _crc32(topic.encode() + b"#"))
-
-
-def record_keys(props: bytes) -> list[bytes]:
-    """The index keys in encoded properties: each KEYS key (space separated) and UNIQ_KEY."""
-    out: list[bytes] = []
-    for i, needle in enumerate(_KEYS):
-        at = props.find(needle)
-        while at > 0 and props[at - 1] != 2:  # must start a pair
-            at = props.find(needle, at + 1)
-        if at < 0:
-            continue
-        start = at + len(needle)
-        end = props.find(b"\x02", start)
-        value = props[start:end if end >= 0 else len(props)]
-        if i == 0:
-            out.extend(k for k in value.split(b" ") if k)
-        elif value:
-            out.append(value)
-    return out
-
-
-#: A batch of local appends handed to :meth:`IndexService.feed`: (first record offset, end
-#: offset, record offsets, store timestamp, messages). A plain tuple: it is made per append.
-_Fed = tuple[int, int, Sequence[int], int, Sequence[Message]]
-
-
-def _message_keys(messages: Sequence[Message], prefixes: dict[bytes, int], hashes: list[int],
-                  rows: list[int]) -> None:
-    """Add the key hashes of the index entries of ``messages`` to ``hashes``, and for each the
-    message's position in ``messages`` to ``rows``."""
-    last_topic = ""
-    prefix = 0
-    for row, msg in enumerate(messages):
-        props = msg[4]
-        if not props:
-            continue
-        keys = props.get(PROPERTY_KEYS)
-        uniq = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-        if not keys and not uniq:
-            continue
-        if msg[0] is not last_topic:  # (a batch is one topic, usually the same str object)
-            last_topic = msg[0]
-            topic = last_topic.encode()
-            cached = prefixes.get(topic)
-            if cached is None:
-                if len(prefixes) > 8192:
-                    prefixes.clear()
-                cached = prefixes[topic] = _crc32(topic + b"#")
-            prefix = cached
-        if keys:
-            if " " in keys:
-                for key in keys.split(" "):
-                    if key:
-                        hashes.append(_crc32(key.encode(), prefix))
-                        rows.append(row)
-            else:
-                hashes.append(_crc32(keys.encode(), prefix))
-                rows.append(row)
-        if uniq:
-            hashes.append(_crc32(uniq.encode(), prefix))
-            rows.append(row)
-
-
-def _scan(buf: memoryview, base: int,
-          prefixes: dict[bytes, int]) -> tuple[int, list[int], list[int], list[int]]:
-    """Index entries of the whole records in ``buf`` (log offset ``base``; everything below the
-    dispatched offset, so validated): (bytes consumed, key hashes, record offsets, store
-    timestamps). The hot loop of a slave's and a recovering store's index."""
-    hashes: list[int] = []
-    offsets: list[int] = []
-    stamps: list[int] = []
-    chunk = bytes(buf)  # one copy, then bytes.find over each record's properties
-    find = chunk.find
-    size = len(chunk)
-    pos = 0
-    unpack = _RECORD_UNPACK
-    keys_needle, uniq_needle = _KEYS
-    while pos + 8 <= size:
-        if pos + HEADER_SIZE > size:
-            total, magic = _PREFIX(chunk, pos)
-            if magic == BLANK_MAGIC_CODE and total > 0:
-                pos += total
-            break
-        total, magic, ts, body_len = unpack(chunk, pos)
-        if magic != MAGIC_CODE:
-            # A blank record fills the rest of its segment (the slice may end before it does).
-            if magic == BLANK_MAGIC_CODE and total > 0:
-                pos += total
-            break
-        end = pos + total
-        if total <= 0 or end > size:
-            break
-        body_end = pos + HEADER_SIZE + body_len
-        props_at = body_end + 3 + chunk[body_end]
-        ka = find(keys_needle, props_at, end)
-        ua = find(uniq_needle, props_at, end)
-        if ka >= 0 or ua >= 0:
-            raw_topic = chunk[body_end + 1:props_at - 2]
-            prefix = prefixes.get(raw_topic)
-            if prefix is None:
-                if len(prefixes) > 8192:
-                    prefixes.clear()
-                prefix = prefixes[raw_topic] = _crc32(raw_topic + b"#")
-            offset = base + pos
-            clean_k = ka < 0 or ka == props_at or chunk[ka - 1] == 2
-            if clean_k and (ua < 0 or ua == props_at or chunk[ua - 1] == 2):
-                if ka >= 0:
-                    z = find(b"\x02", ka, end)
-                    value = chunk[ka + 5:z if z >= 0 else end]
-                    for key in (value.split(b" ") if b" " in value else (value,)):
-                        if key:
-                            hashes.append(_crc32(key, prefix))
-                            offsets.append(offset)
-                            stamps.append(ts)
-                if ua >= 0:
-                    z = find(b"\x02", ua, end)
-                    value = chunk[ua + 9:z if z >= 0 else end]
-                    if value:
-                        hashes.append(_crc32(value, prefix))
-                        offsets.append(offset)
-                        stamps.append(ts)
-            else:  # a needle inside another property's name or value: parse properly
-                for key in record_keys(chunk[props_at:end]):
-                    hashes.append(_crc32(key, prefix))
-                    offsets.append(offset)
-                    stamps.append(ts)
-        pos = end
-    return pos, hashes, offsets, stamps
+#: (Re-exported: the query side hashes keys the same way.)
+__all__ = ["IndexFile", "IndexService", "key_hash", "record_keys"]
 
 
 class IndexFile:
@@ -265,10 +134,11 @@ class IndexFile:
         #: Bytes of the file mapped writable in advance (no page fault when written).
         self._populated = 0
         if create_at is not None:
-            # The hash slots are written at random: bring their pages in at once (read-only
-            # mapped, nothing dirtied) rather than taking a page-cache miss per first touch.
+            # The hash slots are written at random: map all their pages writable at once (one
+            # call per file; the blocks are allocated then) rather than taking a write fault per
+            # page on the indexing path.
             with contextlib.suppress(OSError, ValueError, AttributeError):  # (kernel < 5.14)
-                self.mm.madvise(MADV_POPULATE_READ, 0, self._entries_at)
+                self.mm.madvise(MADV_POPULATE_WRITE, 0, self._entries_at)
             self._populated = self._entries_at // PAGE_SIZE * PAGE_SIZE
 
     def _populate(self, end: int) -> None:
@@ -288,7 +158,7 @@ class IndexFile:
         FILE_HEADER.pack_into(self.mm, 0, self.begin_ts, self.end_ts, self.begin_offset, self.end_offset,
                               self.slots, self.count)
 
-    def put(self, hashes: list[int], offsets: list[int], stamps: list[int], start: int) -> int:
+    def put(self, hashes: Sequence[int], offsets: Sequence[int], stamps: Sequence[int], start: int) -> int:
         """Append entries ``start..`` of the parallel lists (key hashes, commit log offsets,
         store timestamps in ms) until the file is full; returns the index of the first one not
         written. Every entry is written before the slot that points to it."""
@@ -302,13 +172,16 @@ class IndexFile:
         if _np is not None and k >= VECTOR_MIN:
             self._put_vector(hashes[start:start + k], offsets[start:start + k], stamps[start:start + k])
         else:
+            if _np is not None and isinstance(hashes, _np.ndarray):  # (plain ints for the loop)
+                hashes, offsets, stamps = (list(map(int, x)) for x in (hashes, offsets, stamps))
             self._put_loop(hashes, offsets, stamps, start, k)
-        self.end_ts = max(self.end_ts, stamps[start + k - 1])
+        self.end_ts = max(self.end_ts, int(stamps[start + k - 1]))
         self.count = n0 + k
         self.dirty = True
         return start + k
 
-    def _put_loop(self, hashes: list[int], offsets: list[int], stamps: list[int], start: int, k: int) -> None:
+    def _put_loop(self, hashes: Sequence[int], offsets: Sequence[int], stamps: Sequence[int], start: int,
+                  k: int) -> None:
         mm = self.mm
         n = self.count
         nslots = self.slots
@@ -324,37 +197,40 @@ class IndexFile:
             pack_slot(mm, pos, n)
             n += 1
 
-    def _put_vector(self, hashes: list[int], offsets: list[int], stamps: list[int]) -> None:
-        """:meth:`_put_loop` in one pass: the entries of the batch that share a slot are chained
-        to each other in order, the first to what the slot held."""
+    def _put_vector(self, hashes: Sequence[int], offsets: Sequence[int], stamps: Sequence[int]) -> None:
+        """:meth:`_put_loop` in one pass: every entry links to what its slot held, then the
+        slots point at the entries. Entries of the batch that share a slot (rare: a batch is
+        small next to the slot count; found by sorting the slot numbers, cheaper than another
+        pass over the randomly placed slots) are linked to each other in order, the slot to
+        the last. Entries are complete before a slot points at them."""
         np = _np
         assert np is not None
         k = len(hashes)
         n0 = self.count
-        h = np.array(hashes, dtype=np.uint32)
-        ids = np.arange(n0, n0 + k, dtype=np.int64)
-        slots = (h % self.slots).astype(np.int64)
-        order = np.argsort(slots, kind="stable")
-        sorted_slots = slots[order]
-        sorted_ids = ids[order]
-        first = np.ones(k, dtype=bool)
-        first[1:] = sorted_slots[1:] != sorted_slots[:-1]
+        h = np.asarray(hashes, dtype=np.uint32)
+        slots = h % np.uint32(self.slots)
         slot_view = np.frombuffer(self.mm, dtype=">i4", count=self.slots, offset=FILE_HEADER.size)
-        prev_sorted = np.empty(k, dtype=np.int64)
-        prev_sorted[first] = slot_view[sorted_slots[first]]
-        later = ~first
-        prev_sorted[later] = sorted_ids[:-1][later[1:]]
-        prev = np.empty(k, dtype=np.int64)
-        prev[order] = prev_sorted
         entries = np.frombuffer(self.mm, dtype=np.dtype(_ENTRY_FIELDS), count=k,
                                 offset=self._entries_at + n0 * ENTRY.size)
         entries["hash"] = h
         entries["offset"] = offsets
-        entries["diff"] = (np.array(stamps, dtype=np.int64) - self.begin_ts) // 1000
-        entries["prev"] = prev
-        last = np.ones(k, dtype=bool)
-        last[:-1] = sorted_slots[:-1] != sorted_slots[1:]
-        slot_view[sorted_slots[last]] = sorted_ids[last]
+        entries["diff"] = (np.asarray(stamps, dtype=np.int64) - self.begin_ts) // 1000
+        entries["prev"] = slot_view[slots]
+        ordered = np.sort(slots)
+        repeated = ordered[1:][ordered[1:] == ordered[:-1]]
+        heads: dict[int, int] = {}
+        if len(repeated):
+            rows = np.flatnonzero(np.isin(slots, repeated)).tolist()
+            prev_field = entries["prev"]
+            for row, slot in zip(rows, slots[rows].tolist(), strict=True):
+                before = heads.get(slot)
+                if before is not None:
+                    prev_field[row] = before
+                heads[slot] = n0 + row
+            del prev_field
+        slot_view[slots] = np.arange(n0, n0 + k, dtype=np.int32)
+        if heads:
+            slot_view[list(heads)] = list(heads.values())
         del slot_view, entries  # (exported buffers would keep the mapping from closing)
 
     def lookup(self, h: int, begin_ms: int, end_ms: int, limit: int, out: list[int]) -> None:
@@ -412,13 +288,27 @@ class IndexService:
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._topics: dict[bytes, int] = {}
-        self._fed: deque[_Fed] = deque()
-        #: Log bytes the batches in ``_fed`` cover (their messages are held until indexed).
-        self._fed_bytes = 0
+        #: Local appends not indexed yet, one contiguous run of the log ``[_fed_start,
+        #: _fed_end)`` as flat parallel lists (no object per append: what a feed leaves behind
+        #: until the next pass is the message it holds and two ints).
+        self._feed_lock = threading.Lock()
+        self._fed_start = 0
+        self._fed_end = -1
+        self._fed_messages: list[Message] = []
+        self._fed_offsets: list[int] = []
+        self._fed_stamps: list[int] = []
+        #: Runs of replicated records from the batch dispatcher, in log order (gaps between
+        #: them are read from the log).
+        self._fed_batches: list[_FedBatch] = []
+        #: The index thread is about to wait (or waits) for work: a feed must wake it.
+        self._idle = True
         #: Commit log offset up to which records are indexed.
         self.indexed_offset = 0
         #: Entries written since start.
         self.entries_written = 0
+        self._next_flush = 0.0
+        #: Replicated batches indexed from the dispatcher's properties (not read back).
+        self.batches_fed = 0
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -443,7 +333,7 @@ class IndexService:
 
     def wakeup(self) -> None:
         """New replicated records are dispatched (cheap: reads a flag, at most sets an event)."""
-        if not self._wake.is_set():
+        if self._idle:
             self._wake.set()
 
     def stop(self) -> None:
@@ -460,9 +350,13 @@ class IndexService:
 
     def _run(self) -> None:
         while not self._stopping:
-            self._wake.wait(1.0)
-            # Let appends accumulate: a pass per few milliseconds, not per message, keeps the
-            # thread from taking the GIL back and forth with the appending threads.
+            self._idle = True
+            if not self._pending():
+                self._wake.wait(1.0)
+            self._idle = False
+            # Let appends accumulate: one pass per few milliseconds, not per message, keeps the
+            # thread from taking the GIL back and forth with the appending threads, and makes
+            # the vectorised put long.
             time.sleep(GATHER_S)
             self._wake.clear()
             try:
@@ -472,53 +366,138 @@ class IndexService:
                 log.exception("index: indexing failed; retrying in 1 s")
                 time.sleep(1.0)
 
+    def _pending(self) -> bool:
+        return bool(self._fed_messages or self._fed_batches) or self.indexed_offset < self._dispatched()
+
     # -- building -------------------------------------------------------------------------------
 
     def feed(self, start: int, end: int, offsets: Sequence[int], store_timestamp: int,
              messages: Sequence[Message]) -> None:
         """A local append stored ``messages`` at ``offsets`` (the records span ``[start,
         end)``): index them from their property dicts, without reading the log back. Called on
-        the appending thread; costs a deque append. Batches that arrive out of order or not at
-        all are read from the commit log instead."""
-        if self._fed_bytes < MAX_FED_BYTES:
-            self._fed_bytes += end - start
-            self._fed.append((start, end, offsets, store_timestamp, messages))
-        if not self._wake.is_set():
+        the appending thread; costs three list appends under an uncontended lock. Appends that
+        do not continue the fed run (another thread's append fed first) or that would hold too
+        much are read from the commit log instead."""
+        if end - self.indexed_offset <= MAX_FED_BYTES:
+            with self._feed_lock:
+                if self._fed_end != start:
+                    if self._fed_messages or self._fed_batches:
+                        start = -1  # not contiguous: left to the log
+                    else:
+                        self._fed_start = start
+                if start >= 0:
+                    self._fed_end = end
+                    if len(messages) == 1:
+                        self._fed_messages.append(messages[0])
+                        self._fed_offsets.append(offsets[0])
+                        self._fed_stamps.append(store_timestamp)
+                    else:
+                        self._fed_messages += messages
+                        self._fed_offsets += offsets
+                        self._fed_stamps += repeat(store_timestamp, len(messages))
+        if self._idle:
             self._wake.set()
 
+    def feed_one(self, start: int, end: int, store_timestamp: int, message: Message) -> None:
+        """:meth:`feed` for one message stored at ``start`` (the single-send path)."""
+        if end - self.indexed_offset <= MAX_FED_BYTES:
+            with self._feed_lock:
+                if self._fed_end == start or not (self._fed_messages or self._fed_batches):
+                    if self._fed_end != start:
+                        self._fed_start = start
+                    self._fed_end = end
+                    self._fed_messages.append(message)
+                    self._fed_offsets.append(start)
+                    self._fed_stamps.append(store_timestamp)
+        if self._idle:
+            self._wake.set()
+
+    def feed_batch(self, batch: DispatchBatch) -> None:
+        """The batch dispatcher dispatched ``batch`` (replicated records, in log order): index
+        it from the properties it already cut out (:attr:`DispatchBatch.props`), without
+        reading or parsing the records again. Called under the commit log lock; costs a list
+        append."""
+        start, end = int(batch.physical_offsets[0]), batch.end_offset
+        if end - self.indexed_offset <= MAX_FED_BYTES:
+            with self._feed_lock:
+                if not self._fed_messages:
+                    self._fed_batches.append((start, end, batch))
+        if self._idle:
+            self._wake.set()
+
+    def _take_fed(self, start: int) -> tuple[int, Sequence[int], Sequence[int], Sequence[int]] | None:
+        """What was fed from ``start`` on, as index entries (end, hashes, offsets, stamps); None
+        if nothing fed starts there. Fed runs that start before ``start`` (read from the log
+        meanwhile) are dropped."""
+        with self._feed_lock:
+            if self._fed_messages:
+                if self._fed_start != start:
+                    if self._fed_start > start:
+                        return None
+                    self._fed_end = -1  # (read from the log already)
+                    self._fed_messages, self._fed_offsets, self._fed_stamps = [], [], []
+                    return None
+                messages, offsets, stamps = self._fed_messages, self._fed_offsets, self._fed_stamps
+                end = self._fed_end
+                self._fed_messages, self._fed_offsets, self._fed_stamps = [], [], []
+                self._fed_end = -1
+                batches: list[_FedBatch] = []
+            elif self._fed_batches:
+                fed = self._fed_batches
+                skip = 0
+                while skip < len(fed) and fed[skip][0] < start:
+                    skip += 1
+                if skip < len(fed) and fed[skip][0] == start:
+                    end = start
+                    take = skip
+                    while take < len(fed) and fed[take][0] == end:
+                        end = fed[take][1]
+                        take += 1
+                    batches = fed[skip:take]
+                    self._fed_batches = fed[take:]
+                else:
+                    self._fed_batches = fed[skip:]
+                    return None
+                messages, offsets, stamps = [], [], []
+            else:
+                return None
+        if batches:
+            self.batches_fed += len(batches)
+            return (end, *batch_keys([fed[2] for fed in batches], self._topics))
+        # (an array, not a list: the vectorised put takes it without a conversion per entry)
+        hashes = array("I")
+        counts = array("I")
+        message_keys(messages, self._topics, hashes, counts)
+        np = _np
+        if np is not None:  # each message's offset and time once per entry
+            per = np.frombuffer(counts, dtype=np.uint32) if counts else np.zeros(0, dtype=np.uint32)
+            return (end, hashes, np.repeat(np.array(offsets, dtype=np.int64), per),
+                    np.repeat(np.array(stamps, dtype=np.int64), per))
+        return (end, hashes, [o for o, c in zip(offsets, counts, strict=True) for _ in range(c)],
+                [t for t, c in zip(stamps, counts, strict=True) for _ in range(c)])
+
+    def _fed_from(self) -> int:
+        """Where the first fed run starts (-1: nothing fed)."""
+        if self._fed_messages:
+            return self._fed_start
+        fed = self._fed_batches
+        return fed[0][0] if fed else -1
+
     def index_pending(self, max_bytes: int = READ_CHUNK) -> int:
-        """Index the next whole dispatched records after :attr:`indexed_offset`: the next fed
-        batch if it starts there, else records read from the commit log (up to about
-        ``max_bytes``, within one segment, stopping where the next fed batch starts). Returns
-        the bytes of log covered (0: nothing to do)."""
+        """Index the next whole dispatched records after :attr:`indexed_offset`: the fed runs
+        that start there, else records read from the commit log (up to about ``max_bytes``,
+        within one segment, stopping where the next fed run starts). Returns the bytes of log
+        covered (0: nothing to do)."""
         with self._lock:
             start = self.indexed_offset
-            fed = self._fed
-            while fed and fed[0][0] < start:
-                self._fed_bytes -= fed[0][1] - fed[0][0]
-                fed.popleft()  # already read from the log
-            if fed and fed[0][0] == start:
-                # Every fed batch that continues where the last one ended, as one write.
-                all_offsets: list[int] = []
-                all_messages: list[Message] = []
-                batch_stamps: list[int] = []
-                end = start
-                while fed and fed[0][0] == end and len(all_offsets) < MAX_BATCH_ENTRIES:
-                    first, end, batch_offsets, stamp, batch_messages = fed.popleft()
-                    self._fed_bytes -= end - first
-                    all_offsets += batch_offsets
-                    all_messages += batch_messages
-                    batch_stamps += [stamp] * len(batch_messages)
-                hashes_l: list[int] = []
-                rows: list[int] = []
-                _message_keys(all_messages, self._topics, hashes_l, rows)
-                hashes = hashes_l
-                offsets = [all_offsets[r] for r in rows]
-                stamps = [batch_stamps[r] for r in rows]
+            taken = self._take_fed(start)
+            if taken is not None:
+                end, hashes, offsets, stamps = taken
             else:
                 end = self._dispatched()
-                if fed:
-                    end = min(end, fed[0][0])
+                fed_from = self._fed_from()
+                if fed_from > start:
+                    end = min(end, fed_from)
                 if start >= end:
                     return 0
                 scanned = self._scan_log(start, min(max_bytes, end - start))
@@ -537,7 +516,7 @@ class IndexService:
         if data is None:
             return None
         try:
-            pos, hashes, offsets, stamps = _scan(data.data, start, self._topics)
+            pos, hashes, offsets, stamps = scan_records(data.data, start, self._topics)
             if pos == 0 and data.size >= 8:  # one record larger than max_bytes
                 (total, _) = _PREFIX(data.data, 0)
                 if total > data.size:
@@ -545,24 +524,24 @@ class IndexService:
                     data = self._read(start, total)
                     if data is None:
                         return None
-                    pos, hashes, offsets, stamps = _scan(data.data, start, self._topics)
+                    pos, hashes, offsets, stamps = scan_records(data.data, start, self._topics)
         finally:
             if data is not None:
                 data.release()
         return start + pos, hashes, offsets, stamps
 
-    def _append(self, hashes: list[int], offsets: list[int], stamps: list[int]) -> None:
+    def _append(self, hashes: Sequence[int], offsets: Sequence[int], stamps: Sequence[int]) -> None:
         i = 0
         n = len(hashes)
         while i < n:
             current = self._files[-1] if self._files else None
             if current is None or current.full:
-                first = offsets[i]
+                first = int(offsets[i])
                 if current is not None:
                     current.end_offset = first
                     current.flush()
                 path = os.path.join(self.directory, f"{first:020d}")
-                current = IndexFile(path, self.slots, self.capacity, create_at=(first, stamps[i]))
+                current = IndexFile(path, self.slots, self.capacity, create_at=(first, int(stamps[i])))
                 self._files.append(current)
                 log.info("index: new index file %s", path)
             i = current.put(hashes, offsets, stamps, i)
@@ -591,7 +570,12 @@ class IndexService:
 
     # -- maintenance ----------------------------------------------------------------------------
 
-    def flush(self) -> None:
+    def flush(self, force: bool = False) -> None:
+        """Sync the index files (at most every :data:`FLUSH_INTERVAL_S` unless ``force``)."""
+        now = time.monotonic()
+        if not force and now < self._next_flush:
+            return
+        self._next_flush = now + FLUSH_INTERVAL_S
         with self._lock:
             for f in self._files:
                 f.flush()
@@ -600,8 +584,10 @@ class IndexService:
         """The commit log was cut back to ``offset``: index again from there (entries past it
         stay in the files and are filtered out when their records do not match)."""
         with self._lock:
-            self._fed.clear()
-            self._fed_bytes = 0
+            with self._feed_lock:
+                self._fed_messages, self._fed_offsets, self._fed_stamps = [], [], []
+                self._fed_end = -1
+                self._fed_batches = []
             if self.indexed_offset > offset:
                 self.indexed_offset = offset
                 if self._files:

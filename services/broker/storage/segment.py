@@ -52,6 +52,8 @@ DIRECT_ALIGN = 4096
 #: A :meth:`Segment.write_at` with a staging buffer writes its whole aligned blocks directly
 #: only if they add up to at least this much; smaller appends go through the page cache.
 DIRECT_MIN = 64 * 1024
+#: :attr:`Segment.file_pos` when every written byte is in the file.
+ALL_IN_FILE = 1 << 62
 
 
 
@@ -102,8 +104,8 @@ class Segment:
     """A mapped file covering log offsets ``[start, start + size)``."""
 
     __slots__ = ("_addr", "_available", "_direct_fd", "_fd", "_flush_lock", "_ref_lock", "_refs",
-                 "flushed_pos", "mm", "path", "populated_pos", "refill_pos", "size", "start", "view",
-                 "warmed_pos", "write_pos")
+                 "file_pos", "flushed_pos", "mm", "path", "populated_pos", "refill_pos", "size", "start",
+                 "view", "warmed_pos", "write_pos")
 
     def __init__(self, path: str, start: int, size: int, *, create: bool = False,
                  keep_fd: bool = True) -> None:
@@ -118,7 +120,13 @@ class Segment:
                 os.ftruncate(fd, size)
             else:
                 actual = os.fstat(fd).st_size
-                if actual != size:
+                if actual == 0:
+                    # killed between creating the file and sizing it: nothing was ever written
+                    # to it (writes start after the mapping), so finish its creation
+                    log.warning("segment file is empty (creation interrupted); sizing it",
+                                extra={"path": path, "size": size})
+                    os.ftruncate(fd, size)
+                elif actual != size:
                     raise SegmentError(f"segment {path} is {actual} bytes, expected {size} "
                                        "(was the segment size changed?)")
             self.mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
@@ -147,6 +155,9 @@ class Segment:
         self.write_pos = 0
         #: Bytes known to be on disk.
         self.flushed_pos = 0
+        #: Bytes past this position (up to ``write_pos``) are still in the commit log's write
+        #: buffer, not in the file (:data:`ALL_IN_FILE`: none are); a flush stops here.
+        self.file_pos = ALL_IN_FILE
         #: Pages mapped ahead of the writer (see :meth:`populate`).
         self.populated_pos = 0
         #: The writer asks for more pages to be mapped (see :meth:`prefault`) once it writes
@@ -387,6 +398,9 @@ class Segment:
         """Sync written data to disk if at least ``least_pages`` pages are dirty (or the segment
         is full). Returns the flushed position."""
         write_pos = self.write_pos
+        file_pos = self.file_pos  # (read after write_pos: see CommitLog.commit)
+        if file_pos < write_pos:
+            write_pos = file_pos
         if write_pos <= self.flushed_pos:
             return self.flushed_pos
         if least_pages > 0 and write_pos < self.size and self.dirty_pages() < least_pages:

@@ -124,7 +124,9 @@ class MessageStore:
                               populate_size=config.populate_ahead_size,
                               populate_write=config.flush_disk_type is FlushDiskType.ASYNC_FLUSH,
                               warm_size=config.warm_ahead_size,
-                              direct_write=config.replica_direct_write)
+                              direct_write=config.replica_direct_write,
+                              write_buffer=config.write_buffer,
+                              write_buffer_dir=config.write_buffer_dir)
         self._cq.append_lock = self._log.lock
         self._checkpoint = CheckpointFile(config.checkpoint_path)
         #: The message key index (None when ``messageIndexEnable`` is off).
@@ -143,6 +145,7 @@ class MessageStore:
         self._group_commit: GroupCommitService | None = None
         self._maintenance: ServiceThread | None = None
         self._warmer: ServiceThread | None = None
+        self._committer: ServiceThread | None = None
         self._lock_fd: int | None = None
         self._running = False
         self._closed = False
@@ -188,6 +191,11 @@ class MessageStore:
                 self._log.flush, cfg.flush_interval_commit_log, cfg.flush_commit_log_least_pages,
                 cfg.flush_commit_log_thorough_interval)
             self._flush_service.start()
+        if cfg.write_buffer:
+            self._committer = ServiceThread("CommitRealTimeService", cfg.commit_interval_commit_log / 1000,
+                                            self._log.commit)
+            self._log.commit_wakeup = self._committer.wakeup
+            self._committer.start()
         now = time.monotonic()
         self._next_cq_flush = now + cfg.flush_interval_consume_queue / 1000
         self._next_clean = now + cfg.clean_resource_interval / 1000
@@ -209,6 +217,8 @@ class MessageStore:
                 notify(offset)
 
             self._log.on_dispatched = on_reput_dispatched
+            # Replicated records: the batch dispatcher hands over the properties it cut out.
+            self._cq.batch_listener = self.index.feed_batch
         if cfg.warm_ahead_size or cfg.populate_ahead_size:
             self._warmer = ServiceThread("CommitLogWarmer", 1.0, self._log.warm_ahead)
             self._log.warm_wakeup = self._warmer.wakeup
@@ -234,9 +244,13 @@ class MessageStore:
             self._log.warm_wakeup = None
             self._warmer.stop()
         if self.index is not None:
+            self._cq.batch_listener = None
             self.index.stop()
         if self._flush_service is not None:
             self._flush_service.stop()
+        if self._committer is not None:
+            self._log.commit_wakeup = None
+            self._committer.stop()
         with self._log.lock:  # no append in flight after this
             self._log.closed = True
         self._log.flush(0)
@@ -297,6 +311,9 @@ class MessageStore:
             scan = self._log.recover_by_scan(scan_from)
             scan_from, scanned_records, scanned_bytes, stop_reason = (
                 scan.start, scan.records, scan.bytes, scan.stop_reason)
+        if abnormal:
+            # What the killed process had appended but not yet written to the file.
+            self._log.replay_write_buffers()
         # With a trusted checkpoint (it matched the commit log, or the last run crashed and it
         # bounds what was flushed), dispatch resumes from its consume queue offset: no queue
         # has to be opened to find it, so queues open on first use (start time does not grow
@@ -376,8 +393,7 @@ class MessageStore:
         if self._listeners:
             self._notify(self._log.max_offset)
         if self.index is not None:
-            self.index.feed(result.physical_offsets[0], result.end_offset, result.physical_offsets,
-                            result.store_timestamp, (msg,))
+            self.index.feed_one(result.physical_offsets[0], result.end_offset, result.store_timestamp, msg)
         if self._dispatch_listeners:
             self._notify_dispatched(result.end_offset)
         return result

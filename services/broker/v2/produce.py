@@ -36,6 +36,9 @@ _FIFO: int = definition_pb2.FIFO
 _DELAY: int = definition_pb2.DELAY
 _TRANSACTION: int = definition_pb2.TRANSACTION
 _GZIP: int = definition_pb2.GZIP
+_OK: int = definition_pb2.OK
+_INTERNAL_SERVER_ERROR: int = definition_pb2.INTERNAL_SERVER_ERROR
+_MULTIPLE_RESULTS: int = definition_pb2.MULTIPLE_RESULTS
 #: RocketMQ's limits on what a v2 message may carry.
 MAX_MESSAGE_GROUP_LENGTH = 64
 MAX_PROPERTIES_SIZE = 16 * 1024
@@ -157,9 +160,10 @@ def _is_ipv4(text: str) -> bool:
         return False
 
 
-def _born_host(text: str, peer: record.Host) -> record.Host:
-    """The client's own address (the SDK's ``born_host``) when it is IPv4, else the peer's."""
-    return (text, 0) if _is_ipv4(text) else peer
+def _born_host(text: str, peer: Callable[[], record.Host]) -> record.Host:
+    """The client's own address (the SDK's ``born_host``) when it is IPv4, else the peer's
+    (``peer()``: asked only then; the SDKs send their IPv4 address)."""
+    return (text, 0) if _is_ipv4(text) else peer()
 
 
 class Prepared(NamedTuple):
@@ -172,6 +176,7 @@ class Prepared(NamedTuple):
     born_ms: int
     born_host: record.Host
     msg_type: int
+    message_id: str
 
 
 class Producer:
@@ -192,7 +197,7 @@ class Producer:
                                      invalid=Code.ILLEGAL_TOPIC) from None
 
     def prepare(self, msg: definition_pb2.Message, topic: str, tc: TopicConfig,
-                peer: record.Host) -> Prepared:
+                peer: Callable[[], record.Host]) -> Prepared:
         """Validate one message: what to send, its born host and its type."""
         msg_type = message_type_of(msg)
         _check_topic_type(tc, msg_type)
@@ -213,35 +218,45 @@ class Producer:
             producer_group = topic
         born_ms = timestamp_ms(sp.born_timestamp) if sp.HasField("born_timestamp") else 0
         return Prepared(body, props, queue_id, producer_group, born_ms, _born_host(sp.born_host, peer),
-                        msg_type)
+                        msg_type, sp.message_id)
 
     async def send(self, request: service_pb2.SendMessageRequest, meta: RequestMeta,
-                   peer: record.Host) -> service_pb2.SendMessageResponse:
-        if not request.messages:
+                   peer: Callable[[], record.Host]) -> service_pb2.SendMessageResponse:
+        """``peer()``: the caller's address (the born host of messages without an IPv4 one)."""
+        messages = request.messages
+        if not messages:
             raise V2Error(Code.BAD_REQUEST, "SendMessage needs at least one message")
-        first = request.messages[0].topic
-        for msg in request.messages[1:]:
-            if msg.topic.name != first.name or msg.topic.resource_namespace != first.resource_namespace:
-                raise V2Error(Code.BAD_REQUEST, "every message of one SendMessage must have the same topic")
+        first = messages[0].topic
+        if len(messages) > 1:
+            for msg in messages[1:]:
+                if msg.topic.name != first.name or msg.topic.resource_namespace != first.resource_namespace:
+                    raise V2Error(Code.BAD_REQUEST,
+                                  "every message of one SendMessage must have the same topic")
         topic = topic_name(first, meta)
         tc = self._topic(topic)
         # Validate everything before storing anything: a bad entry refuses the whole request.
-        prepared = [self.prepare(msg, topic, tc, peer) for msg in request.messages]
-        entries = []
-        for msg, p in zip(request.messages, prepared, strict=True):
-            entries.append(await self._send_one(msg, topic, tc, p))
+        prepared = [self.prepare(msg, topic, tc, peer) for msg in messages]
+        # The entries are filled in place in the response (no message built and copied in).
+        response = service_pb2.SendMessageResponse()
+        entries = response.entries
+        top_code = -1
+        top_message = ""
+        for msg, p in zip(messages, prepared, strict=True):
+            code, message = await self._send_one(msg, topic, tc, p, entries.add())
+            if top_code == -1:
+                top_code, top_message = code, message
+            elif code != top_code:
+                top_code, top_message = _MULTIPLE_RESULTS, "the entries have different statuses"
         if meta.client_id:
             self.on_topic(meta.client_id, topic)
-        codes = {e.status.code for e in entries}
-        if len(codes) == 1:
-            top = entries[0].status
-        else:
-            top = definition_pb2.Status(code=Code.MULTIPLE_RESULTS,
-                                        message="the entries have different statuses")
-        return service_pb2.SendMessageResponse(status=top, entries=entries)
+        status = response.status
+        status.code = top_code  # type: ignore[assignment]
+        status.message = top_message
+        return response
 
     async def _send_one(self, msg: definition_pb2.Message, topic: str, tc: TopicConfig,
-                        p: Prepared) -> service_pb2.SendResultEntry:
+                        p: Prepared, entry: service_pb2.SendResultEntry) -> tuple[int, str]:
+        """Send one message and fill its ``entry``; its (code, status message)."""
         try:
             outcome = await self.app.send.send_message(
                 topic, p.body, p.props, p.born_host, queue_id=p.queue_id, born_timestamp=p.born_ms,
@@ -250,14 +265,18 @@ class Producer:
             err = from_service_error(exc, not_found=Code.TOPIC_NOT_FOUND,
                                      invalid=Code.ILLEGAL_DELIVERY_TIME if p.msg_type == _DELAY
                                      else Code.BAD_REQUEST)
-            return service_pb2.SendResultEntry(status=err.status())
-        code = PUT_STATUS_CODES.get(outcome.status, Code.INTERNAL_SERVER_ERROR)
-        message = outcome.remark or ("OK" if code == Code.OK else outcome.status.name)
-        entry = service_pb2.SendResultEntry(
-            status=definition_pb2.Status(code=code, message=message),  # type: ignore[arg-type]
-            message_id=msg.system_properties.message_id)
-        if outcome.status in STORED_STATUSES:
+            entry.status.code = err.code  # type: ignore[assignment]
+            entry.status.message = err.message
+            return err.code, err.message
+        status = outcome.status
+        code = PUT_STATUS_CODES.get(status, _INTERNAL_SERVER_ERROR)
+        message = outcome.remark or ("OK" if code == _OK else status.name)
+        entry_status = entry.status
+        entry_status.code = code  # type: ignore[assignment]
+        entry_status.message = message
+        entry.message_id = p.message_id
+        if status in STORED_STATUSES:
             entry.offset = max(outcome.queue_offset, 0)
             if p.msg_type == _TRANSACTION and outcome.msg_ids:
                 entry.transaction_id = outcome.msg_ids[0]
-        return entry
+        return code, message

@@ -227,7 +227,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
     async def SendMessage(self, request: service_pb2.SendMessageRequest,
                           context: Ctx) -> service_pb2.SendMessageResponse:
         async def handle() -> service_pb2.SendMessageResponse:
-            return await self.producer.send(request, meta_of(context), peer_host(context))
+            return await self.producer.send(request, meta_of(context), lambda: peer_host(context))
 
         return await self._answer("SendMessage", handle)
 

@@ -211,6 +211,7 @@ def test_bench_produce_and_consume(hidden_cluster: Cluster) -> None:
                         "--idle", "5")
     assert consumed["messages"] == 3000 and consumed["bytes"] == 3000 * 128
     assert consumed["msgs_per_s"] > 0 and consumed["p99_ms"] >= consumed["p50_ms"] > 0
+    assert consumed["cpu_us_per_msg"] > 0 and produced["cpu_us_per_msg"] > 0
     table = cli.run("bench", "produce", "--topic", "cli-bench", "--messages", "200", "--batch", "10")
     assert table.returncode == 0 and "msgs/s" in table.stdout
 

@@ -9,6 +9,7 @@ does (tests/integration/cli/test_cli.py): only the NameServer is reachable from 
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterator
 
@@ -132,6 +133,37 @@ def test_found_on_the_slave_when_the_master_is_down_and_by_unique_id(cluster: Cl
         assert [r["body"] for r in _found(cli, "--topic", topic, "--key", "k-slave")] == ["from the slave"]
     finally:
         cluster.restart(master)
+
+
+def _sdk_id(seq: int) -> str:
+    """A unique message id as the RocketMQ 5 SDKs make it (version 01, MAC, pid, seconds since
+    2021-01-01, sequence)."""
+    seconds = int(time.time()) - 1_609_459_200
+    return f"01{0x0242AC110002:012X}{os.getpid() & 0xFFFF:04X}{seconds:08X}{seq:08X}"
+
+
+def test_sdk_message_id_found_without_topic_on_both_groups_and_on_the_slave(cluster: Cluster,
+                                                                            cli: Cli) -> None:
+    a, b = _broker(cluster, "broker-a", 0), _broker(cluster, "broker-b", 0)
+    cluster.create_topic("uniq-a", queues=1, masters=[a])
+    cluster.create_topic("uniq-b", queues=1, masters=[b])
+    id_a, id_b = _sdk_id(1), _sdk_id(2)
+    with Producer(cluster.namesrv) as producer:
+        producer.send(Message("uniq-a", b"sdk on a", properties={"UNIQ_KEY": id_a}))
+        producer.send(Message("uniq-b", b"sdk on b", properties={"UNIQ_KEY": id_b}))
+    for msg_id, topic, name, body in ((id_a, "uniq-a", "broker-a", "sdk on a"),
+                                      (id_b, "uniq-b", "broker-b", "sdk on b")):
+        got = wait_for(lambda m=msg_id: _get_from(cli, m, "0"), 10, f"{msg_id} indexed")
+        assert (got["topic"], got["broker_name"], got["body"]) == (topic, name, body)
+        plain = cli.json("message", "get", msg_id)["message"]  # no --topic, no member picked
+        assert (plain["topic"], plain["broker_name"]) == (topic, name)
+    # broker-a's slave answers from its own index (broker-b has no slave: it is left out).
+    on_slave = wait_for(lambda: _get_from(cli, id_a, "1"), 10, "indexed on the slave")
+    assert (on_slave["topic"], on_slave["broker_name"], on_slave["body"]) == \
+        ("uniq-a", "broker-a", "sdk on a")
+    missing = cli.run("message", "get", _sdk_id(999))
+    error = " ".join(missing.stderr.split())
+    assert missing.returncode != 0 and "nor a unique message id in any topic" in error
 
 
 def _query(topic: str, key: str) -> object:

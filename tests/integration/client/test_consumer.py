@@ -224,6 +224,46 @@ async def test_iterator_commits_and_a_restarted_member_resumes(shared: Cluster) 
 
 
 @pytest.mark.asyncio
+async def test_batches_received_count_as_processed_at_the_next_call(shared: Cluster) -> None:
+    """receive_batch(): one queue's messages in order per call; a member that takes 10 (in
+    batches of at most 4) and commits leaves exactly the other 20 to the next one."""
+    topic, group = "c-batches", "g-batches"
+    await asyncio.to_thread(shared.create_topic, topic, 2)
+    async with AsyncProducer(shared.namesrv) as producer:
+        for i in range(30):
+            await producer.send(Message(topic, f"b{i}"))
+
+    first: list[ReceivedMessage] = []
+    consumer = AsyncConsumer(group, shared.namesrv, consume_from="first", **FAST)  # type: ignore[arg-type]
+    consumer.subscribe(topic)
+    await consumer.start()
+    try:
+        while len(first) < 10:
+            batch = await consumer.receive_batch(min(4, 10 - len(first)), 10)
+            assert 1 <= len(batch) <= 4 and len({m.queue for m in batch}) == 1
+            offsets = [m.queue_offset for m in batch]
+            assert offsets == sorted(offsets)
+            first += batch
+        await consumer.commit()  # the 10 are processed
+    finally:
+        await consumer.close()
+
+    rest: list[ReceivedMessage] = []
+    consumer = AsyncConsumer(group, shared.namesrv, consume_from="first", **FAST)  # type: ignore[arg-type]
+    consumer.subscribe(topic)
+    await consumer.start()
+    try:
+        while len(first) + len(rest) < 30:
+            batch = await consumer.receive_batch(None, 10)
+            assert batch
+            rest += batch
+        assert await consumer.receive_batch(None, 1.0) == []
+    finally:
+        await consumer.close()
+    assert sorted(m.text for m in first + rest) == sorted(f"b{i}" for i in range(30))
+
+
+@pytest.mark.asyncio
 async def test_consume_from_last_offset_and_timestamp(shared: Cluster) -> None:
     topic = "c-from"  # one queue: messages arrive in send order
     await asyncio.to_thread(shared.create_topic, topic, 1, shared.masters()[:1])

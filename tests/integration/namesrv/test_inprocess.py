@@ -113,6 +113,58 @@ async def test_new_topics_are_published_by_register_now(start_app: StartApp) -> 
     await registrar.stop()
 
 
+async def test_topic_changes_are_registered_incrementally_and_in_full_where_needed(
+    start_app: StartApp, tmp_path: Path
+) -> None:
+    """After a change a master sends the NameServers that hold its table only what changed (no
+    whole-table snapshot is built); a NameServer that lost the table (restarted) asks for the
+    whole one and gets it at once."""
+    from services.broker.metadata import DataVersion as BrokerVersion
+    from services.broker.metadata import TopicConfig, TopicConfigManager
+
+    manager = TopicConfigManager(str(tmp_path))
+    for name in ("t1", "t2", "t3"):
+        manager.put(TopicConfig(name, 8, 8))
+    snapshots = 0
+
+    def snapshot() -> tuple[common_pb2.DataVersion, list[common_pb2.TopicConfig]]:
+        nonlocal snapshots
+        snapshots += 1
+        version, topics = manager.snapshot()
+        return version.to_proto(), [t.to_proto() for t in topics]
+
+    def delta(base: common_pb2.DataVersion,
+              ) -> tuple[common_pb2.DataVersion, list[common_pb2.TopicConfig], list[str]] | None:
+        changes = manager.changes_since(BrokerVersion.from_proto(base))
+        if changes is None:
+            return None
+        version, changed, deleted = changes
+        return version.to_proto(), [t.to_proto() for t in changed], deleted
+
+    port = free_port()
+    app = await start_app(port=port)
+    registrar = BrokerRegistrar([addr_of(app)], identity(), snapshot, period_s=60, topic_delta=delta)
+    await registrar.start()
+    assert app.servicer.table.all_topics() == ["t1", "t2", "t3"] and snapshots == 1
+    manager.put(TopicConfig("t4", 8, 8))
+    manager.delete("t2")
+    [outcome] = await registrar.register_now(incremental=True)
+    assert outcome.ok and not outcome.topic_full_needed and snapshots == 1
+    assert app.servicer.table.all_topics() == ["t1", "t3", "t4"]
+    await app.stop()
+    restarted = await start_app(port=port)
+    manager.put(TopicConfig("t5", 8, 8))
+    outcomes = await registrar.register_now(incremental=True)
+    for _ in range(20):  # the channel may need a moment to reconnect to the new process
+        if outcomes[0].ok:
+            break
+        await asyncio.sleep(0.2)
+        outcomes = await registrar.register_now(incremental=True)
+    assert outcomes[0].ok and snapshots == 2  # asked for the whole table, which was sent at once
+    assert restarted.servicer.table.all_topics() == ["t1", "t3", "t4", "t5"]
+    await registrar.stop()
+
+
 async def test_slave_learns_its_master_and_follows_a_new_one(start_app: StartApp) -> None:
     app = await start_app()
     calls: list[tuple[str, str]] = []

@@ -3,7 +3,8 @@
 ``python -m tests.integration.storage.crash_writer ROOT SECONDS FIRST_INDEX``
 
 Prints ``READY`` once started, then one line ``index queue_id queue_offset physical_offset`` per
-message *after* its put returned PUT_OK (i.e. acknowledged as flushed), flushing stdout each
+message *after* its put returned PUT_OK (i.e. acknowledged as flushed; with ``CRASH_FLUSH=ASYNC_FLUSH``
+in the environment the store runs ASYNC_FLUSH: acknowledged as written), flushing stdout each
 time. It never shuts the store down: the parent SIGKILLs it (it exits by itself after SECONDS).
 
 ``python -m tests.integration.storage.crash_writer --replica ROOT SOURCE``: a slave-like store at
@@ -14,6 +15,7 @@ mid-dispatch.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -26,8 +28,10 @@ QUEUES = 4
 WRITERS = 4
 
 
-def config(root: str) -> StoreConfig:
-    return StoreConfig(store_path_root_dir=root, flush_disk_type=FlushDiskType.SYNC_FLUSH,
+def config(root: str, flush: FlushDiskType | None = None) -> StoreConfig:
+    """The store's config; ``flush``: SYNC_FLUSH unless the CRASH_FLUSH variable names another."""
+    flush = flush or FlushDiskType[os.environ.get("CRASH_FLUSH", "SYNC_FLUSH")]
+    return StoreConfig(store_path_root_dir=root, flush_disk_type=flush,
                        mapped_file_size_commit_log=256 * 1024, mapped_file_size_consume_queue=100 * 20,
                        max_message_size=64 * 1024, flush_interval_consume_queue=50)
 

@@ -157,3 +157,23 @@ def test_subscription_group_from_proto_defaults_unset_fields_like_rocketmq() -> 
     assert got.retry_max_times == 0 and not got.consume_enable
     custom = SubscriptionGroupConfig("g", retry_max_times=3, consume_broadcast_enable=False)
     assert SubscriptionGroupConfig.from_proto(custom.to_proto()) == custom
+
+
+def test_topic_changes_since_a_version_for_incremental_registration(tmp_path: Path) -> None:
+    m = TopicConfigManager(str(tmp_path))
+    m.put(TopicConfig("a", 4, 4))
+    v1 = m.data_version
+    assert m.changes_since(v1) == (v1, [], [])
+    m.put(TopicConfig("b", 4, 4))
+    m.put(TopicConfig("a", 8, 8))
+    v3 = m.data_version
+    m.delete("b")
+    version, changed, deleted = m.changes_since(v1) or (None, None, None)
+    assert version == m.data_version and [t.topic_name for t in changed] == ["a"] and deleted == ["b"]
+    assert m.changes_since(v3) == (m.data_version, [], ["b"])
+    assert m.changes_since(DataVersion(1, 1)) is None  # not a version of this log: the whole table
+    m.changed()  # the version moved without a topic change (e.g. brokerPermission)
+    assert m.changes_since(v3) is None
+    now = m.data_version
+    m.put(TopicConfig("c", 4, 4))
+    assert m.changes_since(now) == (m.data_version, [m.get("c")], [])

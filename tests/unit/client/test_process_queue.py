@@ -130,3 +130,37 @@ async def test_a_newer_reset_generation_stops_the_topics_queues_from_committing(
     assert mine.dropped and mine.reset and not other.dropped
     assert OffsetTracker.pull_commit(mine) == -1  # the old position is never committed again
     assert OffsetTracker.pull_commit(other) == 7
+
+
+@pytest.mark.asyncio
+async def test_receive_batch_hands_out_pulled_batches_and_acks_them_at_the_next_call() -> None:
+    """receive_batch() returns one queue's messages in order (a whole pulled batch, or at most
+    max_messages of it); they count as processed at the next call, mixed with receive()."""
+    c = AsyncConsumer("g", "127.0.0.1:1")
+    c._started = True
+    ready: asyncio.Queue[tuple[ProcessQueue, list[ReceivedMessage]] | None] = asyncio.Queue()
+    c._ready = ready
+    q0, q1 = MessageQueue("t", "b", 0), MessageQueue("t", "b", 1)
+    a, b = ProcessQueue(q0, 1), ProcessQueue(q1, 1)
+    a.next_offset, b.next_offset = 4, 2
+    a.inflight.extend([0, 1, 2, 3])
+    b.inflight.extend([0, 1])
+    ready.put_nowait((a, [_msg(q0, o) for o in range(4)]))
+    ready.put_nowait((b, [_msg(q1, o) for o in range(2)]))
+    with pytest.raises(InvalidArgumentError):
+        await c.receive_batch(0)
+    first = await c.receive_batch(3, 0.1)
+    assert [m.queue_offset for m in first] == [0, 1, 2] and a.commit_offset() == 0
+    rest = await c.receive_batch(None, 0.1)  # the rest of a's batch before b's
+    assert [(m.queue.queue_id, m.queue_offset) for m in rest] == [(0, 3)] and a.commit_offset() == 3
+    single = await c.receive(0.1)  # acks a's batch, hands out b's first message
+    assert single is not None and single.queue == q1 and a.commit_offset() == 4 and b.commit_offset() == 0
+    last = await c.receive_batch(None, 0.1)
+    assert [m.queue_offset for m in last] == [1] and b.commit_offset() == 1
+    assert await c.receive_batch(None, 0.05) == []  # times out; b's last message counts as processed
+    assert b.commit_offset() == 2 and c.consumed == 6
+    b.dropped = True  # a batch of a queue that moved away is not handed out
+    ready.put_nowait((b, [_msg(q1, 2)]))
+    assert await c.receive_batch(None, 0.05) == []
+    ready.put_nowait(None)  # close() wakes receivers
+    assert await c.receive_batch(None, 1.0) == []

@@ -27,6 +27,13 @@ def test_ordinal_zero_keeps_the_configured_master_role_others_are_slaves() -> No
     assert k8s_env.broker_environment("mq-broker-a-0") == {"POCKETMQ_BROKER_ID": "0"}
     assert k8s_env.broker_environment("mq-broker-a-2") == {"POCKETMQ_BROKER_ID": "2",
                                                            "POCKETMQ_BROKER_ROLE": "SLAVE"}
+    assert k8s_env.broker_environment("mq-broker-a-2", "none") == k8s_env.broker_environment("mq-broker-a-2")
+
+
+@pytest.mark.parametrize("mode", ["kubernetes", "etcd"])
+def test_under_a_controller_every_pod_is_member_ordinal_plus_one_with_the_master_role(mode: str) -> None:
+    assert k8s_env.broker_environment("mq-broker-a-0", mode) == {"POCKETMQ_BROKER_ID": "1"}
+    assert k8s_env.broker_environment("mq-broker-a-2", mode) == {"POCKETMQ_BROKER_ID": "3"}
 
 
 class FakeExec:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 
@@ -88,6 +89,27 @@ def test_changed_version_replaces_the_groups_topics(table: RouteTable) -> None:
     assert result.topics_updated
     assert set(table.topic_queue_table) == {"t2", "t3"}  # t1 was deleted on the broker
     table.check_invariants()
+
+
+def test_incremental_registration_applies_only_on_the_version_it_builds_on(table: RouteTable) -> None:
+    """A delta (the topics changed and deleted since a version) is applied when the table held
+    from that master is of that version; otherwise nothing changes and a full one is asked for."""
+    table.register(reg(topics=("t1", "t2", "t3")))
+    delta = dataclasses.replace(reg(topics=("t4",), version=2), delta_base=DataVersion(1000, 1),
+                                deleted_topics=("t2", "never-had"))
+    result = table.register(delta)
+    assert result.topics_updated and not result.topic_full_needed
+    assert topics_of(table, "broker-a") == {"t1", "t3", "t4"}
+    table.check_invariants()
+    stale = dataclasses.replace(reg(topics=("t5",), version=4), delta_base=DataVersion(1000, 3))
+    result = table.register(stale)  # built on version 3: this table is of version 2
+    assert result.topic_full_needed and not result.topics_updated
+    assert topics_of(table, "broker-a") == {"t1", "t3", "t4"}
+    again = dataclasses.replace(reg(topics=("t4",), version=2), delta_base=DataVersion(1000, 1))
+    assert not table.register(again).topic_full_needed  # a repeat of the applied one: nothing to do
+    fresh = RouteTable()
+    assert fresh.register(delta).topic_full_needed  # a NameServer that never had the table
+    assert topics_of(fresh, "broker-a") == set()
 
 
 def test_topic_shared_by_two_groups_survives_one_of_them(table: RouteTable) -> None:

@@ -76,7 +76,7 @@ def put_mixed(store: MessageStore, n: int, seed: int = 1) -> list[tuple[Message,
 
 
 def test_roll_over_keeps_records_whole_and_readable(open_store: StoreFactory, tmp_path: Path) -> None:
-    store = open_store()
+    store = open_store(transient_store_pool_enable=False)  # (through the mapping: test_write_buffer)
     sent = put_mixed(store, 400)
     records, blanks = walk_commit_log(tmp_path / "store" / "commitlog")
     assert len(os.listdir(tmp_path / "store" / "commitlog")) >= 10

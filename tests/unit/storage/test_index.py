@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from services.broker.storage import index as index_module
+from services.broker.storage import indexkeys
 from services.broker.storage.index import IndexFile, record_keys
 from services.broker.storage.record import Message
 from services.broker.storage.store import MessageStore
@@ -204,6 +205,25 @@ def test_put_chains_entries_of_one_slot(tmp_path: Path, monkeypatch: pytest.Monk
     reopened.close()
 
 
+def test_the_vectorised_put_writes_what_the_loop_writes(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = __import__("random").Random(7)
+    batches = [[rng.getrandbits(32) for _ in range(n)] for n in (300, 1, 900, 70)]
+    files = []
+    for name, vector_min in (("vector", 1), ("loop", 10**9)):
+        monkeypatch.setattr(index_module, "VECTOR_MIN", vector_min)
+        f = IndexFile(str(tmp_path / name), 97, 2000, create_at=(0, 1_000_000))  # many shared slots
+        at = 0
+        for hashes in batches:
+            offsets = list(range(at, at + len(hashes)))
+            f.put(hashes, offsets, [1_000_000 + 7 * o for o in offsets], 0)
+            at += len(hashes)
+        f.write_header()
+        files.append(bytes(f.mm))
+        f.close()
+    assert files[0] == files[1]
+
+
 def test_a_file_fills_up_and_the_next_continues(tmp_path: Path) -> None:
     f = IndexFile(str(tmp_path / "00000000000000000000"), 4, 10, create_at=(0, 0))
     assert f.put(list(range(15)), list(range(15)), [0] * 15, 0) == 10
@@ -217,3 +237,88 @@ def test_the_offset_of_a_message_read_from_the_index_matches_the_send(open_store
                             Message.of("TopicZ", b"y", 0, keys="z2")])
     indexed(store)
     assert [m.physical_offset for m in store.query_by_key("TopicZ", "z2")] == [r.physical_offsets[1]]
+
+
+def _odd_properties(i: int, spaces: bool = True) -> dict[str, str]:
+    """Properties of every shape the key parsers must agree on."""
+    shapes: list[dict[str, str]] = [
+        {"KEYS": f"k{i}", "UNIQ_KEY": f"U{i:06d}"},
+        {"KEYS": f"a{i} b{i}  c{i}" if spaces else f"a{i}", "UNIQ_KEY": f"U{i:06d}"},  # several keys
+        {"UNIQ_KEY": f"U{i:06d}"},
+        {"KEYS": f"only{i}"},
+        {},
+        {"MYKEYS": f"not{i}", "XUNIQ_KEY": "nor"},  # the names inside other names
+        {"TAGS": "t", "A": f"KEYS{i}", "KEYS": ""},  # an empty value
+        {"UNIQ_KEY": f"U{i:06d}", "KEYS": f"z{i}", "TAGS": "x"},
+    ]
+    return shapes[i % len(shapes)]
+
+
+@pytest.mark.parametrize(("spaces", "topics"), [(True, 2), (False, 2), (False, 1)],
+                         ids=["several-keys", "one-key-each", "one-topic"])
+def test_the_batch_dispatcher_keys_match_the_record_parser(open_store: StoreFactory, spaces: bool,
+                                                           topics: int) -> None:
+    """The slave's one-pass key extraction (from the properties the batch dispatcher cuts out)
+    yields exactly the entries of the record-at-a-time parser, in commit log order."""
+    from services.broker.storage.dispatch import Scanner
+
+    store = open_store(message_index_enable=False, mapped_file_size_commit_log=1 << 20)
+    store.put_messages([msg(i, topic=("TopicA", "TopicB")[topics > 1 and i % 3 == 0],
+                            properties=_odd_properties(i, spaces))
+                        for i in range(400)])
+    data = store.get_data(0, store.max_offset)
+    assert data is not None
+    with data:
+        batch = Scanner().scan(data.data, 0, data.size, 1 << 30, 10_000, True)
+        assert batch is not None and len(batch) == 400
+        expected = indexkeys.scan_records(data.data, 0, {})
+    got = [[int(v) for v in column] for column in indexkeys.batch_keys([batch], {})]
+    assert expected[0] == batch.end_offset == store.max_offset
+    # (within a record the entries may come in either order: they share offset and time)
+    assert got[1] == sorted(got[1]) and len(got[0]) == (500 if spaces else 400)  # (keys per 8 shapes)
+    assert (sorted(zip(got[1], got[0], got[2], strict=True))
+            == sorted(zip(expected[2], expected[1], expected[3], strict=True)))
+
+
+def test_a_slave_indexes_replicated_batches_without_reading_them_back(
+        open_store: StoreFactory, tmp_path: Path) -> None:
+    big = {"mapped_file_size_commit_log": 4 << 20}  # (the batch path wants runs of 256 KiB)
+    master = open_store(tmp_path / "m", message_index_enable=False, **big)
+    for start in range(0, 3000, 100):
+        master.put_messages([msg(i, size=200, properties=_odd_properties(i))
+                             for i in range(start, start + 100)])
+    slave = open_store(tmp_path / "s", **big)
+    offset = 0
+    while offset < master.max_offset:
+        data = master.get_data(offset, 512 * 1024)
+        assert data is not None
+        with data:
+            slave.append_data(offset, data.data)
+            offset = data.end_offset
+    indexed(slave)
+    assert slave.index is not None and slave.index.batches_fed > 0
+    for i in (0, 1, 1201, 2999):
+        props = _odd_properties(i)
+        for key in [*props.get("KEYS", "").split(" "), props.get("UNIQ_KEY", "")]:
+            if key:
+                assert [r.body for r in slave.query_by_key("TopicA", key)] == [msg(i, size=200).body], key
+    assert slave.query_by_key("TopicA", "not5") == [] and slave.query_by_key("TopicA", "nor") == []
+
+
+def test_without_numpy_the_plain_paths_index_the_same(open_store: StoreFactory,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The container image has no NumPy: fed appends (single and batched) and the log
+    read-back are indexed by the plain-Python paths."""
+    monkeypatch.setattr(index_module, "_np", None)
+    monkeypatch.setattr(indexkeys, "_np", None)
+    store = open_store(max_hash_slot_num=64, max_index_num=200)
+    store.put_messages([msg(i, properties=_odd_properties(i)) for i in range(200)])
+    for i in range(200, 400):
+        store.put_message(msg(i, properties=_odd_properties(i)))
+    indexed(store)
+    assert store.index is not None and len(list(store.index.files())) > 1
+    for i in (1, 7, 200, 201, 399):
+        props = _odd_properties(i)
+        for key in [*props.get("KEYS", "").split(" "), props.get("UNIQ_KEY", "")]:
+            if key:
+                assert [r.body for r in store.query_by_key("TopicA", key)] == [msg(i).body], key

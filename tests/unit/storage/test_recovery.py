@@ -10,7 +10,7 @@ from services.broker.storage.checkpoint import Checkpoint, CheckpointFile
 from services.broker.storage.record import HEADER_SIZE
 from services.broker.storage.status import GetMessageStatus, PutResult
 from services.broker.storage.store import MessageStore
-from tests.unit.storage.conftest import SEGMENT, msg, small_config
+from tests.unit.storage.conftest import CQ_FILE, SEGMENT, msg, small_config
 
 
 def fill(store: MessageStore, n: int, queues: int = 2) -> list[PutResult]:
@@ -235,3 +235,27 @@ def test_truncate_dirty_to_an_earlier_segment(tmp_path: Path) -> None:
         assert bodies(store, 0) == expected(10, 0)
         fill(store, 30)
         assert store.max_queue_offset("TopicA", 0) == 20
+
+
+def test_an_empty_segment_file_from_an_interrupted_creation_is_sized_not_fatal(tmp_path: Path) -> None:
+    """SIGKILL between creating a segment file and sizing it leaves a 0-byte file (commit log or
+    consume queue): the store starts, keeps every message and writes on."""
+    config = small_config(tmp_path)
+    with MessageStore(config) as store:
+        fill(store, 100)
+        end = store.max_offset
+    next_log = segment_path(tmp_path, end + SEGMENT)
+    next_log.touch()
+    queue_dir = tmp_path / "consumequeue" / "TopicA" / "0"
+    last_queue_file = max(queue_dir.iterdir())
+    empty_queue_file = queue_dir / f"{int(last_queue_file.name) + CQ_FILE:020d}"
+    empty_queue_file.touch()
+    simulate_crash(tmp_path)
+    with MessageStore(config) as store:
+        assert store.max_offset == end
+        assert bodies(store, 0) == expected(100, 0) and bodies(store, 1) == expected(100, 1)
+        assert not next_log.exists()  # past the log's end: removed by recovery
+        assert os.path.getsize(empty_queue_file) == CQ_FILE
+        more = [store.put_message(msg(i, queue_id=i % 2, size=150 + i % 50)) for i in range(100, 160)]
+        assert all(r.ok for r in more)
+        assert bodies(store, 0) == expected(160, 0)

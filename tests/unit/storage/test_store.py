@@ -226,7 +226,7 @@ def test_pages_are_mapped_ahead_of_the_writer(open_store: StoreFactory,
         return prefault(self, end, write=write)
 
     monkeypatch.setattr(segment_module.Segment, "prefault", recording)
-    store = open_store(populate_ahead_size=8192)
+    store = open_store(populate_ahead_size=8192, transient_store_pool_enable=False)  # (the mapping path)
     store.put_message(msg(0))
     segment = store._log.segments[-1]
     # The first write maps the first chunk itself (the warmer thread may have mapped more).
@@ -251,7 +251,7 @@ def test_without_madvise_support_pages_just_fault_in(open_store: StoreFactory,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(segment_module, "MADV_POPULATE_READ", 12345)  # EINVAL, like a pre-5.14 kernel
     monkeypatch.setattr(segment_module, "MADV_POPULATE_WRITE", 12346)
-    store = open_store(populate_ahead_size=8192)
+    store = open_store(populate_ahead_size=8192, transient_store_pool_enable=False)  # (the mapping path)
     assert store.put_message(msg(0)).ok and store.put_messages([msg(1), msg(2)]).ok
     assert store._log.segments[-1].populated_pos == 0
     assert len(store.get_messages("TopicA", 0, 0, 10).messages) == 3
@@ -351,7 +351,7 @@ def test_select_entries_is_what_both_pull_forms_return(open_store: StoreFactory)
 
 
 def test_warmer_keeps_pages_cached_ahead_of_the_writer(open_store: StoreFactory) -> None:
-    store = open_store(warm_ahead_size=8192)
+    store = open_store(warm_ahead_size=8192, transient_store_pool_enable=False)
     store.put_message(msg(0))
     segment = store._log.segments[-1]
     deadline = time.monotonic() + 5

@@ -166,8 +166,14 @@ pocketmq.io/cluster: {{ .ctx.Values.broker.clusterName | quote }}
 {{- end -}}
 
 {{/* Keys the chart owns in broker.conf; broker.config may not set them. */}}
+{{/* The Lease of a broker group under controllerMode kubernetes (<name>-members holds the
+members' offsets). Takes (dict "ctx" $ "index" $i). */}}
+{{- define "pocketmq.broker.leaseName" -}}
+{{ include "pocketmq.broker.fullname" . }}-leader
+{{- end -}}
+
 {{- define "pocketmq.broker.reservedKeys" -}}
-brokerClusterName brokerName brokerId brokerRole brokerIP1 namesrvAddr listenHost listenPort haListenPort metricsPort storePathRootDir flushDiskType haAuthSecret aclEnable aclConfigFile innerClientAuthenticationCredentials {{ include "pocketmq.tlsKeys" . }}
+brokerClusterName brokerName brokerId brokerRole brokerIP1 namesrvAddr listenHost listenPort haListenPort metricsPort storePathRootDir flushDiskType haAuthSecret aclEnable aclConfigFile innerClientAuthenticationCredentials controllerMode controllerEtcdEndpoints controllerLeaseTtl controllerRenewInterval controllerK8sNamespace controllerK8sApiServer controllerK8sKubeconfig controllerK8sLeaseName {{ include "pocketmq.tlsKeys" . }}
 {{- end -}}
 
 {{/*
@@ -202,6 +208,8 @@ broker.haAuth.create. Contradictory values fail here.
 #   brokerId   = the pod's StatefulSet ordinal; ordinals > 0 also get brokerRole=SLAVE
 #                (python -m services.broker.k8s_env sets POCKETMQ_BROKER_ID / POCKETMQ_BROKER_ROLE)
 #   brokerIP1  = POCKETMQ_BROKER_IP1 ({{ $v.advertise }})
+#   controllerMode = POCKETMQ_CONTROLLER_MODE ({{ $v.controllerMode }}; under a controller the
+#                brokerId is the ordinal + 1 and every pod starts as a slave of the elected master)
 brokerClusterName={{ $v.clusterName }}
 brokerName={{ include "pocketmq.broker.groupName" . }}
 brokerRole={{ $v.masterRole }}
@@ -212,6 +220,16 @@ haListenPort={{ int64 $v.containerPorts.ha }}
 metricsPort={{ if .ctx.Values.metrics.enabled }}{{ int64 $v.containerPorts.metrics }}{{ else }}0{{ end }}
 storePathRootDir=/data/store
 flushDiskType={{ $v.flushDiskType }}
+{{- if ne $v.controllerMode "none" }}
+controllerLeaseTtl={{ int64 $v.controller.leaseTtl }}
+controllerRenewInterval={{ int64 $v.controller.renewInterval }}
+{{- end }}
+{{- if eq $v.controllerMode "etcd" }}
+controllerEtcdEndpoints={{ $v.controller.etcdEndpoints }}
+{{- end }}
+{{- if eq $v.controllerMode "kubernetes" }}
+controllerK8sLeaseName={{ include "pocketmq.broker.leaseName" . }}
+{{- end }}
 {{- with include "pocketmq.tlsConf" (dict "ctx" .ctx "health" $v.containerPorts.health "broker" true) }}
 {{ . }}
 {{- end }}
