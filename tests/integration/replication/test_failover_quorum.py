@@ -27,18 +27,17 @@ from pocketmq.broker.v1 import broker_pb2 as pb
 from pocketmq.wire.record import BLANK_MAGIC_CODE, decode_record
 from tests.integration.broker.client import BrokerClient
 from tests.integration.procs import ProcessGroup
-from tests.integration.replication.proxy import FreezingProxy
-from tests.integration.replication.test_failover_etcd import (
+from tests.integration.replication.failover_support import (
     TOPIC,
     TTL_MS,
     Member,
     Producers,
     check_all_acked_on,
-    logs_equal,
     master_of,
-    start_group,
     sync_state,
 )
+from tests.integration.replication.proxy import FreezingProxy
+from tests.integration.replication.test_failover_etcd import logs_equal, start_group
 from tests.support import free_port, wait_until
 
 pytestmark = pytest.mark.slow
