@@ -76,6 +76,8 @@ POPULATE_STEP = 4 * 1024 * 1024
 #: The index thread waits this long after being woken before it indexes what arrived: one
 #: pass (and one vectorised put) per this much time, not per append.
 GATHER_S = 0.05
+#: Single appends that may wait for the index thread (past this they are read from the log).
+MAX_FED_SINGLES = 4 * 200_000
 
 #: A run of replicated records handed to :meth:`IndexService.feed_batch` by the batch
 #: dispatcher: (first record offset, end offset, the batch).
@@ -297,6 +299,10 @@ class IndexService:
         self._fed_messages: list[Message] = []
         self._fed_offsets: list[int] = []
         self._fed_stamps: list[int] = []
+        #: Single appends not folded into the run yet, flat: start, end, store time, message per
+        #: append, added without a lock (one ``list.extend`` of a tuple is atomic) and taken by
+        #: the index thread a prefix at a time.
+        self._fed_singles: list[Any] = []
         #: Runs of replicated records from the batch dispatcher, in log order (gaps between
         #: them are read from the log).
         self._fed_batches: list[_FedBatch] = []
@@ -367,7 +373,8 @@ class IndexService:
                 time.sleep(1.0)
 
     def _pending(self) -> bool:
-        return bool(self._fed_messages or self._fed_batches) or self.indexed_offset < self._dispatched()
+        fed = self._fed_messages or self._fed_singles or self._fed_batches
+        return bool(fed) or self.indexed_offset < self._dispatched()
 
     # -- building -------------------------------------------------------------------------------
 
@@ -380,6 +387,7 @@ class IndexService:
         much are read from the commit log instead."""
         if end - self.indexed_offset <= MAX_FED_BYTES:
             with self._feed_lock:
+                self._fold_singles()  # (single appends before this one)
                 if self._fed_end != start:
                     if self._fed_messages or self._fed_batches:
                         start = -1  # not contiguous: left to the log
@@ -399,18 +407,46 @@ class IndexService:
             self._wake.set()
 
     def feed_one(self, start: int, end: int, store_timestamp: int, message: Message) -> None:
-        """:meth:`feed` for one message stored at ``start`` (the single-send path)."""
-        if end - self.indexed_offset <= MAX_FED_BYTES:
-            with self._feed_lock:
-                if self._fed_end == start or not (self._fed_messages or self._fed_batches):
-                    if self._fed_end != start:
-                        self._fed_start = start
-                    self._fed_end = end
-                    self._fed_messages.append(message)
-                    self._fed_offsets.append(start)
-                    self._fed_stamps.append(store_timestamp)
+        """:meth:`feed` for one message stored at ``[start, end)`` (the single-send path): one
+        ``list.extend`` of a tuple, no lock (appending threads only add at the end; the index
+        thread takes a prefix, :meth:`_fold_singles`). Past :data:`MAX_FED_SINGLES` pending
+        appends (the index thread is behind) the append is left to the log read-back."""
+        singles = self._fed_singles
+        if len(singles) < MAX_FED_SINGLES:
+            singles.extend((start, end, store_timestamp, message))
         if self._idle:
             self._wake.set()
+
+    def _fold_singles(self) -> None:
+        """Move the single appends fed so far into the fed run (hold ``_feed_lock``): those
+        that continue it, in log order; the others (appends of other threads that fed out of
+        order, or behind what is indexed) are left to the log read-back, as :meth:`feed` does."""
+        singles = self._fed_singles
+        n = len(singles)
+        if not n:
+            return
+        taken = singles[:n]
+        del singles[:n]
+        starts, ends = taken[0::4], taken[1::4]
+        stamps, messages = taken[2::4], taken[3::4]
+        if starts[1:] != ends[:-1]:  # several appending threads: put the appends in log order
+            order = sorted(range(len(starts)), key=starts.__getitem__)
+            starts, ends = [starts[i] for i in order], [ends[i] for i in order]
+            stamps, messages = [stamps[i] for i in order], [messages[i] for i in order]
+            cut = 1
+            while cut < len(starts) and starts[cut] == ends[cut - 1]:
+                cut += 1
+            del starts[cut:], ends[cut:], stamps[cut:], messages[cut:]
+        if self._fed_end != starts[0]:
+            if self._fed_messages or self._fed_batches or starts[0] < self.indexed_offset:
+                return  # (left to the log)
+            self._fed_start = starts[0]
+        if ends[-1] - self.indexed_offset > MAX_FED_BYTES:
+            return
+        self._fed_end = ends[-1]
+        self._fed_messages += messages
+        self._fed_offsets += starts
+        self._fed_stamps += stamps
 
     def feed_batch(self, batch: DispatchBatch) -> None:
         """The batch dispatcher dispatched ``batch`` (replicated records, in log order): index
@@ -430,6 +466,7 @@ class IndexService:
         if nothing fed starts there. Fed runs that start before ``start`` (read from the log
         meanwhile) are dropped."""
         with self._feed_lock:
+            self._fold_singles()
             if self._fed_messages:
                 if self._fed_start != start:
                     if self._fed_start > start:
@@ -588,6 +625,7 @@ class IndexService:
                 self._fed_messages, self._fed_offsets, self._fed_stamps = [], [], []
                 self._fed_end = -1
                 self._fed_batches = []
+                del self._fed_singles[:]
             if self.indexed_offset > offset:
                 self.indexed_offset = offset
                 if self._files:

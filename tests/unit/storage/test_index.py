@@ -322,3 +322,30 @@ def test_without_numpy_the_plain_paths_index_the_same(open_store: StoreFactory,
         for key in [*props.get("KEYS", "").split(" "), props.get("UNIQ_KEY", "")]:
             if key:
                 assert [r.body for r in store.query_by_key("TopicA", key)] == [msg(i).body], key
+
+
+def test_single_appends_of_several_threads_are_each_indexed_once(open_store: StoreFactory) -> None:
+    """Single appends are fed without a lock, so threads feed in an order other than the log's:
+    the index thread puts them in log order and reads from the log what does not continue."""
+    import threading
+
+    store = open_store(max_hash_slot_num=64, max_index_num=4000)
+    sent: dict[str, int] = {}
+    lock = threading.Lock()
+
+    def send(t: int) -> None:
+        for i in range(150):
+            key = f"t{t}-{i}"
+            r = store.append_message(Message.of("TopicT", key.encode(), t % 2, keys=key))
+            with lock:
+                sent[key] = r.physical_offsets[0]
+
+    threads = [threading.Thread(target=send, args=(t,)) for t in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    indexed(store)
+    for key, offset in sent.items():
+        assert [m.physical_offset for m in store.query_by_key("TopicT", key)] == [offset], key
+    assert store.index is not None and store.index.entries_written == len(sent)
