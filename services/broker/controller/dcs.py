@@ -53,6 +53,7 @@ class Dcs(Protocol):
     async def mark_ready(self, epoch: int, broker_id: int, addr: str, ha_addr: str) -> bool: ...
     async def renew(self) -> bool: ...
     async def resign(self) -> None: ...
+    async def release(self, epoch: int, broker_id: int) -> str: ...
     async def publish_sync_state(self, state: SyncStateSet) -> bool: ...
     async def sync_state(self) -> SyncStateSet | None: ...
     async def publish_member(self, broker_id: int, max_offset: int, addr: str) -> None: ...
@@ -154,6 +155,26 @@ class EtcdDcs:
         lease, self._lease = self._lease, None
         if lease is not None:
             await (await self._c()).revoke_lease(lease.id)
+
+    async def release(self, epoch: int, broker_id: int) -> str:
+        """A demoted master gives its leader key up once etcd answers again, instead of leaving it
+        until its lease expires: the key is deleted only if it is still the one of ``epoch`` (its
+        create revision), so a newer master's key is never touched.  Returns ``released``,
+        ``gone`` (it expired first) or ``other`` (another master's key, left alone)."""
+        c = await self._c()
+        t = c.transactions
+        key = self._key(LEADER)
+        ok, responses = await c.transaction(compare=[t.create(key) == epoch], success=[t.delete(key)],
+                                            failure=[t.get(key)])
+        lease, self._lease = self._lease, None
+        if lease is not None:
+            try:
+                await c.revoke_lease(lease.id)
+            except Exception:  # already expired: nothing left to give up
+                log.debug("revoking the old leader lease failed", exc_info=True)
+        if ok:
+            return "released"
+        return "other" if responses and responses[0] else "gone"  # (a range: the key, or nothing)
 
     # -- SyncStateSet ------------------------------------------------------------------------
 

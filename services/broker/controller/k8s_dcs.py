@@ -301,6 +301,27 @@ class KubernetesDcs:
 
     # -- SyncStateSet ------------------------------------------------------------------------
 
+    async def release(self, epoch: int, broker_id: int) -> str:
+        """A demoted master empties the holder once the API answers again, only if the Lease is
+        still its own of ``epoch`` (a resourceVersion-conditioned write), instead of leaving it
+        until the Lease duration runs out.  Returns ``released``, ``gone`` or ``other`` (another
+        master's Lease, left alone)."""
+        identity = _identity(broker_id)
+        outcome = "gone"
+
+        def mutate(obj: Obj) -> bool:
+            nonlocal outcome
+            holder = (obj.get("spec") or {}).get("holderIdentity")
+            if holder != identity or _epoch(obj) != epoch:
+                outcome = "other" if holder and self._holder_alive(obj) else "gone"
+                return False
+            obj["spec"]["holderIdentity"] = ""
+            return True
+        try:
+            return "released" if await self._run(self._update, self.lease_name, mutate) else outcome
+        finally:
+            self._held = None
+
     async def publish_sync_state(self, state: SyncStateSet) -> bool:
         """Write the SyncStateSet if the Lease is still the master's of ``state.epoch``."""
         value = json.dumps({"epoch": state.epoch, "master": state.master, "members": sorted(state.members)})

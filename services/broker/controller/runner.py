@@ -31,6 +31,12 @@ _SWITCH_GRACE_S: Final = 0.2
 #: How often the loop runs (the master renews its lease every controllerRenewInterval, but
 #: looks at its slaves, for the SyncStateSet, this often).
 _TICK_S: Final = 0.1
+#: What a demoted master logs about its old leader key (Dcs.release outcomes).
+_RELEASED: Final = {
+    "released": "demoted master: leader key released",
+    "gone": "demoted master: leader key already gone (its lease ran out first)",
+    "other": "demoted master: the leader key is another master's, left alone",
+}
 
 
 def open_dcs(cfg: BrokerConfig) -> Dcs:
@@ -74,6 +80,9 @@ class Controller:
         #: trying to renew until then and acknowledges again if it manages (an etcd election).
         self.lease_until = 0.0
         self._fence_said = False
+        #: The epoch whose leader key this member still holds after demoting itself: given up
+        #: (conditionally) as soon as the DCS answers again, so the group need not wait a TTL.
+        self._release_epoch = 0
         self.failovers = 0
         self.last_failover_ms = 0
         self.renew_latency_s = 0.0
@@ -180,6 +189,7 @@ class Controller:
                 if self.is_master and now >= self._demote_at():
                     log.error("leader lease not renewed in time: demoting (it may have expired)",
                               extra={"member": self.member_id, "epoch": self.epoch})
+                    self._release_epoch = self.epoch
                     await self._switch(master=False)
                     continue
                 with contextlib.suppress(TimeoutError):
@@ -287,16 +297,26 @@ class Controller:
         assert app is not None
         max_offset = app.store.max_offset
         await self.dcs.publish_member(self.member_id, max_offset, self.cfg.broker_addr)
+        if self._release_epoch:
+            old_epoch = self._release_epoch
+            outcome = await self.dcs.release(old_epoch, self.member_id)
+            self._release_epoch = 0  # only once done: an error tries again next step
+            log.warning(_RELEASED.get(outcome, outcome), extra={"member": self.member_id, "epoch": old_epoch,
+                                                              "outcome": outcome})
         leader = await self.dcs.leader()
         if leader is not None and not leader.ready:
             return  # the new master is switching its role: follow once it serves
         if leader is not None:
-            if leader != self._leader:
+            changed = leader != self._leader
+            if changed:
                 log.info("group master", extra={"master": leader.broker_id, "addr": leader.addr,
                                                 "epoch": leader.epoch})
             self._leader = leader
             self.epoch = leader.epoch
             self._follow(leader)
+            slave = getattr(app.ha, "slave", None)
+            if changed and slave is not None:
+                slave.retry_now()  # it may be the same address, backing off from its last term
             self._say("")
             return
         self._leader = None

@@ -233,6 +233,11 @@ class HASlave:
         if self._session is not None and self._session_addr != master_ha_addr:
             self._session.cancel()
 
+    def retry_now(self) -> None:
+        """A new master (a new epoch) at the same HA address: end the reconnect backoff now."""
+        if self._session is None:
+            self._addr_changed.set()
+
     @property
     def max_offset(self) -> int:
         return self.store.max_offset

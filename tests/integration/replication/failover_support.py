@@ -188,3 +188,18 @@ def check_all_acked_on(producers: Producers, member: Member, max_offset: int) ->
 def sync_state(member: Member) -> list[int]:
     s = member.status()
     return list(s.sync_state_set) if s is not None else []
+
+
+def logs_equal(members: list[Member], master: Member) -> int:
+    """Wait until every member has the master's max offset and check that every log holds the
+    same bytes up to it; returns that offset."""
+    final = master.status()
+    assert final is not None
+    top = final.commit_log_max_offset
+    for m in members:
+        wait_until(lambda m=m: (s := m.status()) is not None and s.commit_log_max_offset == top, 20,
+                   message=f"member {m.id} caught up")
+    reference = master.log_bytes(top)
+    for m in members:
+        assert m.log_bytes(top) == reference, f"member {m.id}'s log differs from the master's"
+    return top

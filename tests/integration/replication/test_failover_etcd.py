@@ -5,6 +5,7 @@ One etcd serves the module; each test uses its own cluster name (its own keys)."
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import signal
@@ -17,12 +18,14 @@ from pathlib import Path
 
 import pytest
 
+from services.broker.controller.dcs import EtcdDcs
 from tests.integration.procs import ProcessGroup
 from tests.integration.replication.failover_support import (
     TTL_MS,
     Member,
     Producers,
     check_all_acked_on,
+    logs_equal,
     master_of,
     start_members,
     sync_state,
@@ -64,21 +67,6 @@ def start_group(procs: ProcessGroup, namesrv: str, etcd: str, tmp: Path, cluster
                 extra: tuple[str, ...] = ()) -> list[Member]:
     return start_members(procs, namesrv, tmp, cluster,
                          ("--controller-mode", "etcd", "--controller-etcd-endpoints", etcd, *extra))
-
-
-def logs_equal(members: list[Member], master: Member) -> int:
-    """Wait until every member has the master's max offset and check that every log holds the
-    same bytes up to it; returns that offset."""
-    final = master.status()
-    assert final is not None
-    top = final.commit_log_max_offset
-    for m in members:
-        wait_until(lambda m=m: (s := m.status()) is not None and s.commit_log_max_offset == top, 20,
-                   message=f"member {m.id} caught up")
-    reference = master.log_bytes(top)
-    for m in members:
-        assert m.log_bytes(top) == reference, f"member {m.id}'s log differs from the master's"
-    return top
 
 
 def test_sigkill_the_sync_master_five_times_loses_no_acknowledged_message(
@@ -163,11 +151,13 @@ def test_a_stopped_master_stops_acknowledging_before_its_lease_ends_then_demotes
     assert not late, f"PUT_OK from the deposed master {late} s after it was stopped"
     assert promoted_after < TTL_MS / 1000 + 3
     assert "lease not renewed in time" in master.proc.log_text()
-    top = wait_until(lambda: (s := new_master.status()) is not None and s.commit_log_max_offset, 5)
-    wait_until(lambda: (s := master.status()) is not None and s.commit_log_max_offset == top, 20,
-               message="the old master caught up")
+    # it tried to give its leader key up, found the new master's there and left it alone
+    wait_until(lambda: "the leader key is another master's, left alone" in master.proc.log_text(), 10,
+               message="the demoted master's release attempt")
+    assert "demoted master: leader key released" not in master.proc.log_text()
+    assert new_master.is_master()
+    top = logs_equal(members, new_master)
     check_all_acked_on(producers, new_master, top)
-    assert master.log_bytes(top) == new_master.log_bytes(top)
 
 
 def test_a_lagging_slave_is_never_promoted_and_the_group_waits(
@@ -234,3 +224,33 @@ def test_planned_switchover_to_a_named_slave(
     assert new_master.is_master()
     top = wait_until(lambda: (s := new_master.status()) is not None and s.commit_log_max_offset, 5)
     check_all_acked_on(producers, new_master, top)
+
+
+def test_a_demoted_master_releases_its_own_leader_key_and_never_a_newer_one(etcd: str) -> None:
+    """What a member that demoted itself (its lease unproven) does once etcd answers again."""
+
+    async def scenario() -> None:
+        old, new, reader = (EtcdDcs(etcd, "release", "broker-a", ttl_s=30, timeout_s=5.0) for _ in range(3))
+        try:
+            # its own key, still there under a live lease: deleted at once, not a TTL (30 s) later
+            first = await old.campaign(1, "a:1", "a:2")
+            assert first is not None
+            assert await old.release(first, 1) == "released"
+            assert await reader.leader() is None
+            assert await old.release(first, 1) == "gone"
+            # its lease ran out meanwhile (revoked here) and another member took over: left alone
+            second = await old.campaign(1, "a:1", "a:2")
+            assert second is not None and second > first
+            lease = old._lease
+            assert lease is not None
+            await (await reader._c()).revoke_lease(lease.id)
+            third = await new.campaign(2, "b:1", "b:2")
+            assert third is not None and third > second
+            assert await old.release(second, 1) == "other"
+            leader = await reader.leader()
+            assert leader is not None and (leader.broker_id, leader.epoch) == (2, third)
+            assert await new.renew(), "the newer master's lease is untouched"
+        finally:
+            for dcs in (old, new, reader):
+                await dcs.close()
+    asyncio.run(scenario())

@@ -33,11 +33,12 @@ from tests.integration.replication.failover_support import (
     Member,
     Producers,
     check_all_acked_on,
+    logs_equal,
     master_of,
     sync_state,
 )
 from tests.integration.replication.proxy import FreezingProxy
-from tests.integration.replication.test_failover_etcd import logs_equal, start_group
+from tests.integration.replication.test_failover_etcd import start_group
 from tests.support import free_port, wait_until
 
 pytestmark = pytest.mark.slow
@@ -227,7 +228,14 @@ def test_one_etcd_member_down_changes_nothing_and_a_quorum_loss_fences_the_maste
     print(f"one etcd member down: master fenced and back {refenced} time(s); "
           f"demoted {demoted_s:.2f} s after the quorum loss; first PUT_OK "
           f"{first_ok - resumed_at:.2f} s after it was restored; problem: {problems!r}")
+    print("old master:", [line.split('msg="')[1].split('"')[0] for line in master.proc.log_text().splitlines()
+                          if "demoted master:" in line])
     assert "leader lease not renewed in time" in master.proc.log_text()
+    # the demoted master gave its leader key up as soon as its first step reached etcd again,
+    # unless the key had run out (or been taken) by then: how long etcd's new leader keeps old
+    # leases, against how long each client takes to get through, varies on a loaded machine
+    released = [line for line in master.proc.log_text().splitlines() if "demoted master:" in line]
+    assert released, "the demoted master tried to give its leader key up"
     assert "etcd unreachable or without quorum" in problems
     for m in members:
         assert "etcd unreachable or without quorum" in m.proc.log_text(), f"member {m.id}'s log says why"

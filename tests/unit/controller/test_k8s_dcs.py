@@ -213,3 +213,20 @@ def test_a_new_lease_never_takes_an_epoch_below_the_candidates_store(server: Fak
     assert run(a.campaign(1, "a:1", "a:2", floor=1234)) == 1235
     run(a.resign())
     assert run(b.campaign(2, "b:1", "b:2", floor=7)) == 1236
+
+
+def test_a_demoted_master_releases_only_a_lease_it_still_holds(server: FakeApiServer) -> None:
+    old, new = member(server), member(server)
+    assert run(old.campaign(1, "a:1", "a:2")) == 1
+    assert run(old.release(1, 1)) == "released"
+    stored = server.lease(NS, LEASE)
+    assert stored is not None and stored["spec"]["holderIdentity"] == ""
+    assert run(old.release(1, 1)) == "gone"
+    assert run(new.leader()) is None
+    assert run(new.campaign(2, "b:1", "b:2")) == 2  # at once: no Lease duration to wait out
+    version = server.lease(NS, LEASE)["metadata"]["resourceVersion"]  # type: ignore[index]
+    assert run(old.release(1, 1)) == "other"  # a stale release: the Lease is the newer master's
+    stored = server.lease(NS, LEASE)
+    assert stored is not None and stored["spec"]["holderIdentity"] == "member-2"
+    assert stored["metadata"]["resourceVersion"] == version, "not written at all"
+    assert run(new.renew())
