@@ -165,6 +165,16 @@ class MessageLookup:
         request = broker_pb2.QueryMessageRequest(key=msg_id, unique_key=True, max_num=1)
         names = sorted({t.broker_name for t in await self.brokers()})
 
+        messages, errors = await self._query_groups(names, request, broker_id)
+        messages.sort(key=lambda m: (m.queue.topic.startswith(("%RETRY%", "%DLQ%")), -m.store_timestamp))
+        return KeyQueryResult(messages, errors)
+
+    async def _query_groups(self, names: list[str], request: broker_pb2.QueryMessageRequest,
+                            broker_id: int | None = None,
+                            ) -> tuple[list[ReceivedMessage], dict[str, PocketMQError]]:
+        """``request`` asked of every broker group in ``names`` at once: the messages found, and
+        the groups that failed with their errors (other failures are raised)."""
+
         async def one(name: str) -> list[ReceivedMessage]:
             reply = await self._ask_group(name, "MessageQuery/QueryMessage", request, broker_id)
             return [from_message_ext(m, name) for m in reply.messages]
@@ -179,8 +189,7 @@ class MessageLookup:
                 raise r
             else:
                 messages.extend(r)
-        messages.sort(key=lambda m: (m.queue.topic.startswith(("%RETRY%", "%DLQ%")), -m.store_timestamp))
-        return KeyQueryResult(messages, errors)
+        return messages, errors
 
     async def _view_on_orphans(self, store_addr: str, offset: int,
                                broker_id: int | None) -> ReceivedMessage | None:
@@ -217,22 +226,7 @@ class MessageLookup:
         route = await self.route(topic)
         request = broker_pb2.QueryMessageRequest(topic=topic, key=key, begin_timestamp_ms=begin,
                                                  end_timestamp_ms=end, max_num=limit, unique_key=unique)
-
-        async def one(name: str) -> list[ReceivedMessage]:
-            reply = await self._ask_group(name, "MessageQuery/QueryMessage", request)
-            return [from_message_ext(m, name) for m in reply.messages]
-
-        names = sorted(route.brokers)
-        results = await asyncio.gather(*(one(n) for n in names), return_exceptions=True)
-        messages: list[ReceivedMessage] = []
-        errors: dict[str, PocketMQError] = {}
-        for name, r in zip(names, results, strict=True):
-            if isinstance(r, PocketMQError):
-                errors[name] = r
-            elif isinstance(r, BaseException):
-                raise r
-            else:
-                messages.extend(r)
+        messages, errors = await self._query_groups(sorted(route.brokers), request)
         messages.sort(key=lambda m: (m.store_timestamp, m.queue.broker_name, m.commit_log_offset),
                       reverse=True)
         return KeyQueryResult(messages[:limit], errors)
