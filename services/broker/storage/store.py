@@ -68,15 +68,15 @@ MAX_FILTER_SCAN = 16_000
 REPUT_BATCH_STREAMING = 16
 #: ... and how long it sleeps between those batches (the appender gets the GIL back at once) ...
 REPUT_PAUSE_S = 0.0002
-#: ... or, while the slave receives in bulk (``CommitLog.receiving_in_bulk``: it is catching
-#: up), this long: the commit log, which the ack counts, comes first, and the consume queues
-#: catch up when the stream slows down, then in large batches (``storage/dispatch.py``:
-#: about 0.5 us of CPU a 1 KiB record). (Dispatching in large batches while a catch-up streams
-#: in made the consume queues keep up, but slowed the catch-up and SYNC_MASTER acks on a busy
-#: machine.) ...
-REPUT_PAUSE_BULK_S = 0.002
-#: ... and per lock acquisition once the stream pauses (catching up at full speed).
+#: ... and per call once the stream pauses, or while the slave receives in bulk
+#: (``CommitLog.receiving_in_bulk``: it is catching up): then whole batches (``storage/
+#: dispatch.py``: about 0.4 us of CPU a 1 KiB record) from the dispatch ring, outside the
+#: commit log lock, right behind the writer, which waits for them when it gets a ring ahead
+#: (so nothing is read back from the disk: that cost more than the validation itself) ...
 REPUT_BATCH_IDLE = 8192
+#: ... with this pause when less than a batch is there (the records at the writer then go
+#: :data:`REPUT_BATCH_STREAMING` at a time).
+REPUT_PAUSE_BULK_S = 0.002
 
 AppendListener = Callable[[int], None]
 DispatchListener = Callable[[int], None]
@@ -253,6 +253,7 @@ class MessageStore:
             self._committer.stop()
         with self._log.lock:  # no append in flight after this
             self._log.closed = True
+            self._log.wait_writes()
         self._log.flush(0)
         if self._group_commit is not None:
             self._group_commit.stop()
@@ -484,24 +485,35 @@ class MessageStore:
 
     def _reput_pending(self) -> None:
         """ReputMessageService tick: dispatch replicated records in batches until none are
-        left. While replicated data streams in, small batches with real sleeps between them,
-        so the appending thread (the event loop) is never held up long: the ack counts the
-        commit log, not the consume queues, so the reput catches up when the stream pauses."""
+        left. While a steady stream comes in, small batches with real sleeps between them, so
+        the appending thread (the event loop) is never held up long: the ack counts the commit
+        log, not the consume queues. While it comes in bulk (a catch-up), whole batches validated
+        in the dispatch ring right behind the writer, outside the commit log lock, so the
+        consume queues keep up with the commit log (see ``docs/replication.md``)."""
         commit_log = self._log
         reput = commit_log.reput
         prefetch = commit_log.prefetch_undispatched
+        bulk = commit_log.receiving_in_bulk
         batch = REPUT_BATCH_STREAMING
         while True:
+            if bulk():
+                # Catching up: whole batches right behind the writer, from the dispatch ring
+                # (the writer waits for them when it gets a ring ahead). What the batch path
+                # leaves (the records at the writer, a segment's end, an invalid record) goes
+                # a few at a time, as in a steady stream.
+                if reput(REPUT_BATCH_IDLE, batch_only=True):
+                    time.sleep(0)
+                else:
+                    reput(REPUT_BATCH_STREAMING)
+                    time.sleep(REPUT_PAUSE_BULK_S)
+                continue
             prefetch()
             before = commit_log.max_offset
             if not reput(batch):
                 break
             streaming = commit_log.max_offset != before
             batch = REPUT_BATCH_STREAMING if streaming else REPUT_BATCH_IDLE
-            pause = 0.0
-            if streaming:
-                pause = REPUT_PAUSE_BULK_S if commit_log.receiving_in_bulk() else REPUT_PAUSE_S
-            time.sleep(pause)
+            time.sleep(REPUT_PAUSE_S if streaming else 0.0)
 
     def wait_dispatched(self, offset: int, timeout: float) -> bool:
         """Block until every whole record below ``offset`` is dispatched (readable through the
