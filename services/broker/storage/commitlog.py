@@ -640,7 +640,9 @@ class CommitLog:
         pieces = (data,) if isinstance(data, (bytes, bytearray, memoryview)) else data
         with self._append_data_lock:
             if self._ring is not None and self.reput_wakeup is not None:
-                self._await_dispatcher(start_offset + sum(len(piece) for piece in pieces))
+                total = sum(len(piece) for piece in pieces)
+                if total >= DIRECT_MIN:  # (only bulk appends go through the ring)
+                    self._await_dispatcher(start_offset + total)
             return self._append_data(start_offset, pieces)
 
     def _append_data(self, start_offset: int, pieces: Sequence[ReadableBuffer]) -> int:
@@ -820,7 +822,8 @@ class CommitLog:
         VM). Returns the view of ``buf`` holding them."""
         n = min(size, len(buf) - DIRECT_ALIGN, seg.write_pos - (offset - seg.start))
         ring = self._ring
-        if ring is not None and self._ring_from <= offset and offset + n <= self._ring_end:
+        if ring is not None and self._ring_from <= offset < self._ring_end:
+            n = min(n, self._ring_end - offset)  # (what the ring holds; the rest next time)
             at = offset % DISPATCH_RING
             first = min(n, DISPATCH_RING - at)
             if first == n:
