@@ -213,6 +213,12 @@ def test_a_catch_up_is_validated_in_the_ring_right_behind_the_writer(
     for store in (master, slave):
         store.flush()
     assert queue_files(tmp_path / "slave") == queue_files(tmp_path / "master")
+    assert log_bytes(slave) == log_bytes(master)
+
+
+def log_bytes(store: MessageStore) -> bytes:
+    with store.get_data(0, store.max_offset) as data:  # type: ignore[union-attr]
+        return bytes(data.data)
 
 
 def test_a_writer_that_waits_too_long_goes_on_and_the_dispatcher_reads_the_file(
