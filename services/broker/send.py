@@ -314,6 +314,8 @@ class SendService:
         queue_id = self.select_queue(tc, request.queue_id)
         messages = request.messages
         packed = request.body_sizes
+        if request.bodies and not packed:
+            raise InvalidArgumentError("a packed batch needs body_sizes (the length of each of its bodies)")
         if packed and messages:
             raise InvalidArgumentError("a batch carries either messages or packed bodies (body_sizes), "
                                        "not both")

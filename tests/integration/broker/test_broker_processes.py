@@ -290,6 +290,8 @@ def test_invalid_requests_get_clear_errors_and_change_nothing(start_broker: Star
     rpc_fails(lambda: c.send_packed("valid", [b"ab", b"cd"], 0, sizes=[5, -1]), inv, "body_sizes")
     rpc_fails(lambda: c.send_packed("valid", [b"ab"], 0, messages=[pb.Message(body=b"x")]), inv,
               "not both")
+    rpc_fails(lambda: c.send_packed("valid", [b"ab"], 0, sizes=[], messages=[pb.Message(body=b"x")]), inv,
+              "needs body_sizes")
 
     rpc_fails(lambda: c.pull("valid", 0, -1, group="known"), inv, "queue offset must be >= 0")
     rpc_fails(lambda: c.commit("known", "valid", 0, -5), inv, "consumer offset must be >= 0")
