@@ -76,8 +76,6 @@ from benchlib import (
 
 from pocketmq.broker.v1 import broker_pb2 as pb
 from pocketmq.broker.v1 import broker_pb2_grpc
-from pocketmq.client.message import Message as ClientMessage
-from pocketmq.client.message import batch_request as client_batch_request
 from pocketmq.wire.auth import Credentials
 from pocketmq.wire.grpcauth import signing_interceptors
 from pocketmq.wire.tls import ClientTls, aio_channel
@@ -113,8 +111,7 @@ def run_echo_server(port: int, pull_batch: int) -> None:
         return pb.SendMessageResponse(status=pb.PUT_OK, msg_id=msg_id, queue_id=0, queue_offset=1)
 
     def batch_reply(request: pb.SendMessageBatchRequest) -> pb.SendMessageBatchResponse:
-        count = len(request.messages) or len(request.body_sizes)
-        return pb.SendMessageBatchResponse(status=pb.PUT_OK, msg_ids=[msg_id] * count,
+        return pb.SendMessageBatchResponse(status=pb.PUT_OK, msg_ids=[msg_id] * len(request.messages),
                                            queue_id=0, queue_offset=1, request_id=request.request_id)
 
     async def send_batch(request: pb.SendMessageBatchRequest, context: object) -> pb.SendMessageBatchResponse:
@@ -177,12 +174,9 @@ async def produce_single(addr: str, seconds: float, inflight: int = 16) -> float
 
 
 def batch_request(request_id: int = 0) -> bytes:
-    """A batch of BATCH messages as the PocketMQ client sends it (``batch_request``: plain
-    messages go packed), for PocketMQ and echo alike."""
     body = os.urandom(BODY_SIZE)
-    request = client_batch_request(TOPIC, [ClientMessage(TOPIC, body) for _ in range(BATCH)])
-    request.queue_id = 0
-    request.request_id = request_id
+    messages = [pb.Message(body=body) for _ in range(BATCH)]
+    request = pb.SendMessageBatchRequest(topic=TOPIC, queue_id=0, request_id=request_id, messages=messages)
     return request.SerializeToString()
 
 

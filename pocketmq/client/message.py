@@ -104,22 +104,6 @@ class Message:
         return msg
 
 
-def batch_request(topic: str, messages: Sequence[Message], *, producer_group: str = "",
-                  born_timestamp: int = 0) -> broker_pb2.SendMessageBatchRequest:
-    """The SendMessageBatch request of ``messages`` (all of ``topic``). When every message is a
-    body and nothing else (no tags, keys, properties, delay level or flag), the bodies go packed
-    (``bodies`` back to back, ``body_sizes``), which a broker stores in bulk; otherwise one
-    ``Message`` each."""
-    if all(not (m.tags or m.keys or m.properties or m.delay_level or m.flag) for m in messages):
-        bodies = [m.body for m in messages]
-        return broker_pb2.SendMessageBatchRequest(
-            topic=topic, bodies=b"".join(bodies), body_sizes=list(map(len, bodies)),
-            producer_group=producer_group, born_timestamp=born_timestamp)
-    return broker_pb2.SendMessageBatchRequest(
-        topic=topic, messages=[m.to_proto(topic=False) for m in messages], producer_group=producer_group,
-        born_timestamp=born_timestamp)
-
-
 class SendStatus(enum.Enum):
     """How durable a stored message is (RocketMQ's SendStatus). Anything but ``SEND_OK`` means
     the message IS stored on the master but not yet as durable as the broker is configured

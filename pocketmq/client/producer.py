@@ -22,14 +22,7 @@ from types import TracebackType
 from pocketmq.broker.v1 import broker_pb2
 from pocketmq.client import loop as _loop
 from pocketmq.client.core import ClientCore
-from pocketmq.client.message import (
-    STORED_STATUSES,
-    Message,
-    MessageQueue,
-    SendResult,
-    SendStatus,
-    batch_request,
-)
+from pocketmq.client.message import STORED_STATUSES, Message, MessageQueue, SendResult, SendStatus
 from pocketmq.client.routes import AUTO_CREATE_TOPIC, RouteCache, TopicRoute
 from pocketmq.client.selector import HashSelector, QueueSelector, RoundRobin
 from pocketmq.client.transaction import (
@@ -282,7 +275,9 @@ class AsyncProducer:
                     f"every message of a batch must have the same topic ({topic!r} != {m.topic!r})")
             if m.delay_level:
                 raise InvalidArgumentError("delay levels are not supported in batches; send them one by one")
-        request = batch_request(topic, batch, producer_group=self.group, born_timestamp=_now_ms())
+        request = broker_pb2.SendMessageBatchRequest(
+            topic=topic, messages=[m.to_proto(topic=False) for m in batch], producer_group=self.group,
+            born_timestamp=_now_ms())
         return await self._send(topic, batch[0], request, timeout, sharding_key,
                                 selector, queue, require_durable)
 

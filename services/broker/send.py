@@ -113,22 +113,6 @@ def bodies_only(request: broker_pb2.SendMessageBatchRequest, lengths: Sequence[i
     return bool(request.ByteSize() == own + messages)
 
 
-def unpack_bodies(data: bytes, sizes: Sequence[int]) -> list[memoryview]:
-    """The bodies of a packed batch (``bodies``, ``body_sizes``): views of ``data``.
-    :class:`InvalidArgumentError` if the sizes are negative or do not add up to ``data``."""
-    total = sum(sizes)
-    if total != len(data) or min(sizes) < 0:
-        raise InvalidArgumentError(
-            f"body_sizes ({len(sizes)} sizes adding up to {total} bytes) do not describe bodies "
-            f"({len(data)} bytes)")
-    view = memoryview(data)
-    first = sizes[0]
-    if min(sizes) == max(sizes):  # (bodies of one length: the usual case)
-        return [view[at:at + first] for at in range(0, total, first)] if first else [view[:0]] * len(sizes)
-    ends = list(itertools.accumulate(sizes))
-    return [view[end - size:end] for end, size in zip(ends, sizes, strict=True)]
-
-
 class SendService:
     def __init__(
         self,
@@ -313,15 +297,9 @@ class SendService:
         tc = self.resolve_topic(topic)
         queue_id = self.select_queue(tc, request.queue_id)
         messages = request.messages
-        packed = request.body_sizes
-        if request.bodies and not packed:
-            raise InvalidArgumentError("a packed batch needs body_sizes (the length of each of its bodies)")
-        if packed and messages:
-            raise InvalidArgumentError("a batch carries either messages or packed bodies (body_sizes), "
-                                       "not both")
-        if not messages and not packed:
+        if not messages:
             raise InvalidArgumentError("a batch needs at least one message")
-        count = len(messages) or len(packed)
+        count = len(messages)
         born = request.born_timestamp or int(time.time() * 1000)
         producer_group = request.producer_group
         max_size = self.store_config.max_message_size
@@ -330,20 +308,9 @@ class SendService:
                 topic, {record.PROPERTY_PRODUCER_GROUP: producer_group} if producer_group else _NO_PROPERTIES)
         except record.RecordError as exc:
             return await self._finish(refused(exc), queue_id, started, count, 0)
-        bodies: Sequence[bytes | memoryview]
-        if packed:
-            lengths = list(packed)
-            bodies = unpack_bodies(request.bodies, lengths)
-            shortest, longest = min(lengths), max(lengths)
-            if shortest <= 0 or longest > max_size:
-                i = lengths.index(shortest if shortest <= 0 else longest)
-                reason = self._illegal(bytes(bodies[i]), _NO_PROPERTIES)
-                return self._refused(PutMessageStatus.MESSAGE_ILLEGAL, queue_id,
-                                     f"message {i} of the batch: {reason}", started, count)
-        else:
-            bodies = [msg.body for msg in messages]
-            lengths = list(map(len, bodies))
-        if packed or (min(lengths) > 0 and max(lengths) <= max_size and bodies_only(request, lengths)):
+        bodies = [msg.body for msg in messages]
+        lengths = list(map(len, bodies))
+        if min(lengths) > 0 and max(lengths) <= max_size and bodies_only(request, lengths):
             # Messages with a body and nothing else (the usual batch): one record encode for
             # the whole batch (services/broker/storage/bulk.py), no object per message.
             try:

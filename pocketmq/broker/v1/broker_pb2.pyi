@@ -143,24 +143,20 @@ class SendMessageResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[PutStatus, str]] = ..., msg_id: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., remark: _Optional[str] = ...) -> None: ...
 
 class SendMessageBatchRequest(_message.Message):
-    __slots__ = ("topic", "queue_id", "messages", "producer_group", "born_timestamp", "request_id", "bodies", "body_sizes")
+    __slots__ = ("topic", "queue_id", "messages", "producer_group", "born_timestamp", "request_id")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
     BORN_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
-    BODIES_FIELD_NUMBER: _ClassVar[int]
-    BODY_SIZES_FIELD_NUMBER: _ClassVar[int]
     topic: str
     queue_id: int
     messages: _containers.RepeatedCompositeFieldContainer[Message]
     producer_group: str
     born_timestamp: int
     request_id: int
-    bodies: bytes
-    body_sizes: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., producer_group: _Optional[str] = ..., born_timestamp: _Optional[int] = ..., request_id: _Optional[int] = ..., bodies: _Optional[bytes] = ..., body_sizes: _Optional[_Iterable[int]] = ...) -> None: ...
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., producer_group: _Optional[str] = ..., born_timestamp: _Optional[int] = ..., request_id: _Optional[int] = ...) -> None: ...
 
 class SendMessageBatchResponse(_message.Message):
     __slots__ = ("status", "msg_ids", "queue_id", "queue_offset", "remark", "request_id")

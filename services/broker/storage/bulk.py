@@ -42,8 +42,7 @@ class UniformBatch(NamedTuple):
 
     topic: str
     queue_id: int
-    #: (bytes, or views of a packed batch's buffer)
-    bodies: Sequence[bytes | memoryview]
+    bodies: Sequence[bytes]
     #: TOPICLENGTH · TOPIC · PROPERTIESLENGTH · PROPERTIES of every record.
     tail: bytes
     tags_code: int
@@ -71,10 +70,10 @@ class UniformBatch(NamedTuple):
 
 
 def uniform_batch(
-    topic: str, queue_id: int, bodies: Sequence[bytes | memoryview], tail: bytes, tags_code: int, flag: int,
+    topic: str, queue_id: int, bodies: Sequence[bytes], tail: bytes, tags_code: int, flag: int,
     born_timestamp: int, born_host: tuple[str, int], lengths: list[int] | None = None,
 ) -> UniformBatch:
-    """The batch of ``bodies`` (bytes or byte views, at least one) for :func:`encode_uniform`: their sizes and
+    """The batch of ``bodies`` (bytes, at least one) for :func:`encode_uniform`: their sizes and
     CRCs computed, every shared header field range-checked (:class:`RecordError` otherwise: the
     columns are fixed-width, nothing may wrap). ``tail, tags_code`` as
     :func:`~services.broker.storage.record.encode_tail` returns them; ``lengths``: the bodies'
@@ -137,7 +136,7 @@ def encode_uniform(
     headers["queue_offset"] = np.arange(first_queue_offset, first_queue_offset + n, dtype=np.int64)
     headers["physical_offset"] = offsets
     raw = headers.tobytes()
-    parts: list[bytes | memoryview] = [batch.tail] * (3 * n)
+    parts: list[bytes] = [batch.tail] * (3 * n)
     parts[0::3] = [raw[i:i + HEADER_SIZE] for i in range(0, n * HEADER_SIZE, HEADER_SIZE)]
     parts[1::3] = batch.bodies
     return b"".join(parts), offsets
@@ -158,7 +157,7 @@ def prepared_records(batch: UniformBatch) -> list[PreparedRecord]:
     over segments)."""
     extra = HEADER_SIZE + len(batch.tail)
     return [
-        PreparedRecord(length + extra, batch.topic, batch.queue_id, bytes(body), batch.tail, crc, batch.flag,
-                       0, batch.born_timestamp, batch.born_ip, batch.born_port, 0, 0, batch.tags_code)
+        PreparedRecord(length + extra, batch.topic, batch.queue_id, body, batch.tail, crc, batch.flag, 0,
+                       batch.born_timestamp, batch.born_ip, batch.born_port, 0, 0, batch.tags_code)
         for body, length, crc in zip(batch.bodies, batch.body_lengths, batch.body_crcs, strict=True)
     ]

@@ -41,16 +41,6 @@ class BrokerClient:
         return self.stub.SendMessageBatch(pb.SendMessageBatchRequest(
             topic=topic, queue_id=queue_id, messages=[pb.Message(body=b) for b in bodies]), timeout=TIMEOUT)
 
-    def send_packed(self, topic: str, bodies: Sequence[bytes], queue_id: int = -1, *,
-                    sizes: Sequence[int] | None = None,
-                    messages: Sequence[pb.Message] = ()) -> pb.SendMessageBatchResponse:
-        """A packed batch (``bodies`` back to back, ``body_sizes``; ``sizes`` to send other
-        sizes than the bodies')."""
-        return self.stub.SendMessageBatch(pb.SendMessageBatchRequest(
-            topic=topic, queue_id=queue_id, bodies=b"".join(bodies),
-            body_sizes=[len(b) for b in bodies] if sizes is None else sizes, messages=messages),
-            timeout=TIMEOUT)
-
     def pull(self, topic: str, queue_id: int, offset: int, max_nums: int = 32, *, group: str = "g",
              subscription: str = "*", suspend_ms: int = 0, raw: bool = False,
              timeout: float = TIMEOUT) -> pb.PullMessageResponse:

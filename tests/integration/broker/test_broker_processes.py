@@ -281,17 +281,6 @@ def test_invalid_requests_get_clear_errors_and_change_nothing(start_broker: Star
     assert empty.status == pb.MESSAGE_ILLEGAL and "empty" in empty.remark
     batch = c.send_batch("valid", [b"ok", b"x" * (4 * 1024 * 1024 + 1)], 0)
     assert batch.status == pb.MESSAGE_ILLEGAL and "message 1 of the batch" in batch.remark
-    packed = c.send_packed("valid", [b"ok", b"x" * (4 * 1024 * 1024 + 1)], 0)
-    assert packed.status == pb.MESSAGE_ILLEGAL and "message 1 of the batch" in packed.remark
-    packed = c.send_packed("valid", [b"ok", b"", b"ok"], 0)
-    assert packed.status == pb.MESSAGE_ILLEGAL and "message 1 of the batch" in packed.remark
-    assert "empty" in packed.remark
-    rpc_fails(lambda: c.send_packed("valid", [b"ab", b"cd"], 0, sizes=[2, 3]), inv, "body_sizes")
-    rpc_fails(lambda: c.send_packed("valid", [b"ab", b"cd"], 0, sizes=[5, -1]), inv, "body_sizes")
-    rpc_fails(lambda: c.send_packed("valid", [b"ab"], 0, messages=[pb.Message(body=b"x")]), inv,
-              "not both")
-    rpc_fails(lambda: c.send_packed("valid", [b"ab"], 0, sizes=[], messages=[pb.Message(body=b"x")]), inv,
-              "needs body_sizes")
 
     rpc_fails(lambda: c.pull("valid", 0, -1, group="known"), inv, "queue offset must be >= 0")
     rpc_fails(lambda: c.commit("known", "valid", 0, -5), inv, "consumer offset must be >= 0")
@@ -355,24 +344,6 @@ def test_client_module_round_trip_decoding(start_broker: StartBroker) -> None:
     d, r = decoded.messages[0], raw[0]
     assert (r.body, r.tags, r.keys, r.properties["x"]) == (d.body, d.tags, d.keys.split(), d.properties["x"])
     assert (r.queue_offset, r.physical_offset, r.msg_id) == (d.queue_offset, d.commit_log_offset, d.msg_id)
-
-    # Plain batches, packed (as the client sends them) and as messages, of one and of mixed
-    # lengths: the same records, consecutive offsets, the ids the reply gave.
-    for queue_id, bodies in enumerate(([b"%05d" % i for i in range(40)],
-                                       [b"m" * (1 + i * 97 % 3000) for i in range(25)]), start=1):
-        packed = c.send_packed("rt", bodies, queue_id)
-        plain = c.send_batch("rt", bodies, queue_id)
-        assert packed.status == plain.status == pb.PUT_OK
-        assert (packed.queue_offset, plain.queue_offset) == (0, len(bodies))
-        got = []
-        while len(got) < 2 * len(bodies):
-            reply = c.pull("rt", queue_id, len(got), 32, raw=True)
-            assert reply.status == pb.FOUND
-            got += decode_records(reply.records)
-        assert [x.body for x in got] == bodies * 2
-        assert [x.queue_offset for x in got] == list(range(2 * len(bodies)))
-        assert [x.msg_id for x in got] == [*packed.msg_ids, *plain.msg_ids]
-        assert all(x.topic == "rt" and x.queue_id == queue_id for x in got)
 
 
 def test_sync_flush_and_sync_master_statuses_and_topic_deletion(start_broker: StartBroker) -> None:

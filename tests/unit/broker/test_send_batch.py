@@ -1,18 +1,13 @@
-"""Which SendMessageBatch requests take the bulk path: ``bodies_only`` must say yes exactly for
-batches whose every message is a body and nothing else, whatever the batch's own fields and the
-body sizes (varint boundaries), and no as soon as one message carries anything else; packed
-batches (``bodies``, ``body_sizes``) are cut into views and checked; the client packs exactly
-the plain batches."""
+"""Which SendMessageBatch requests take the bulk path (every message a body and nothing else):
+``bodies_only`` must say yes exactly for those, whatever the batch's own fields and the body
+sizes (varint boundaries), and no as soon as one message carries anything else."""
 
 from __future__ import annotations
 
 import pytest
 
 from pocketmq.broker.v1 import broker_pb2 as pb
-from pocketmq.client.message import Message as ClientMessage
-from pocketmq.client.message import batch_request
-from services.broker.send import bodies_only, unpack_bodies
-from services.common.errors import InvalidArgumentError
+from services.broker.send import bodies_only
 
 SIZES = [1, 100, 125, 126, 127, 128, 16_370, 16_380, 16_400, 2_097_000, 2_097_200]
 
@@ -57,25 +52,3 @@ def test_a_field_this_broker_does_not_know_takes_the_general_path() -> None:
         pb.SendMessageBatchRequest(topic="o", messages=[pb.Message(body=b"z")]).SerializeToString()
         + b"\xf8\x01\x07")
     assert not bodies_only(unknown_top, lengths(unknown_top))
-
-
-def test_packed_bodies_are_views_of_the_buffer() -> None:
-    data = b"aaabbbccc"
-    assert [bytes(v) for v in unpack_bodies(data, [3, 3, 3])] == [b"aaa", b"bbb", b"ccc"]
-    assert [bytes(v) for v in unpack_bodies(data, [1, 0, 8])] == [b"a", b"", b"aabbbccc"]
-    assert [bytes(v) for v in unpack_bodies(b"", [0, 0])] == [b"", b""]
-    for sizes in ([3, 3], [3, 3, 3, 1], [10, -1]):
-        with pytest.raises(InvalidArgumentError, match="body_sizes"):
-            unpack_bodies(data, sizes)
-
-
-def test_the_client_packs_plain_batches_only() -> None:
-    plain = [ClientMessage("t", b"one"), ClientMessage("t", b"three")]
-    request = batch_request("t", plain, producer_group="pg", born_timestamp=7)
-    assert (request.bodies, list(request.body_sizes), len(request.messages)) == (b"onethree", [3, 5], 0)
-    assert (request.topic, request.producer_group, request.born_timestamp) == ("t", "pg", 7)
-    for extra in ({"tags": "a"}, {"keys": "k"}, {"properties": {"p": "v"}}, {"flag": 2}):
-        mixed = [plain[0], ClientMessage("t", b"x", **extra)]  # type: ignore[arg-type]
-        request = batch_request("t", mixed)
-        assert not request.bodies and not request.body_sizes
-        assert [m.body for m in request.messages] == [b"one", b"x"] and not request.messages[0].topic

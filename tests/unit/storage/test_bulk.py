@@ -168,18 +168,3 @@ def test_a_new_queue_whose_first_file_fills_in_memory(open_store: StoreFactory) 
     entries = store.queue_entries("TopicB", 2, 0, 100)
     entries += store.queue_entries("TopicB", 2, len(entries), 100)
     assert [size for _offset, size, _tags in entries] == [record.HEADER_SIZE + 64 + 1 + 6 + 2] * 63
-
-
-def test_bodies_may_be_views_of_one_packed_buffer(open_store: StoreFactory) -> None:
-    store = open_store()
-    payloads = bodies(12)
-    packed = memoryview(b"".join(payloads))
-    views, at = [], 0
-    for body in payloads:
-        views.append(packed[at:at + len(body)])
-        at += len(body)
-    tail, code = encode_tail("TopicC", {})
-    batch = bulk.uniform_batch("TopicC", 1, views, tail, code, 0, 0, BORN)
-    result = store.append_uniform(batch, indexed(batch))
-    assert result.ok and read_queue(store, "TopicC", 1) == payloads
-    assert [p.body for p in bulk.prepared_records(batch)] == payloads  # (copied out for append_batch)
