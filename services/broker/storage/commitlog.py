@@ -655,6 +655,8 @@ class CommitLog:
         with self.lock:
             if self.closed:
                 raise StoreClosedError("commit log is closed")
+            if self._writing:
+                self.wait_writes()
             if self._dispatched != self._queue.max_offset:  # replicated records not yet dispatched
                 self._dispatch_locked(None, True)
             ts = self._store_timestamp()
