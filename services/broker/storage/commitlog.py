@@ -955,6 +955,11 @@ class CommitLog:
         if wakeup is not None:
             wakeup()
 
+    def batch_pending(self) -> bool:
+        """Whether a batch's worth of replicated bytes (:data:`BATCH_DISPATCH_MIN`) waits for
+        the dispatcher."""
+        return self._queue.max_offset - self._dispatched >= BATCH_DISPATCH_MIN
+
     def receiving_in_bulk(self) -> bool:
         """Whether an :meth:`append_data` of at least ``DIRECT_MIN`` bytes came in the last
         :data:`BULK_WINDOW_S` (a slave catching up)."""

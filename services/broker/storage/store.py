@@ -523,12 +523,13 @@ class MessageStore:
             if bulk():
                 # Catching up: whole batches right behind the writer, from the dispatch ring
                 # (the writer waits for them when it gets a ring ahead). What the batch path
-                # leaves (the records at the writer, a segment's end, an invalid record) goes
-                # a few at a time, as in a steady stream.
+                # cannot take goes a few at a time, as in a steady stream; the last records
+                # before the writer wait for the next append.
                 if reput(REPUT_BATCH_IDLE, batch_only=True):
                     time.sleep(0)
-                else:
-                    reput(REPUT_BATCH_STREAMING)
+                elif commit_log.batch_pending():
+                    reput(REPUT_BATCH_STREAMING)  # (a segment's end, an invalid record)
+                else:  # right behind the writer: wait for more (no read of the disk meanwhile)
                     time.sleep(REPUT_PAUSE_BULK_S)
                 continue
             prefetch()
