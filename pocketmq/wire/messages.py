@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 __all__ = ["MessageQueue", "ReceivedMessage"]
 
@@ -22,8 +22,40 @@ class MessageQueue(NamedTuple):
         return f"{self.topic}@{self.broker_name}:{self.queue_id}"
 
 
+class RecordSource(Protocol):
+    """Where the fields a decoder left unset come from (the decoded reply)."""
+
+    def fill(self, message: ReceivedMessage) -> None:
+        """Set every field of ``message`` still unset and drop its source."""
+
+
+class _Deferred:
+    """Room for a decoder to leave some fields of a :class:`ReceivedMessage` unset: ``_source``
+    fills them on the first read of any of them (the fields stay plain slots, so every later
+    read, and every read of a field set at once, costs what a slot read costs)."""
+
+    __slots__ = ("_position", "_source")
+
+    _source: RecordSource | None
+    _position: int
+
+    if not TYPE_CHECKING:  # to type checkers a ReceivedMessage has its fields, nothing else
+
+        def __getattr__(self, name: str) -> Any:
+            # Called only for a slot that is not set: a field a decoder deferred.
+            if name[0] != "_":
+                try:
+                    source = self._source
+                except AttributeError:
+                    source = None
+                if source is not None:
+                    source.fill(self)
+                    return getattr(self, name)
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
-class ReceivedMessage:
+class ReceivedMessage(_Deferred):
     """A consumed message. ``queue``/``queue_offset`` say where it is stored; ``msg_id`` is the
     broker's offset message id."""
 

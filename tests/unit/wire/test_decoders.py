@@ -250,3 +250,26 @@ def test_corrupt_reply_errors_name_the_record() -> None:
     last[record.HEADER_SIZE + 3] = 255
     with pytest.raises(InternalError, match="at byte 0: inconsistent record at 0: topic overruns the record"):
         decode_records(bytes(last), "b")
+
+
+def test_deferred_fields_are_decoded_on_first_read_and_the_reply_let_go() -> None:
+    import copy
+    import pickle
+
+    m = record.Message.of("t", b"x", tags="a", keys="k1 k2", properties={"p": "1"})
+    data = _encode(m, m, m)
+    first, second, third = decode_records(data, "b")
+    assert (first.body, first.queue_offset, first.topic) == (b"x", 0, "t")
+    assert first.queue == MessageQueue("t", "b", 0)
+    assert first._source is not None  # tags, keys, properties, ids and hosts not decoded yet
+    assert first.msg_id == record.offset_msg_id(("10.0.0.1", 10911), 0)
+    assert first._source is None and (first.tags, first.keys) == ("a", ("k1", "k2"))
+    assert pickle.loads(pickle.dumps(second)) == second == reference_decode(data, "b")[1]
+    assert copy.copy(third) == third
+    assert third.to_dict()["properties"] == {"p": "1", "TAGS": "a", "KEYS": "k1 k2"}
+    with pytest.raises(AttributeError, match="'ReceivedMessage' object has no attribute 'nope'"):
+        first.nope  # type: ignore[attr-defined]  # noqa: B018
+    fresh = decode_records(data, "b")[0]
+    with pytest.raises(AttributeError, match="has no attribute 'nope'"):
+        fresh.nope  # type: ignore[attr-defined]  # noqa: B018
+    assert not hasattr(fresh, "nope") and fresh == first
