@@ -6,7 +6,9 @@ header integers, the range checks that make the whole reply trustworthy, the bod
 CRC check (ISA-L's CRC-32, the broker's; zlib's result) and the topic and queue (shared by the
 messages of a queue). The fields that cost most to build and that many consumers never read
 (tags, keys, properties, message id, hosts) are left unset: the first read of any of them
-decodes them for that message from the reply (:class:`Reply`), once. A message gives what the
+decodes them, once, from the reply (:class:`Reply`), for every message of the reply still in the
+list the decoder returned (a consumer that reads one such field usually reads it of every
+message). A message gives what the
 reference decoder (:func:`pocketmq.wire.record.decode_record`) gives; a property test checks
 that they agree.
 """
@@ -15,6 +17,8 @@ from __future__ import annotations
 
 import socket
 import struct
+import weakref
+from collections.abc import Iterable
 from typing import Any
 
 from isal.isal_zlib import crc32
@@ -31,7 +35,7 @@ from pocketmq.wire.record import (
     split_keys,
 )
 
-__all__ = ["Reply", "decode_received"]
+__all__ = ["Messages", "Reply", "decode_received"]
 
 #: The header integers a message carries (read at once), and the checks' sizes.
 _HEADER = struct.Struct(header_format(
@@ -90,35 +94,69 @@ def _property_set(raw: bytes) -> tuple[dict[str, str], str, tuple[str, ...]]:
     return hit
 
 
+class Messages(list[ReceivedMessage]):
+    """The messages of one reply, as :func:`decode_received` returns them (a list its reply can
+    reach weakly)."""
+
+    __slots__ = ("__weakref__",)
+
+
 class Reply:
     """One decoded reply: the records (checked when decoded) the deferred fields of its
-    messages are read from. A message holds its reply until those fields are read."""
+    messages are read from. A message holds its reply until those fields are set; the reply
+    reaches its messages only through a weak reference to their list, so nothing here is a
+    reference cycle."""
 
-    __slots__ = ("data",)
+    __slots__ = ("data", "messages")
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes, messages: Messages) -> None:
         self.data = data
+        self.messages: weakref.ReferenceType[Messages] | None = weakref.ref(messages)
 
     def fill(self, message: ReceivedMessage) -> None:
-        """Set the deferred fields of ``message`` (one of this reply's) and let go of the reply."""
-        data = self.data
-        pos = message._position
-        total, born_raw, store_raw, body_len = _REST.unpack_from(data, pos)
-        body_end = pos + HEADER_SIZE + body_len
-        props_at = body_end + 1 + data[body_end]
-        if props_at + 2 == pos + total:
-            props, tags, keys = _NO_PROPERTIES
+        """Set the deferred fields of ``message``: of every message of the reply still in its
+        list (a consumer that reads one such field of a message reads it of the others too),
+        else of ``message`` alone. The messages filled let go of the reply."""
+        ref = self.messages
+        batch = ref() if ref is not None else None
+        self.messages = None
+        if batch is None:
+            self._fill((message,))
         else:
-            props, tags, keys = _property_set(data[props_at + 2:pos + total])
-        born = _hosts.get(born_raw) or _host(born_raw)
-        store = _hosts.get(store_raw) or _host(store_raw)
-        _set(message, "tags", tags)
-        _set(message, "keys", keys)
-        _set(message, "properties", props.copy())
-        _set(message, "msg_id", f"{store[1]}{message.commit_log_offset & _U64:016X}")
-        _set(message, "born_host", born[0])
-        _set(message, "store_host", store[0])
-        _set(message, "_source", None)
+            self._fill(batch)
+            if message._source is self:  # no longer in the list
+                self._fill((message,))
+
+    def _fill(self, messages: Iterable[ReceivedMessage]) -> None:
+        data = self.data
+        unpack = _REST.unpack_from
+        hosts = _hosts
+        property_sets = _property_sets
+        header_size = HEADER_SIZE
+        u64 = _U64
+        for message in messages:
+            if message._source is not self:
+                continue
+            pos = message._position
+            total, born_raw, store_raw, body_len = unpack(data, pos)
+            record_end = pos + total
+            body_end = pos + header_size + body_len
+            props_at = body_end + 3 + data[body_end]  # after TOPICLENGTH, TOPIC, PROPERTIESLENGTH
+            if props_at == record_end:
+                props, tags, keys = _NO_PROPERTIES
+            else:
+                props_raw = data[props_at:record_end]
+                hit = property_sets.get(props_raw)
+                props, tags, keys = hit if hit is not None else _property_set(props_raw)
+            born = hosts.get(born_raw) or _host(born_raw)
+            store = hosts.get(store_raw) or _host(store_raw)
+            _set(message, "tags", tags)
+            _set(message, "keys", keys)
+            _set(message, "properties", props.copy())
+            _set(message, "msg_id", f"{store[1]}{message.commit_log_offset & u64:016X}")
+            _set(message, "born_host", born[0])
+            _set(message, "store_host", store[0])
+            _set(message, "_source", None)
 
 
 def _corrupt(data: bytes, pos: int) -> RecordError:
@@ -130,14 +168,14 @@ def _corrupt(data: bytes, pos: int) -> RecordError:
     return RecordError(f"at byte {pos}: not a valid record")  # pragma: no cover
 
 
-def decode_received(data: bytes | bytearray | memoryview, broker_name: str) -> list[ReceivedMessage]:
+def decode_received(data: bytes | bytearray | memoryview, broker_name: str) -> Messages:
     """Messages from a ``raw_records`` pull reply: concatenated commit-log records (the broker's
     storage format, CRC-checked here), the same as :func:`~pocketmq.wire.record.decode_records`
     gives. Raises :class:`RecordError` on bytes that are not valid records."""
     if type(data) is not bytes:
         data = bytes(data)
-    reply = Reply(data)
-    out: list[Any] = []
+    out = Messages()
+    reply = Reply(data, out)
     append = out.append
     unpack = _HEADER.unpack_from
     check = crc32

@@ -273,3 +273,14 @@ def test_deferred_fields_are_decoded_on_first_read_and_the_reply_let_go() -> Non
     with pytest.raises(AttributeError, match="has no attribute 'nope'"):
         fresh.nope  # type: ignore[attr-defined]  # noqa: B018
     assert not hasattr(fresh, "nope") and fresh == first
+
+
+def test_a_deferred_read_decodes_the_rest_of_the_reply_once() -> None:
+    m = record.Message.of("t", b"x", tags="a")
+    msgs = decode_records(_encode(m, m, m), "b")
+    loose = msgs.pop()  # out of the list the decoder returned: decoded on its own
+    assert msgs[0].tags == "a"
+    assert [x._source for x in msgs] == [None, None] and loose._source is not None
+    assert loose.tags == "a" and loose._source is None
+    kept = decode_records(_encode(m, m), "b")[1]  # its list is gone
+    assert kept.msg_id and kept._source is None
