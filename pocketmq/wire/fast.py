@@ -28,6 +28,7 @@ from pocketmq.wire.messages import MessageQueue, ReceivedMessage, _Deferred
 from pocketmq.wire.record import (
     HEADER_SIZE,
     MAGIC_CODE,
+    POS_PHYSICAL_OFFSET,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     decode_record,
@@ -46,7 +47,6 @@ _HEADER = struct.Struct(header_format(
 _REST = struct.Struct(header_format(("total_size", "born_host", "store_host", "body_length"),
                                     raw_hosts=True))
 assert _HEADER.size == _REST.size == HEADER_SIZE
-_U64 = 0xFFFF_FFFF_FFFF_FFFF
 _CACHE_MAX = 4096
 
 #: raw host -> ("ip:port", the upper-case hex of the raw bytes: the first half of an offset
@@ -133,7 +133,7 @@ class Reply:
         hosts = _hosts
         property_sets = _property_sets
         header_size = HEADER_SIZE
-        u64 = _U64
+        physical = POS_PHYSICAL_OFFSET
         for message in messages:
             if message._source is not self:
                 continue
@@ -153,7 +153,8 @@ class Reply:
             _set(message, "tags", tags)
             _set(message, "keys", keys)
             _set(message, "properties", props.copy())
-            _set(message, "msg_id", f"{store[1]}{message.commit_log_offset & u64:016X}")
+            # The offset message id: store host and PHYSICALOFFSET, as upper-case hex.
+            _set(message, "msg_id", store[1] + data[pos + physical:pos + physical + 8].hex().upper())
             _set(message, "born_host", born[0])
             _set(message, "store_host", store[0])
             _set(message, "_source", None)
