@@ -24,7 +24,7 @@ from typing import Any
 from isal.isal_zlib import crc32
 
 from pocketmq.wire.errors import RecordError
-from pocketmq.wire.messages import MessageQueue, ReceivedMessage, _Deferred
+from pocketmq.wire.messages import MessageQueue, MessageSlots, ReceivedMessage
 from pocketmq.wire.record import (
     HEADER_SIZE,
     MAGIC_CODE,
@@ -56,15 +56,9 @@ _hosts: dict[bytes, tuple[str, str]] = {}
 _property_sets: dict[bytes, tuple[dict[str, str], str, tuple[str, ...]]] = {}
 _NO_PROPERTIES: tuple[dict[str, str], str, tuple[str, ...]] = ({}, "", ())
 
-_set = object.__setattr__  # ReceivedMessage is frozen
-
-
-class _Builder(_Deferred):
-    """ReceivedMessage's layout without its frozen ``__setattr__``: a message is built with plain
-    slot stores, then becomes a ReceivedMessage by assigning ``__class__`` (much cheaper than
-    the dataclass ``__init__``, which goes through ``object.__setattr__`` per field)."""
-
-    __slots__ = ReceivedMessage.__slots__
+#: Sets a slot of a (frozen) ReceivedMessage. Deferred fields are set this way, not by turning the
+#: message back into a MessageSlots for a moment: another thread may be reading it.
+_set = object.__setattr__
 
 
 def _host(raw: bytes) -> tuple[str, str]:
@@ -181,7 +175,7 @@ def decode_received(data: bytes | bytearray | memoryview, broker_name: str) -> M
     unpack = _HEADER.unpack_from
     check = crc32
     new = object.__new__
-    builder = _Builder
+    builder = MessageSlots
     received = ReceivedMessage
     magic_code = MAGIC_CODE
     header_size = HEADER_SIZE

@@ -29,12 +29,19 @@ class RecordSource(Protocol):
         """Set every field of ``message`` still unset and drop its source."""
 
 
-class _Deferred:
-    """Room for a decoder to leave some fields of a :class:`ReceivedMessage` unset: ``_source``
-    fills them on the first read of any of them (the fields stay plain slots, so every later
-    read, and every read of a field set at once, costs what a slot read costs)."""
+class MessageSlots:
+    """The storage of a :class:`ReceivedMessage`: its fields (in their order) and the room for a
+    decoder to leave some of them unset, which ``_source`` fills on the first read of any of them
+    (the fields stay plain slots, so every later read costs what a slot read costs).
 
-    __slots__ = ("_position", "_source")
+    ReceivedMessage adds no slots of its own, so a decoder builds a message here with plain
+    slot stores (ReceivedMessage is frozen: its ``__setattr__`` refuses them) and turns it into
+    a ReceivedMessage by assigning ``__class__``, which is cheap between layouts this alike."""
+
+    # The fields in their order, then the decoder's room.
+    __slots__ = ("topic", "body", "tags", "keys", "properties", "queue", "queue_offset",  # noqa: RUF023
+                 "commit_log_offset", "msg_id", "born_timestamp", "store_timestamp", "born_host",
+                 "store_host", "reconsume_times", "_position", "_source")
 
     _source: RecordSource | None
     _position: int
@@ -55,7 +62,7 @@ class _Deferred:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class ReceivedMessage(_Deferred):
+class ReceivedMessage(MessageSlots):
     """A consumed message. ``queue``/``queue_offset`` say where it is stored; ``msg_id`` is the
     broker's offset message id."""
 
@@ -99,3 +106,7 @@ class ReceivedMessage(_Deferred):
             "store_timestamp": self.store_timestamp, "born_host": self.born_host,
             "store_host": self.store_host, "reconsume_times": self.reconsume_times,
         }
+
+
+assert vars(ReceivedMessage)["__slots__"] == () and MessageSlots.__slots__[:-2] == tuple(
+    f.name for f in dataclasses.fields(ReceivedMessage)), "MessageSlots must hold ReceivedMessage's fields"
