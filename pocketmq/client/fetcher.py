@@ -132,7 +132,7 @@ class Fetcher:
             return []
         records = reply.records  # one copy out of the reply
         if records:
-            messages = decode_records(records, pq.queue.broker_name)
+            messages = decode_records(records, pq.queue.broker_name, pq.decode_hint)
         else:
             messages = [from_message_ext(m, pq.queue.broker_name) for m in reply.messages]
         if not filt.matches_all:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 
 from pocketmq.client.message import MessageQueue, ReceivedMessage
 from pocketmq.client.tags import TagFilter
+from pocketmq.wire.fast import DecodeHint
 
 __all__ = ["ConsumeFrom", "ConsumerSettings", "ProcessQueue", "SubscriptionState"]
 
@@ -50,9 +51,9 @@ class ProcessQueue:
     """State of one owned queue: where to pull next, what is delivered but not yet processed,
     what was committed."""
 
-    __slots__ = ("buffer", "commit_task", "committed", "consume_task", "done", "dropped", "inflight",
-                 "initialized", "last_addr", "next_offset", "pull_commit_unconfirmed", "pull_task", "queue",
-                 "reset", "started", "suggested_id")
+    __slots__ = ("buffer", "commit_task", "committed", "consume_task", "decode_hint", "done", "dropped",
+                 "inflight", "initialized", "last_addr", "next_offset", "pull_commit_unconfirmed",
+                 "pull_task", "queue", "reset", "started", "suggested_id")
 
     def __init__(self, queue: MessageQueue, buffer_batches: int) -> None:
         self.queue = queue
@@ -81,6 +82,8 @@ class ProcessQueue:
         self.suggested_id = 0
         #: The broker the last pull answered from.
         self.last_addr = ""
+        #: Whether what is consumed from here reads the fields the decoder can defer.
+        self.decode_hint = DecodeHint()
 
     def add_inflight(self, offsets: Sequence[int]) -> None:
         """A batch was delivered: its messages' offsets (ascending)."""

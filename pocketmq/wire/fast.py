@@ -8,9 +8,9 @@ messages of a queue). The fields that cost most to build and that many consumers
 (tags, keys, properties, message id, hosts) are left unset: the first read of any of them
 decodes them, once, from the reply (:class:`Reply`), for every message of the reply still in the
 list the decoder returned (a consumer that reads one such field usually reads it of every
-message). A message gives what the
-reference decoder (:func:`pocketmq.wire.record.decode_record`) gives; a property test checks
-that they agree.
+message), and tells the reader's :class:`DecodeHint`: its next replies are decoded whole at once.
+A message gives what the reference decoder (:func:`pocketmq.wire.record.decode_record`) gives; a
+property test checks that they agree.
 """
 
 from __future__ import annotations
@@ -32,11 +32,12 @@ from pocketmq.wire.record import (
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     decode_record,
+    field_offset,
     header_format,
     split_keys,
 )
 
-__all__ = ["Messages", "Reply", "decode_received"]
+__all__ = ["DecodeHint", "Messages", "Reply", "decode_received"]
 
 #: The header integers a message carries (read at once), and the checks' sizes.
 _HEADER = struct.Struct(header_format(
@@ -47,6 +48,11 @@ _HEADER = struct.Struct(header_format(
 _REST = struct.Struct(header_format(("total_size", "born_host", "store_host", "body_length"),
                                     raw_hosts=True))
 assert _HEADER.size == _REST.size == HEADER_SIZE
+#: BORNHOST and STOREHOSTADDRESS, from BORNHOST on (eager decoding).
+_HOSTS = struct.Struct(">8s8x8s")
+_POS_BORN_HOST = field_offset("born_host")
+assert field_offset("store_host") == _POS_BORN_HOST + 16
+_U64 = 0xFFFF_FFFF_FFFF_FFFF
 _CACHE_MAX = 4096
 
 #: raw host -> ("ip:port", the upper-case hex of the raw bytes: the first half of an offset
@@ -88,6 +94,17 @@ def _property_set(raw: bytes) -> tuple[dict[str, str], str, tuple[str, ...]]:
     return hit
 
 
+class DecodeHint:
+    """Whether a reader of decoded replies (a consumer's queue) reads the fields the decoder can
+    defer: once it has read one, its next replies are decoded whole at once, which costs it less
+    than deferring them and decoding them later."""
+
+    __slots__ = ("eager",)
+
+    def __init__(self) -> None:
+        self.eager = False
+
+
 class Messages(list[ReceivedMessage]):
     """The messages of one reply, as :func:`decode_received` returns them (a list its reply can
     reach weakly)."""
@@ -101,11 +118,12 @@ class Reply:
     reaches its messages only through a weak reference to their list, so nothing here is a
     reference cycle."""
 
-    __slots__ = ("data", "messages")
+    __slots__ = ("data", "hint", "messages")
 
-    def __init__(self, data: bytes, messages: Messages) -> None:
+    def __init__(self, data: bytes, messages: Messages, hint: DecodeHint | None) -> None:
         self.data = data
         self.messages: weakref.ReferenceType[Messages] | None = weakref.ref(messages)
+        self.hint = hint
 
     def fill(self, message: ReceivedMessage) -> None:
         """Set the deferred fields of ``message``: of every message of the reply still in its
@@ -114,6 +132,8 @@ class Reply:
         ref = self.messages
         batch = ref() if ref is not None else None
         self.messages = None
+        if self.hint is not None:
+            self.hint.eager = True
         if batch is None:
             self._fill((message,))
         else:
@@ -163,14 +183,22 @@ def _corrupt(data: bytes, pos: int) -> RecordError:
     return RecordError(f"at byte {pos}: not a valid record")  # pragma: no cover
 
 
-def decode_received(data: bytes | bytearray | memoryview, broker_name: str) -> Messages:
+def decode_received(data: bytes | bytearray | memoryview, broker_name: str,
+                    hint: DecodeHint | None = None) -> Messages:
     """Messages from a ``raw_records`` pull reply: concatenated commit-log records (the broker's
     storage format, CRC-checked here), the same as :func:`~pocketmq.wire.record.decode_records`
-    gives. Raises :class:`RecordError` on bytes that are not valid records."""
+    gives. Raises :class:`RecordError` on bytes that are not valid records. With a ``hint``
+    that says so, nothing is deferred; reading a deferred field sets it."""
     if type(data) is not bytes:
         data = bytes(data)
     out = Messages()
-    reply = Reply(data, out)
+    eager = hint is not None and hint.eager
+    reply = Reply(data, out, hint)
+    hosts_at = _HOSTS.unpack_from
+    hosts = _hosts
+    property_sets = _property_sets
+    last_born = last_store = b""
+    born_host = store_host = store_hex = ""
     append = out.append
     unpack = _HEADER.unpack_from
     check = crc32
@@ -222,8 +250,29 @@ def decode_received(data: bytes | bytearray | memoryview, broker_name: str) -> M
         msg.born_timestamp = born_ts
         msg.store_timestamp = store_ts
         msg.reconsume_times = reconsume
-        msg._source = reply
-        msg._position = pos
+        if eager:
+            born_raw, store_raw = hosts_at(data, pos + _POS_BORN_HOST)
+            if born_raw != last_born:
+                born_host = (hosts.get(born_raw) or _host(born_raw))[0]
+                last_born = born_raw
+            if store_raw != last_store:
+                store_host, store_hex = hosts.get(store_raw) or _host(store_raw)
+                last_store = store_raw
+            if props_at + 2 == record_end:
+                msg.properties = {}
+                msg.tags = ""
+                msg.keys = ()
+            else:
+                props_raw = data[props_at + 2:record_end]
+                hit = property_sets.get(props_raw)
+                props, msg.tags, msg.keys = hit if hit is not None else _property_set(props_raw)
+                msg.properties = props.copy()
+            msg.msg_id = f"{store_hex}{physical_offset & _U64:016X}"
+            msg.born_host = born_host
+            msg.store_host = store_host
+        else:
+            msg._source = reply
+            msg._position = pos
         msg.__class__ = received
         append(msg)
         pos = record_end

@@ -15,6 +15,7 @@ from pocketmq.client.message import MessageQueue, ReceivedMessage, decode_record
 from pocketmq.errors import InternalError
 from pocketmq.spark import columnar
 from pocketmq.wire import record as wire_record
+from pocketmq.wire.fast import DecodeHint
 from services.broker.storage import record
 
 
@@ -111,12 +112,14 @@ def replies(draw: st.DrawFn) -> tuple[bytes, list[bytes]]:
 
 
 @settings(max_examples=300)
-@given(replies(), st.sampled_from(["broker-a", "b-ü"]))
+@given(replies(), st.sampled_from(["broker-a", "b-ü"]), st.booleans())
 def test_fast_decoder_yields_exactly_the_reference_messages(
-    reply: tuple[bytes, list[bytes]], broker: str
+    reply: tuple[bytes, list[bytes]], broker: str, eager: bool
 ) -> None:
     data, _ = reply
-    fast = decode_records(data, broker)
+    hint = DecodeHint()
+    hint.eager = eager  # everything at once, or the deferred fields when first read
+    fast = decode_records(data, broker, hint)
     assert fast == reference_decode(data, broker)
     for msg in fast:
         assert type(msg) is ReceivedMessage
@@ -284,3 +287,17 @@ def test_a_deferred_read_decodes_the_rest_of_the_reply_once() -> None:
     assert loose.tags == "a" and loose._source is None
     kept = decode_records(_encode(m, m), "b")[1]  # its list is gone
     assert kept.msg_id and kept._source is None
+
+
+def test_a_reader_that_reads_deferred_fields_gets_its_next_replies_decoded_whole() -> None:
+    m = record.Message.of("t", b"x", tags="a", keys="k", properties={"p": "1"})
+    data = _encode(m, m)
+    hint = DecodeHint()
+    first = decode_records(data, "b", hint)
+    assert not hint.eager and first[0]._source is not None
+    assert first[0].keys == ("k",) and hint.eager  # read one: the next replies come whole
+    second = decode_records(data, "b", hint)
+    assert all(not hasattr(x, "_source") for x in second)  # nothing deferred, nothing to hold
+    assert second == first == reference_decode(data, "b")
+    assert second[0].properties is not second[1].properties
+
