@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Collection, Iterable, Sequence
 from concurrent.futures import Future
 from types import TracebackType
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from services.broker.storage.checkpoint import (
     Checkpoint,
@@ -57,6 +57,9 @@ from services.broker.storage.status import (
     PutResult,
     RecoveryInfo,
 )
+
+if TYPE_CHECKING:
+    from services.broker.storage.bulk import UniformBatch
 
 log = logging.getLogger(__name__)
 
@@ -426,14 +429,35 @@ class MessageStore:
             return _refused(exc)
         except Exception as exc:
             return _append_failed(exc)
-        if self._listeners and prepared:
+        if prepared:
+            self._appended(result, messages)
+        return result
+
+    def append_uniform(self, batch: UniformBatch, messages: Sequence[Message]) -> PutResult:
+        """:meth:`append_prepared` for a batch whose records differ only in their bodies, made
+        by :func:`~services.broker.storage.bulk.uniform_batch` (encoded and indexed in bulk)."""
+        if not self._running:
+            return _not_available()
+        if batch.max_size > self._max_message_size:
+            return _refused(MessageTooLargeError(batch.max_size, self._max_message_size))
+        try:
+            result = self._log.append_uniform(batch)
+        except RecordError as exc:
+            return _refused(exc)
+        except Exception as exc:
+            return _append_failed(exc)
+        self._appended(result, messages)
+        return result
+
+    def _appended(self, result: PutResult, messages: Sequence[Message]) -> None:
+        """After an append of ``messages`` (at least one): listeners, the key index."""
+        if self._listeners:
             self._notify(self._log.max_offset)
-        if self.index is not None and prepared:
+        if self.index is not None:
             self.index.feed(result.physical_offsets[0], result.end_offset, result.physical_offsets,
                             result.store_timestamp, messages)
-        if self._dispatch_listeners and prepared:
+        if self._dispatch_listeners:
             self._notify_dispatched(result.end_offset)
-        return result
 
     def flush_future(self, end_offset: int) -> Future[PutMessageStatus]:
         """A future resolving to PUT_OK once the commit log is flushed up to ``end_offset``
