@@ -33,6 +33,7 @@ from time import time_ns
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from pocketmq.wire.record import header_format
+from services.broker.storage.indexfeed import MAX_KEYED, AppendFeed
 from services.broker.storage.record import (
     BLANK_MAGIC_CODE,
     END_FILE_MIN_BLANK_LENGTH,
@@ -41,7 +42,9 @@ from services.broker.storage.record import (
     MAGIC_CODE,
     MIN_RECORD_SIZE,
     PREFIX,
+    PROPERTY_KEYS,
     PROPERTY_TAGS,
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     TRANSACTION_PREPARED_TYPE,
     U16,
     CheckKind,
@@ -125,6 +128,8 @@ assert _DISPATCH.size == HEADER_SIZE
 _DISPATCH_UNPACK = _DISPATCH.unpack_from
 _U16 = U16.unpack_from
 _TAGS_KEY = PROPERTY_TAGS.encode() + b"\x01"
+_KEYS_NAME = PROPERTY_KEYS
+_UNIQ_NAME = PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
 _MAGIC_BYTES = struct.pack(">I", MAGIC_CODE)
 _MARK = struct.Struct(">q")
 _TOPICS_MAX = 8192
@@ -379,6 +384,9 @@ class CommitLog:
         #: Called (under the lock) each time another ``COMMIT_CHUNK`` bytes are buffered:
         #: wakes whoever calls :meth:`commit` (e.g. ``ServiceThread.wakeup``).
         self.commit_wakeup: Callable[[], None] | None = None
+        #: The message index's feed (None: no index): every append and batch dispatch is
+        #: recorded in it under the lock (see :mod:`.indexfeed`).
+        self.index_feed: AppendFeed | None = None
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -440,6 +448,9 @@ class CommitLog:
                 seg.mm[pos:pos + END_FILE_MIN_BLANK_LENGTH] = blank
                 seg.write_pos = seg.size
             start = seg.end
+            feed = self.index_feed
+            if feed is not None and feed.end == seg.start + pos:
+                feed.end = start  # (the blank has no keys)
         return self._new_segment(start)
 
     def _store_timestamp(self) -> int:
@@ -525,15 +536,30 @@ class CommitLog:
             if index is not None:
                 index.put(queue_offset, physical_offset, size, tags_code)
             self._dispatched = end_offset = physical_offset + size
+            feed = self.index_feed
+            if feed is not None:  # (a keyless record only moves the run's end)
+                if feed.end != physical_offset:
+                    feed.restart(physical_offset)
+                if props and (_KEYS_NAME in props or _UNIQ_NAME in props):
+                    keyed = feed.keyed
+                    keyed += (physical_offset, ts, msg)
+                    if len(keyed) > MAX_KEYED:
+                        feed.overflow()
+                feed.end = end_offset
+                if feed.idle:
+                    feed.wake()
         finally:
             lock.release()
         return _new_result(PutResult, (PutMessageStatus.PUT_OK, (queue_offset,), (physical_offset,), size,
                                        end_offset, ts, self.store_host, ""))
 
-    def append_batch(self, prepared: Sequence[PreparedRecord]) -> PutResult:
+    def append_batch(self, prepared: Sequence[PreparedRecord],
+                     messages: Sequence[Message] | None = None) -> PutResult:
         """Append many records under one lock acquisition, encoded into one write per segment
         touched. All or nothing: if a header field is out of range (RecordError) or a new
-        segment cannot be created, whatever was written of the batch is truncated away."""
+        segment cannot be created, whatever was written of the batch is truncated away.
+        ``messages``: one per record (topic and properties), for the message index (without
+        them the index reads the records back)."""
         n = len(prepared)
         if n == 0:
             return PutResult(PutMessageStatus.PUT_OK, [], [], 0, self.max_offset, 0, self.store_host)
@@ -600,6 +626,9 @@ class CommitLog:
                     target.put(queue_offset, physical_offset, p.size, p.tags_code)
             end = physical_offsets[-1] + prepared[-1].size
             self._dispatched = end
+            feed = self.index_feed
+            if feed is not None and messages is not None:
+                feed.add_messages(physical_offsets[0], end, physical_offsets, ts, messages)
         return PutResult(PutMessageStatus.PUT_OK, queue_offsets, physical_offsets, wrote, end, ts,
                          self.store_host)
 

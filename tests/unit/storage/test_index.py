@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from services.broker.storage import index as index_module
-from services.broker.storage import indexkeys
+from services.broker.storage import indexfeed, indexkeys
 from services.broker.storage.index import IndexFile, record_keys
 from services.broker.storage.record import Message
 from services.broker.storage.store import MessageStore
@@ -325,8 +325,8 @@ def test_without_numpy_the_plain_paths_index_the_same(open_store: StoreFactory,
 
 
 def test_single_appends_of_several_threads_are_each_indexed_once(open_store: StoreFactory) -> None:
-    """Single appends are fed without a lock, so threads feed in an order other than the log's:
-    the index thread puts them in log order and reads from the log what does not continue."""
+    """Single appends of several threads are recorded for the index under the commit log lock,
+    in log order: each is indexed exactly once."""
     import threading
 
     store = open_store(max_hash_slot_num=64, max_index_num=4000)
@@ -349,3 +349,53 @@ def test_single_appends_of_several_threads_are_each_indexed_once(open_store: Sto
     for key, offset in sent.items():
         assert [m.physical_offset for m in store.query_by_key("TopicT", key)] == [offset], key
     assert store.index is not None and store.index.entries_written == len(sent)
+
+
+@pytest.mark.parametrize(("spaces", "topics"), [(True, 2), (False, 2), (False, 1)])
+def test_the_appended_keys_match_the_record_parser(open_store: StoreFactory, spaces: bool,
+                                                   topics: int) -> None:
+    """The keys a run of local appends carries (read from the property dicts in a few passes)
+    are those the log parser finds in the records, in the same order."""
+    store = open_store(message_index_enable=False, mapped_file_size_commit_log=4 << 20)
+    messages = [Message(f"Topic{i % topics}", b"x", 0, properties=_odd_properties(i, spaces))
+                for i in range(400)]
+    result = store.put_messages(messages)
+    keyed: list[object] = []
+    for offset, message in zip(result.physical_offsets, messages, strict=True):
+        keyed += (offset, 1_000 + offset, message)
+    data = store.get_data(0, store.max_offset)
+    assert data is not None
+    with data:
+        expected = indexkeys.scan_records(data.data, 0, {})
+    got = [[int(v) for v in column] for column in indexfeed.appended_entries(keyed, {})]
+    assert got[0] == expected[1] and got[1] == expected[2]
+    assert got[2] == [1_000 + offset for offset in expected[2]]
+
+
+def test_keyless_appends_only_move_the_run_and_nothing_is_read_back(
+        open_store: StoreFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keyless and keyed single appends, batches and segment rolls (the blank at a segment's
+    end): the index is built from what the commit log recorded under its lock, no record is
+    read back from the log, and every key is found."""
+    read_back: list[int] = []
+    scan = index_module.IndexService._scan_log
+
+    def counting_scan(self: index_module.IndexService, start: int, max_bytes: int) -> object:
+        read_back.append(start)
+        return scan(self, start, max_bytes)
+
+    store = open_store(mapped_file_size_commit_log=64 * 1024)
+    assert store.index is not None
+    indexed(store)
+    monkeypatch.setattr(index_module.IndexService, "_scan_log", counting_scan)
+    sent = {}
+    for i in range(600):  # 600 records of ~300 bytes: a few segments
+        m = msg(i, size=200, keys=f"k{i}") if i % 5 == 0 else msg(i, size=200)
+        r = store.put_messages([m, msg(i + 10_000, size=200)]) if i % 7 == 0 else store.put_message(m)
+        sent[i] = r.physical_offsets[0]
+    indexed(store)
+    assert store.max_offset > 2 * 64 * 1024  # (rolled twice at least)
+    assert read_back == []
+    assert store.index.entries_written == 120
+    for i in range(0, 600, 5):
+        assert [r.physical_offset for r in store.query_by_key("TopicA", f"k{i}")] == [sent[i]]
