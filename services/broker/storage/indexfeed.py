@@ -173,10 +173,10 @@ def appended_entries(keyed: list[Any], prefixes: dict[bytes, int]) -> Entries:
         row_prefix = list(map(table.__getitem__, map(_topic, messages)))
     found: list[tuple[Any, Any]] = []  # (rows or None for all, hashes) per property
     for column, values in enumerate(columns):
-        if values.count(None) == n:
+        if not any(values):
             continue
         rows = None
-        if None in values or "" in values:
+        if not all(values):  # (None: no such property; "": an empty value, no key)
             rows = [i for i, v in enumerate(values) if v]
             values = [values[i] for i in rows]
         if column == 0 and " " in "".join(values):  # several keys in one value: the loop
@@ -188,21 +188,23 @@ def appended_entries(keyed: list[Any], prefixes: dict[bytes, int]) -> Entries:
         found.append((rows, hashes))
     if not found:
         return (), (), ()
+    offset_array, stamp_array = np.array(offsets, dtype=np.int64), np.array(stamps, dtype=np.int64)
     if len(found) == 1:
         rows, hashes = found[0]
-        row_index = np.arange(n) if rows is None else np.array(rows, dtype=np.int64)
+        if rows is None:
+            return hashes, offset_array, stamp_array
+        row_index = np.array(rows, dtype=np.int64)
     elif found[0][0] is None and found[1][0] is None:  # every message has both: interleave
         hashes = np.empty(2 * n, dtype=np.uint32)
         hashes[0::2], hashes[1::2] = found[0][1], found[1][1]
-        row_index = np.repeat(np.arange(n), 2)
+        return hashes, np.repeat(offset_array, 2), np.repeat(stamp_array, 2)
     else:  # merge by row, a message's KEYS entry first
         parts = [np.arange(n) if rows is None else np.array(rows, dtype=np.int64) for rows, _ in found]
         joined_rows = np.concatenate(parts)
         order = np.argsort(joined_rows, kind="stable")
         row_index = joined_rows[order]
         hashes = np.concatenate([h for _, h in found])[order]
-    return (hashes, np.array(offsets, dtype=np.int64)[row_index],
-            np.array(stamps, dtype=np.int64)[row_index])
+    return hashes, offset_array[row_index], stamp_array[row_index]
 
 
 def _loop_entries(messages: Sequence[Message], offsets: Sequence[int], stamps: Sequence[int],
