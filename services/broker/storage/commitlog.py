@@ -207,6 +207,7 @@ class ScanResult(NamedTuple):
 
 
 _new_result = tuple.__new__
+_PUT_OK = PutMessageStatus.PUT_OK
 
 #: The record header as :meth:`CommitLog.append` packs it: ``HEADER`` with each host (IPv4 4 ·
 #: port 4) as one pre-packed 8-byte field (same bytes, two fewer arguments to convert).
@@ -289,6 +290,9 @@ class CommitLog:
         self._store_ip = host_bytes(store_host[0])
         self._store_port = store_host[1]
         self._store_host_bytes = _packed_host(store_host)
+        #: The born host of the last append and its header bytes.
+        self._last_born_host: object = None
+        self._last_born = b""
         self._dispatcher = dispatcher
         self._find = dispatcher.find
         self._create = dispatcher.create
@@ -478,10 +482,15 @@ class CommitLog:
         if size > max_size or size > self._max_record:
             raise MessageTooLargeError(size, min(max_size, self._max_record))
         crc = body_crc(body)
-        try:
-            born = _born_hosts[born_host]
-        except (KeyError, TypeError):
-            born = _packed_host(born_host)
+        if born_host is self._last_born_host:  # (a tuple: immutable; usually the same object)
+            born = self._last_born
+        else:
+            try:
+                born = _born_hosts[born_host]
+            except (KeyError, TypeError):
+                born = _packed_host(born_host)
+            if type(born_host) is tuple:
+                self._last_born_host, self._last_born = born_host, born
         lock = self.lock
         lock.acquire()  # (cheaper than ``with`` on this path)
         try:
@@ -550,8 +559,8 @@ class CommitLog:
                     feed.wake()
         finally:
             lock.release()
-        return _new_result(PutResult, (PutMessageStatus.PUT_OK, (queue_offset,), (physical_offset,), size,
-                                       end_offset, ts, self.store_host, ""))
+        return _new_result(PutResult, (_PUT_OK, (queue_offset,), (physical_offset,), size, end_offset, ts,
+                                       self.store_host, ""))
 
     def append_batch(self, prepared: Sequence[PreparedRecord],
                      messages: Sequence[Message] | None = None) -> PutResult:

@@ -141,6 +141,8 @@ class MessageStore:
         self._max_message_size = config.max_message_size
         self._listeners: tuple[AppendListener, ...] = ()
         self._dispatch_listeners: tuple[DispatchListener, ...] = ()
+        #: Whether :meth:`put_message` has anything to do after the append.
+        self._after_put = self._sync_flush
         self._reput: ServiceThread | None = None
         self._flush_service: FlushRealTimeService | None = None
         self._group_commit: GroupCommitService | None = None
@@ -372,12 +374,13 @@ class MessageStore:
             return _refused(exc)
         except Exception as exc:
             return _append_failed(exc)
-        if self._listeners:
-            self._notify(self._log.max_offset)
-        if self._dispatch_listeners:
-            self._notify_dispatched(result.end_offset)
-        if self._sync_flush:
-            return self._wait_flushed(result)
+        if self._after_put:  # (listeners or SYNC_FLUSH)
+            if self._listeners:
+                self._notify(self._log.max_offset)
+            if self._dispatch_listeners:
+                self._notify_dispatched(result.end_offset)
+            if self._sync_flush:
+                return self._wait_flushed(result)
         return result
 
     def put_messages(self, msgs: Sequence[Message]) -> PutResult:
@@ -471,9 +474,11 @@ class MessageStore:
         """Call ``listener(max_offset)`` after every append (on the appending thread; keep it
         cheap and non-blocking, e.g. ``loop.call_soon_threadsafe``)."""
         self._listeners = (*self._listeners, listener)
+        self._after_put = True
 
     def remove_append_listener(self, listener: AppendListener) -> None:
         self._listeners = tuple(x for x in self._listeners if x != listener)
+        self._after_put = bool(self._listeners or self._dispatch_listeners or self._sync_flush)
 
     def _notify(self, offset: int) -> None:
         for listener in self._listeners:
@@ -487,6 +492,7 @@ class MessageStore:
         local append (on the appending thread) and after each batch of replicated records the
         reput thread dispatched (on that thread). Keep it cheap and non-blocking."""
         self._dispatch_listeners = (*self._dispatch_listeners, listener)
+        self._after_put = True
 
     def _notify_dispatched(self, offset: int) -> None:
         for listener in self._dispatch_listeners:
