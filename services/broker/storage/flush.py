@@ -128,6 +128,8 @@ class GroupCommitService:
         self._requested = flushed_offset
         # (end offset, parked lock) of blocking writers; (end offset, future) of asynchronous ones
         self._waiters: list[tuple[int, threading.Lock]] = []
+        #: Flushed writers not woken yet: each woken writer wakes the last one of the list.
+        self._relay: list[threading.Lock] = []
         self._futures: list[tuple[int, Future[PutMessageStatus]]] = []
         self._stopping = False
         self._thread: threading.Thread | None = None
@@ -160,11 +162,21 @@ class GroupCommitService:
             self._waiters.append(entry)
             self._want(end_offset)
         if parked.acquire(timeout=timeout):
+            self._pass_on()
             return True
         with self._lock:
             with contextlib.suppress(ValueError):
                 self._waiters.remove(entry)
-            return self._flushed >= end_offset
+            flushed = self._flushed >= end_offset
+        self._pass_on()
+        return flushed
+
+    def _pass_on(self) -> None:
+        """Wake the next writer the last flush released (see :meth:`_wake_waiters`)."""
+        relay = self._relay
+        if relay:
+            with contextlib.suppress(IndexError):  # (another writer took the last one)
+                relay.pop().release()
 
     def request(self, end_offset: int) -> Future[PutMessageStatus]:
         """A future that resolves to PUT_OK once ``end_offset`` is flushed (FLUSH_DISK_TIMEOUT
@@ -238,14 +250,28 @@ class GroupCommitService:
                 return
 
     def _wake_waiters(self) -> None:
+        """Wake the writers whose records are flushed: the first one here, each woken writer
+        the next (``_relay``, popped from the end), so they come back one after the other
+        instead of all at once fighting for the GIL. (What the last relay left, if anything,
+        is woken first.)"""
         flushed = self._flushed
         pending = []
+        woken: list[threading.Lock] = []
         for entry in self._waiters:
             if entry[0] <= flushed:
-                entry[1].release()
+                woken.append(entry[1])
             else:
                 pending.append(entry)
         self._waiters = pending
+        left, self._relay = self._relay, []
+        while left:
+            with contextlib.suppress(IndexError):  # (pop: each lock is released once)
+                left.pop().release()
+        if woken:
+            woken.reverse()
+            first = woken.pop()
+            self._relay = woken
+            first.release()
 
     def _complete_futures(self) -> None:
         pending = []
