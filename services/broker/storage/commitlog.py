@@ -626,6 +626,10 @@ class CommitLog:
                     self._commit_locked()
                     self._queue.truncate(rollback_to)
                     self._generation += 1
+                    feed = self.index_feed
+                    if feed is not None and feed.end > rollback_to:  # (a roll covered a blank)
+                        feed.end = rollback_to
+                        feed.start = min(feed.start, rollback_to)
                 raise
             wrote = 0
             for p, target, queue_offset, physical_offset in zip(prepared, indexes, queue_offsets,
@@ -636,7 +640,7 @@ class CommitLog:
             end = physical_offsets[-1] + prepared[-1].size
             self._dispatched = end
             feed = self.index_feed
-            if feed is not None and messages is not None:
+            if feed is not None and messages is not None and len(messages) == n:
                 feed.add_messages(physical_offsets[0], end, physical_offsets, ts, messages)
         return PutResult(PutMessageStatus.PUT_OK, queue_offsets, physical_offsets, wrote, end, ts,
                          self.store_host)

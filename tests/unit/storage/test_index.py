@@ -399,3 +399,27 @@ def test_keyless_appends_only_move_the_run_and_nothing_is_read_back(
     assert store.index.entries_written == 120
     for i in range(0, 600, 5):
         assert [r.physical_offset for r in store.query_by_key("TopicA", f"k{i}")] == [sent[i]]
+
+
+def test_a_batch_rolled_back_after_a_segment_roll_leaves_no_gap_in_the_index(
+        open_store: StoreFactory) -> None:
+    """A batch that rolled to a new segment and then failed is cut back: the records appended
+    after it, where the blank had been, are indexed."""
+    segment = 64 * 1024
+    store = open_store(mapped_file_size_commit_log=segment)
+    sent: dict[str, int] = {}
+
+    def put(i: int) -> None:
+        sent[f"k{i}"] = store.put_message(msg(i, size=200, keys=f"k{i}")).physical_offsets[0]
+
+    i = 0
+    while store.max_offset % segment + 1200 < segment:
+        put(i)
+        i += 1
+    refused = store.put_messages([msg(10_000, size=1500), Message("TopicA", b"b", flag=2**40)])
+    assert not refused.ok and store.max_offset < segment
+    for k in range(i, i + 400):  # into the rest of the first segment, then the next ones
+        put(k)
+    indexed(store)
+    for key, offset in sent.items():
+        assert [r.physical_offset for r in store.query_by_key("TopicA", key)] == [offset], key
