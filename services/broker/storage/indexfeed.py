@@ -90,17 +90,17 @@ class AppendFeed:
         self.start = self.end = offset
 
     def _close(self) -> None:
-        if self.end > self.start >= 0:
-            if self._closed_bytes + self.end - self.start <= MAX_CLOSED_BYTES:
-                self.closed.append(Run(self.start, self.end, self.keyed, None))
-                self._closed_bytes += self.end - self.start
-            self.keyed = []
+        if self.end > self.start >= 0 and self._closed_bytes + self.end - self.start <= MAX_CLOSED_BYTES:
+            self.closed.append(Run(self.start, self.end, self.keyed, None))
+            self._closed_bytes += self.end - self.start
+        self.keyed = []
         self.start = self.end
 
     def overflow(self) -> None:
-        """Too many keyed records wait: drop the run (the index reads them from the log)."""
+        """Too many keyed records wait: drop the run, and cover nothing until the index thread
+        takes the runs again (the index reads those records from the log)."""
         self.keyed = []
-        self.start = self.end
+        self.start = -1
 
     def add_messages(self, start: int, end: int, offsets: Sequence[int], store_timestamp: int,
                      messages: Sequence[Message]) -> None:

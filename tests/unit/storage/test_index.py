@@ -423,3 +423,19 @@ def test_a_batch_rolled_back_after_a_segment_roll_leaves_no_gap_in_the_index(
     indexed(store)
     for key, offset in sent.items():
         assert [r.physical_offset for r in store.query_by_key("TopicA", key)] == [offset], key
+
+
+def test_a_feed_past_its_bound_covers_nothing_until_it_is_taken(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past ``MAX_KEYED`` waiting keyed records the run is dropped: no run covers those records
+    (the index reads them from the log) and no key is put on another record."""
+    monkeypatch.setattr(indexfeed, "MAX_KEYED", 3 * 4)
+    feed = indexfeed.AppendFeed(lambda: None)
+    keyed = [Message("T", b"", properties={"KEYS": f"k{i}"}) for i in range(10)]
+    feed.add_messages(0, 300, [0, 100, 200], 1, keyed[:3])
+    first = feed.take()
+    assert [(r.start, r.end, len(r.keyed)) for r in first] == [(0, 300, 9)]
+    feed.add_messages(300, 800, [300, 400, 500, 600, 700], 1, keyed[3:8])  # 5 > 4: dropped
+    feed.add_messages(800, 900, [800], 1, keyed[8:9])  # still nothing covered
+    assert feed.take() == []
+    feed.add_messages(900, 1000, [900], 1, keyed[9:])
+    assert [(r.start, r.end, r.keyed[2::3]) for r in feed.take()] == [(900, 1000, keyed[9:])]
