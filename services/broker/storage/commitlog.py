@@ -34,6 +34,7 @@ from time import time_ns
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from pocketmq.wire.record import header_format
+from services.broker.storage.indexfeed import MAX_KEYED, AppendFeed
 from services.broker.storage.record import (
     BLANK_MAGIC_CODE,
     END_FILE_MIN_BLANK_LENGTH,
@@ -42,7 +43,9 @@ from services.broker.storage.record import (
     MAGIC_CODE,
     MIN_RECORD_SIZE,
     PREFIX,
+    PROPERTY_KEYS,
     PROPERTY_TAGS,
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     TRANSACTION_PREPARED_TYPE,
     U16,
     CheckKind,
@@ -138,6 +141,8 @@ assert _DISPATCH.size == HEADER_SIZE
 _DISPATCH_UNPACK = _DISPATCH.unpack_from
 _U16 = U16.unpack_from
 _TAGS_KEY = PROPERTY_TAGS.encode() + b"\x01"
+_KEYS_NAME = PROPERTY_KEYS
+_UNIQ_NAME = PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
 _MAGIC_BYTES = struct.pack(">I", MAGIC_CODE)
 _MARK = struct.Struct(">q")
 _TOPICS_MAX = 8192
@@ -220,6 +225,7 @@ class ScanResult(NamedTuple):
 
 
 _new_result = tuple.__new__
+_PUT_OK = PutMessageStatus.PUT_OK
 
 #: The record header as :meth:`CommitLog.append` packs it: ``HEADER`` with each host (IPv4 4 ·
 #: port 4) as one pre-packed 8-byte field (same bytes, two fewer arguments to convert).
@@ -309,6 +315,9 @@ class CommitLog:
         self._store_ip = host_bytes(store_host[0])
         self._store_port = store_host[1]
         self._store_host_bytes = _packed_host(store_host)
+        #: The born host of the last append and its header bytes.
+        self._last_born_host: object = None
+        self._last_born = b""
         self._dispatcher = dispatcher
         self._find = dispatcher.find
         self._create = dispatcher.create
@@ -410,6 +419,9 @@ class CommitLog:
         #: Called (under the lock) each time another ``COMMIT_CHUNK`` bytes are buffered:
         #: wakes whoever calls :meth:`commit` (e.g. ``ServiceThread.wakeup``).
         self.commit_wakeup: Callable[[], None] | None = None
+        #: The message index's feed (None: no index): every append and batch dispatch is
+        #: recorded in it under the lock (see :mod:`.indexfeed`).
+        self.index_feed: AppendFeed | None = None
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -471,6 +483,9 @@ class CommitLog:
                 seg.mm[pos:pos + END_FILE_MIN_BLANK_LENGTH] = blank
                 seg.write_pos = seg.size
             start = seg.end
+            feed = self.index_feed
+            if feed is not None and feed.end == seg.start + pos:
+                feed.end = start  # (the blank has no keys)
         return self._new_segment(start)
 
     def _store_timestamp(self) -> int:
@@ -498,10 +513,15 @@ class CommitLog:
         if size > max_size or size > self._max_record:
             raise MessageTooLargeError(size, min(max_size, self._max_record))
         crc = body_crc(body)
-        try:
-            born = _born_hosts[born_host]
-        except (KeyError, TypeError):
-            born = _packed_host(born_host)
+        if born_host is self._last_born_host:  # (a tuple: immutable; usually the same object)
+            born = self._last_born
+        else:
+            try:
+                born = _born_hosts[born_host]
+            except (KeyError, TypeError):
+                born = _packed_host(born_host)
+            if type(born_host) is tuple:
+                self._last_born_host, self._last_born = born_host, born
         lock = self.lock
         lock.acquire()  # (cheaper than ``with`` on this path)
         try:
@@ -558,15 +578,30 @@ class CommitLog:
             if index is not None:
                 index.put(queue_offset, physical_offset, size, tags_code)
             self._dispatched = end_offset = physical_offset + size
+            feed = self.index_feed
+            if feed is not None:  # (a keyless record only moves the run's end)
+                if feed.end != physical_offset:
+                    feed.restart(physical_offset)
+                if props and (_KEYS_NAME in props or _UNIQ_NAME in props):
+                    keyed = feed.keyed
+                    keyed += (physical_offset, ts, msg)
+                    if len(keyed) > MAX_KEYED:
+                        feed.overflow()
+                feed.end = end_offset
+                if feed.idle:
+                    feed.wake()
         finally:
             lock.release()
-        return _new_result(PutResult, (PutMessageStatus.PUT_OK, (queue_offset,), (physical_offset,), size,
-                                       end_offset, ts, self.store_host, ""))
+        return _new_result(PutResult, (_PUT_OK, (queue_offset,), (physical_offset,), size, end_offset, ts,
+                                       self.store_host, ""))
 
-    def append_batch(self, prepared: Sequence[PreparedRecord]) -> PutResult:
+    def append_batch(self, prepared: Sequence[PreparedRecord],
+                     messages: Sequence[Message] | None = None) -> PutResult:
         """Append many records under one lock acquisition, encoded into one write per segment
         touched. All or nothing: if a header field is out of range (RecordError) or a new
-        segment cannot be created, whatever was written of the batch is truncated away."""
+        segment cannot be created, whatever was written of the batch is truncated away.
+        ``messages``: one per record (topic and properties), for the message index (without
+        them the index reads the records back)."""
         n = len(prepared)
         if n == 0:
             return PutResult(PutMessageStatus.PUT_OK, [], [], 0, self.max_offset, 0, self.store_host)
@@ -626,6 +661,8 @@ class CommitLog:
                     self._commit_locked()
                     self._queue.truncate(rollback_to)
                     self._generation += 1
+                    if self.index_feed is not None:
+                        self.index_feed.rolled_back(rollback_to)
                 raise
             wrote = 0
             for p, target, queue_offset, physical_offset in zip(prepared, indexes, queue_offsets,
@@ -635,14 +672,18 @@ class CommitLog:
                     target.put(queue_offset, physical_offset, p.size, p.tags_code)
             end = physical_offsets[-1] + prepared[-1].size
             self._dispatched = end
+            feed = self.index_feed
+            if feed is not None and messages is not None and len(messages) == n:
+                feed.add_messages(physical_offsets[0], end, physical_offsets, ts, messages)
         return PutResult(PutMessageStatus.PUT_OK, queue_offsets, physical_offsets, wrote, end, ts,
                          self.store_host)
 
-    def append_uniform(self, batch: UniformBatch) -> PutResult:
+    def append_uniform(self, batch: UniformBatch, messages: Sequence[Message] | None = None) -> PutResult:
         """:meth:`append_batch` for records that differ only in their bodies (one topic and
         queue; see :mod:`~services.broker.storage.bulk`): the batch encoded at once into one
         write and indexed with one consume queue write. All or nothing, as
-        :meth:`append_batch`; a batch too large for one segment goes through it."""
+        :meth:`append_batch`; a batch too large for one segment goes through it.
+        ``messages``: as for :meth:`append_batch` (what the key index reads)."""
         from services.broker.storage.bulk import encode_uniform, prepared_records, queue_entries
 
         n = len(batch)
@@ -650,7 +691,7 @@ class CommitLog:
             raise MessageTooLargeError(batch.max_size, self._max_record)
         total = batch.total
         if total + END_FILE_MIN_BLANK_LENGTH > self._segment_size:
-            return self.append_batch(prepared_records(batch))
+            return self.append_batch(prepared_records(batch), messages)
         topic, queue_id = batch.topic, batch.queue_id
         with self.lock:
             if self.closed:
@@ -684,12 +725,18 @@ class CommitLog:
                     self._commit_locked()
                     self._queue.truncate(rollback_to)
                     self._generation += 1
+                    if self.index_feed is not None:
+                        self.index_feed.rolled_back(rollback_to)
                 raise
             end = first + total
             index.put_run(first_queue_offset, queue_entries(batch, offsets), end)
             self._dispatched = end
+            physical_offsets = offsets.tolist()
+            feed = self.index_feed
+            if feed is not None and messages is not None and len(messages) == n:
+                feed.add_messages(first, end, physical_offsets, ts, messages)
         queue_offsets = range(first_queue_offset, first_queue_offset + n)
-        return _new_result(PutResult, (PutMessageStatus.PUT_OK, queue_offsets, offsets.tolist(), total, end,
+        return _new_result(PutResult, (PutMessageStatus.PUT_OK, queue_offsets, physical_offsets, total, end,
                                        ts, self.store_host, ""))
 
     # -- appending (slave) ---------------------------------------------------------------------

@@ -2,11 +2,13 @@
 commit log offsets, in hash-slot index files (RocketMQ's ``IndexService`` / ``IndexFile``).
 
 :class:`IndexService` works on its own thread, behind the dispatcher, one pass per
-:data:`GATHER_S`. Local appends are handed to it as they are stored (:meth:`IndexService.feed`:
-the messages' property dicts, no parsing); replicated records by the batch dispatcher
-(:meth:`IndexService.feed_batch`: the encoded properties it already cut out, keys found for a
-whole pass in one vectorised scan); everything else - the records past the index's end at
-start-up, records dispatched one at a time - it reads back from the commit log. Each pass
+:data:`GATHER_S`. The commit log hands it what it stores under its own lock, so in log order
+(:class:`~services.broker.storage.indexfeed.AppendFeed`): local appends as runs of the log in
+which only keyed messages (``KEYS``/``UNIQ_KEY``: their property dicts, no parsing) are kept,
+replicated records as the batch dispatcher's batches (the encoded properties it already cut
+out, keys found for a whole pass in one vectorised scan); everything else - the records past
+the index's end at start-up, records dispatched one at a time - it reads back from the commit
+log. Each pass
 appends one entry per key to the newest :class:`IndexFile` with one vectorised put. Recovery
 resumes from where the index files say they stopped; files whose records are all deleted are
 deleted with them. File format, crash behaviour, design and costs: ``docs/message-index.md``."""
@@ -20,19 +22,18 @@ import os
 import struct
 import threading
 import time
-from array import array
 from collections.abc import Callable, Iterable, Sequence
-from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
+from services.broker.storage.indexfeed import AppendFeed, Run, appended_entries
 from services.broker.storage.indexkeys import (
+    Entries,
     batch_keys,
     key_hash,
-    message_keys,
     record_keys,
     scan_records,
 )
-from services.broker.storage.record import PREFIX, Message
+from services.broker.storage.record import PREFIX
 from services.broker.storage.segment import (
     MADV_POPULATE_WRITE,
     PAGE_SIZE,
@@ -64,9 +65,6 @@ VECTOR_MIN = 64
 MAX_CHAIN_STEPS = 1_000_000
 #: Bytes of commit log read per batch by the index thread.
 READ_CHUNK = 1024 * 1024
-#: Log bytes past the index's end that fed appends may cover (they hold their messages or
-#: properties; past this, records are read back from the log instead).
-MAX_FED_BYTES = 64 * 1024 * 1024
 #: Seconds between syncs of the index files by the periodic flush (each sync write-protects
 #: the hash-slot pages again: every page written after it takes a fault). Whatever a crash
 #: leaves unsynced is indexed again from the commit log at start.
@@ -76,12 +74,6 @@ POPULATE_STEP = 4 * 1024 * 1024
 #: The index thread waits this long after being woken before it indexes what arrived: one
 #: pass (and one vectorised put) per this much time, not per append.
 GATHER_S = 0.05
-#: Single appends that may wait for the index thread (past this they are read from the log).
-MAX_FED_SINGLES = 4 * 200_000
-
-#: A run of replicated records handed to :meth:`IndexService.feed_batch` by the batch
-#: dispatcher: (first record offset, end offset, the batch).
-_FedBatch = tuple[int, int, "DispatchBatch"]
 _PREFIX = PREFIX.unpack_from
 #: (Re-exported: the query side hashes keys the same way.)
 __all__ = ["IndexFile", "IndexService", "key_hash", "record_keys"]
@@ -274,40 +266,29 @@ class IndexService:
     """Builds and queries the index files under ``directory`` (see module doc).
 
     ``read`` is the commit log's ``get_data``; ``dispatched`` returns its dispatched offset
-    (only whole, validated records below it are indexed). :meth:`load` resumes at the index
+    (only whole, validated records below it are indexed); ``lock`` is the commit log's lock,
+    under which the commit log writes :attr:`appends`. :meth:`load` resumes at the index
     files' own end (clamped to ``[min_offset, dispatched]``)."""
 
     def __init__(self, directory: str, slots: int, capacity: int,
-                 read: Callable[[int, int], SegmentSlice | None], dispatched: Callable[[], int]) -> None:
+                 read: Callable[[int, int], SegmentSlice | None], dispatched: Callable[[], int],
+                 lock: threading.Lock | None = None) -> None:
         self.directory = directory
         self.slots = slots
         self.capacity = capacity
         self._read = read
         self._dispatched = dispatched
+        self._log_lock = lock or threading.Lock()
         self._files: list[IndexFile] = []
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._topics: dict[bytes, int] = {}
-        #: Local appends not indexed yet, one contiguous run of the log ``[_fed_start,
-        #: _fed_end)`` as flat parallel lists (no object per append: what a feed leaves behind
-        #: until the next pass is the message it holds and two ints).
-        self._feed_lock = threading.Lock()
-        self._fed_start = 0
-        self._fed_end = -1
-        self._fed_messages: list[Message] = []
-        self._fed_offsets: list[int] = []
-        self._fed_stamps: list[int] = []
-        #: Single appends not folded into the run yet, flat: start, end, store time, message per
-        #: append, added without a lock (one ``list.extend`` of a tuple is atomic) and taken by
-        #: the index thread a prefix at a time.
-        self._fed_singles: list[Any] = []
-        #: Runs of replicated records from the batch dispatcher, in log order (gaps between
-        #: them are read from the log).
-        self._fed_batches: list[_FedBatch] = []
-        #: The index thread is about to wait (or waits) for work: a feed must wake it.
-        self._idle = True
+        #: What the commit log hands over as it appends and dispatches (under its lock).
+        self.appends = AppendFeed(self._wake.set)
+        #: Runs taken from :attr:`appends` and not indexed yet, in log order.
+        self._runs: list[Run] = []
         #: Commit log offset up to which records are indexed.
         self.indexed_offset = 0
         #: Entries written since start.
@@ -339,7 +320,7 @@ class IndexService:
 
     def wakeup(self) -> None:
         """New replicated records are dispatched (cheap: reads a flag, at most sets an event)."""
-        if self._idle:
+        if self.appends.idle:
             self._wake.set()
 
     def stop(self) -> None:
@@ -355,11 +336,12 @@ class IndexService:
             self._files = []
 
     def _run(self) -> None:
+        feed = self.appends
         while not self._stopping:
-            self._idle = True
+            feed.idle = True
             if not self._pending():
                 self._wake.wait(1.0)
-            self._idle = False
+            feed.idle = False
             # Let appends accumulate: one pass per few milliseconds, not per message, keeps the
             # thread from taking the GIL back and forth with the appending threads, and makes
             # the vectorised put long.
@@ -373,152 +355,71 @@ class IndexService:
                 time.sleep(1.0)
 
     def _pending(self) -> bool:
-        fed = self._fed_messages or self._fed_singles or self._fed_batches
-        return bool(fed) or self.indexed_offset < self._dispatched()
+        return bool(self._runs) or self.appends.pending() or self.indexed_offset < self._dispatched()
 
     # -- building -------------------------------------------------------------------------------
 
-    def feed(self, start: int, end: int, offsets: Sequence[int], store_timestamp: int,
-             messages: Sequence[Message]) -> None:
-        """A local append stored ``messages`` at ``offsets`` (the records span ``[start,
-        end)``): index them from their property dicts, without reading the log back. Called on
-        the appending thread; costs three list appends under an uncontended lock. Appends that
-        do not continue the fed run (another thread's append fed first) or that would hold too
-        much are read from the commit log instead."""
-        if end - self.indexed_offset <= MAX_FED_BYTES:
-            with self._feed_lock:
-                self._fold_singles()  # (single appends before this one)
-                if self._fed_end != start:
-                    if self._fed_messages or self._fed_batches:
-                        start = -1  # not contiguous: left to the log
-                    else:
-                        self._fed_start = start
-                if start >= 0:
-                    self._fed_end = end
-                    if len(messages) == 1:
-                        self._fed_messages.append(messages[0])
-                        self._fed_offsets.append(offsets[0])
-                        self._fed_stamps.append(store_timestamp)
-                    else:
-                        self._fed_messages += messages
-                        self._fed_offsets += offsets
-                        self._fed_stamps += repeat(store_timestamp, len(messages))
-        if self._idle:
-            self._wake.set()
-
-    def feed_one(self, start: int, end: int, store_timestamp: int, message: Message) -> None:
-        """:meth:`feed` for one message stored at ``[start, end)`` (the single-send path): one
-        ``list.extend`` of a tuple, no lock (appending threads only add at the end; the index
-        thread takes a prefix, :meth:`_fold_singles`). Past :data:`MAX_FED_SINGLES` pending
-        appends (the index thread is behind) the append is left to the log read-back."""
-        singles = self._fed_singles
-        if len(singles) < MAX_FED_SINGLES:
-            singles.extend((start, end, store_timestamp, message))
-        if self._idle:
-            self._wake.set()
-
-    def _fold_singles(self) -> None:
-        """Move the single appends fed so far into the fed run (hold ``_feed_lock``): those
-        that continue it, in log order; the others (appends of other threads that fed out of
-        order, or behind what is indexed) are left to the log read-back, as :meth:`feed` does."""
-        singles = self._fed_singles
-        n = len(singles)
-        if not n:
-            return
-        taken = singles[:n]
-        del singles[:n]
-        starts, ends = taken[0::4], taken[1::4]
-        stamps, messages = taken[2::4], taken[3::4]
-        if starts[1:] != ends[:-1]:  # several appending threads: put the appends in log order
-            order = sorted(range(len(starts)), key=starts.__getitem__)
-            starts, ends = [starts[i] for i in order], [ends[i] for i in order]
-            stamps, messages = [stamps[i] for i in order], [messages[i] for i in order]
-            cut = 1
-            while cut < len(starts) and starts[cut] == ends[cut - 1]:
-                cut += 1
-            del starts[cut:], ends[cut:], stamps[cut:], messages[cut:]
-        if self._fed_end != starts[0]:
-            if self._fed_messages or self._fed_batches or starts[0] < self.indexed_offset:
-                return  # (left to the log)
-            self._fed_start = starts[0]
-        if ends[-1] - self.indexed_offset > MAX_FED_BYTES:
-            return
-        self._fed_end = ends[-1]
-        self._fed_messages += messages
-        self._fed_offsets += starts
-        self._fed_stamps += stamps
-
     def feed_batch(self, batch: DispatchBatch) -> None:
-        """The batch dispatcher dispatched ``batch`` (replicated records, in log order): index
-        it from the properties it already cut out (:attr:`DispatchBatch.props`), without
-        reading or parsing the records again. Called under the commit log lock; costs a list
-        append."""
-        start, end = int(batch.physical_offsets[0]), batch.end_offset
-        if end - self.indexed_offset <= MAX_FED_BYTES:
-            with self._feed_lock:
-                if not self._fed_messages:
-                    self._fed_batches.append((start, end, batch))
-        if self._idle:
-            self._wake.set()
+        """The batch dispatcher dispatched ``batch`` (replicated records, in log order; called
+        under the commit log lock): index it from the properties it already cut out
+        (:attr:`DispatchBatch.props`), without reading or parsing the records again."""
+        self.appends.add_batch(batch)
 
-    def _take_fed(self, start: int) -> tuple[int, Sequence[int], Sequence[int], Sequence[int]] | None:
-        """What was fed from ``start`` on, as index entries (end, hashes, offsets, stamps); None
-        if nothing fed starts there. Fed runs that start before ``start`` (read from the log
-        meanwhile) are dropped."""
-        with self._feed_lock:
-            self._fold_singles()
-            if self._fed_messages:
-                if self._fed_start != start:
-                    if self._fed_start > start:
-                        return None
-                    self._fed_end = -1  # (read from the log already)
-                    self._fed_messages, self._fed_offsets, self._fed_stamps = [], [], []
-                    return None
-                messages, offsets, stamps = self._fed_messages, self._fed_offsets, self._fed_stamps
-                end = self._fed_end
-                self._fed_messages, self._fed_offsets, self._fed_stamps = [], [], []
-                self._fed_end = -1
-                batches: list[_FedBatch] = []
-            elif self._fed_batches:
-                fed = self._fed_batches
-                skip = 0
-                while skip < len(fed) and fed[skip][0] < start:
-                    skip += 1
-                if skip < len(fed) and fed[skip][0] == start:
-                    end = start
-                    take = skip
-                    while take < len(fed) and fed[take][0] == end:
-                        end = fed[take][1]
-                        take += 1
-                    batches = fed[skip:take]
-                    self._fed_batches = fed[take:]
-                else:
-                    self._fed_batches = fed[skip:]
-                    return None
-                messages, offsets, stamps = [], [], []
+    def _take_runs(self, start: int) -> list[Run]:
+        """The fed runs that cover the log contiguously from ``start`` (hold ``_lock``); runs
+        wholly before ``start`` (read from the log meanwhile) are dropped."""
+        with self._log_lock:
+            taken = self.appends.take()
+        runs = self._runs
+        if taken:
+            runs += taken
+        skip = 0
+        while skip < len(runs) and runs[skip].end <= start:
+            skip += 1
+        if skip:
+            del runs[:skip]
+        if not runs or runs[0].start > start:
+            return []
+        end = runs[0].end
+        take = 1
+        while take < len(runs) and runs[take].start == end:
+            end = runs[take].end
+            take += 1
+        out = runs[:take]
+        del runs[:take]
+        return out
+
+    def _run_entries(self, runs: list[Run], start: int) -> Entries:
+        """Index entries of contiguous fed runs; those of records before ``start`` left out."""
+        parts: list[Entries] = []
+        i = 0
+        while i < len(runs):
+            if runs[i].batch is not None:  # consecutive replicated batches: one vectorised pass
+                j = i
+                while j < len(runs) and runs[j].batch is not None:
+                    j += 1
+                batches = [r.batch for r in runs[i:j] if r.batch is not None]
+                self.batches_fed += len(batches)
+                parts.append(batch_keys(batches, self._topics))
+                i = j
             else:
-                return None
-        if batches:
-            self.batches_fed += len(batches)
-            return (end, *batch_keys([fed[2] for fed in batches], self._topics))
-        # (an array, not a list: the vectorised put takes it without a conversion per entry)
-        hashes = array("I")
-        counts = array("I")
-        message_keys(messages, self._topics, hashes, counts)
+                if runs[i].keyed:
+                    parts.append(appended_entries(runs[i].keyed, self._topics))
+                i += 1
+        parts = [p for p in parts if len(p[0])]
+        if runs[0].start < start:  # (partly indexed from the log already)
+            parts = [_entries_from(p, start) for p in parts]
+        if not parts:
+            return (), (), ()
+        if len(parts) == 1:
+            return parts[0]
         np = _np
-        if np is not None:  # each message's offset and time once per entry
-            per = np.frombuffer(counts, dtype=np.uint32) if counts else np.zeros(0, dtype=np.uint32)
-            return (end, hashes, np.repeat(np.array(offsets, dtype=np.int64), per),
-                    np.repeat(np.array(stamps, dtype=np.int64), per))
-        return (end, hashes, [o for o, c in zip(offsets, counts, strict=True) for _ in range(c)],
-                [t for t, c in zip(stamps, counts, strict=True) for _ in range(c)])
-
-    def _fed_from(self) -> int:
-        """Where the first fed run starts (-1: nothing fed)."""
-        if self._fed_messages:
-            return self._fed_start
-        fed = self._fed_batches
-        return fed[0][0] if fed else -1
+        if np is not None:
+            return (np.concatenate([np.asarray(p[0], dtype=np.uint32) for p in parts]),
+                    np.concatenate([np.asarray(p[1], dtype=np.int64) for p in parts]),
+                    np.concatenate([np.asarray(p[2], dtype=np.int64) for p in parts]))
+        return ([int(h) for p in parts for h in p[0]], [int(o) for p in parts for o in p[1]],
+                [int(t) for p in parts for t in p[2]])
 
     def index_pending(self, max_bytes: int = READ_CHUNK) -> int:
         """Index the next whole dispatched records after :attr:`indexed_offset`: the fed runs
@@ -527,14 +428,14 @@ class IndexService:
         covered (0: nothing to do)."""
         with self._lock:
             start = self.indexed_offset
-            taken = self._take_fed(start)
-            if taken is not None:
-                end, hashes, offsets, stamps = taken
+            runs = self._take_runs(start)
+            if runs:
+                end = runs[-1].end
+                hashes, offsets, stamps = self._run_entries(runs, start)
             else:
                 end = self._dispatched()
-                fed_from = self._fed_from()
-                if fed_from > start:
-                    end = min(end, fed_from)
+                if self._runs and self._runs[0].start > start:
+                    end = min(end, self._runs[0].start)
                 if start >= end:
                     return 0
                 scanned = self._scan_log(start, min(max_bytes, end - start))
@@ -621,11 +522,9 @@ class IndexService:
         """The commit log was cut back to ``offset``: index again from there (entries past it
         stay in the files and are filtered out when their records do not match)."""
         with self._lock:
-            with self._feed_lock:
-                self._fed_messages, self._fed_offsets, self._fed_stamps = [], [], []
-                self._fed_end = -1
-                self._fed_batches = []
-                del self._fed_singles[:]
+            with self._log_lock:
+                self.appends.reset()
+            self._runs = []
             if self.indexed_offset > offset:
                 self.indexed_offset = offset
                 if self._files:
@@ -650,3 +549,10 @@ class IndexService:
 
     def files(self) -> Iterable[IndexFile]:
         return tuple(self._files)
+
+
+def _entries_from(entries: Entries, start: int) -> Entries:
+    """The entries of records at or after ``start``."""
+    hashes, offsets, stamps = entries
+    keep = [i for i, offset in enumerate(offsets) if offset >= start]
+    return [hashes[i] for i in keep], [offsets[i] for i in keep], [stamps[i] for i in keep]

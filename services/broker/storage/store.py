@@ -131,18 +131,21 @@ class MessageStore:
                               write_buffer=config.write_buffer,
                               write_buffer_dir=config.write_buffer_dir)
         self._cq.append_lock = self._log.lock
+        self._log_append = self._log.append
         self._checkpoint = CheckpointFile(config.checkpoint_path)
         #: The message key index (None when ``messageIndexEnable`` is off).
         self.index: IndexService | None = None
         if config.message_index_enable:
             log_ = self._log
             self.index = IndexService(config.index_dir, config.max_hash_slot_num, config.max_index_num,
-                                      log_.get_data, lambda: log_.dispatched_offset)
+                                      log_.get_data, lambda: log_.dispatched_offset, log_.lock)
         self._sync_flush = config.flush_disk_type is FlushDiskType.SYNC_FLUSH
         self._sync_timeout = config.sync_flush_timeout / 1000
         self._max_message_size = config.max_message_size
         self._listeners: tuple[AppendListener, ...] = ()
         self._dispatch_listeners: tuple[DispatchListener, ...] = ()
+        #: Whether :meth:`put_message` has anything to do after the append.
+        self._after_put = self._sync_flush
         self._reput: ServiceThread | None = None
         self._flush_service: FlushRealTimeService | None = None
         self._group_commit: GroupCommitService | None = None
@@ -220,7 +223,10 @@ class MessageStore:
                 notify(offset)
 
             self._log.on_dispatched = on_reput_dispatched
-            # Replicated records: the batch dispatcher hands over the properties it cut out.
+            # Local appends are recorded for it under the commit log lock; replicated records:
+            # the batch dispatcher hands over the properties it cut out (under the lock too).
+            with self._log.lock:
+                self._log.index_feed = self.index.appends
             self._cq.batch_listener = self.index.feed_batch
         if cfg.warm_ahead_size or cfg.populate_ahead_size:
             self._warmer = ServiceThread("CommitLogWarmer", 1.0, self._log.warm_ahead)
@@ -248,6 +254,8 @@ class MessageStore:
             self._warmer.stop()
         if self.index is not None:
             self._cq.batch_listener = None
+            with self._log.lock:
+                self._log.index_feed = None
             self.index.stop()
         if self._flush_service is not None:
             self._flush_service.stop()
@@ -360,10 +368,23 @@ class MessageStore:
     # ==========================================================================================
 
     def put_message(self, msg: Message) -> PutResult:
-        """Append one message; under SYNC_FLUSH wait until it is on disk."""
-        result = self.append_message(msg)
-        if self._sync_flush and result.status is PutMessageStatus.PUT_OK:
-            return self._wait_flushed(result)
+        """Append one message; under SYNC_FLUSH wait until it is on disk. (:meth:`append_message`
+        and the wait, inlined: the single-send hot path goes straight to the commit log.)"""
+        if not self._running:
+            return _not_available()
+        try:
+            result = self._log_append(msg, self._max_message_size)
+        except RecordError as exc:
+            return _refused(exc)
+        except Exception as exc:
+            return _append_failed(exc)
+        if self._after_put:  # (listeners or SYNC_FLUSH)
+            if self._listeners:
+                self._notify(self._log.max_offset)
+            if self._dispatch_listeners:
+                self._notify_dispatched(result.end_offset)
+            if self._sync_flush:
+                return self._wait_flushed(result)
         return result
 
     def put_messages(self, msgs: Sequence[Message]) -> PutResult:
@@ -389,15 +410,13 @@ class MessageStore:
         if not self._running:
             return _not_available()
         try:
-            result = self._log.append(msg, self._max_message_size)
+            result = self._log_append(msg, self._max_message_size)
         except RecordError as exc:
             return _refused(exc)
         except Exception as exc:
             return _append_failed(exc)
         if self._listeners:
             self._notify(self._log.max_offset)
-        if self.index is not None:
-            self.index.feed_one(result.physical_offsets[0], result.end_offset, result.store_timestamp, msg)
         if self._dispatch_listeners:
             self._notify_dispatched(result.end_offset)
         return result
@@ -425,13 +444,13 @@ class MessageStore:
             if p.size > limit:
                 return _refused(MessageTooLargeError(p.size, limit))
         try:
-            result = self._log.append_batch(prepared)
+            result = self._log.append_batch(prepared, messages)
         except RecordError as exc:
             return _refused(exc)
         except Exception as exc:
             return _append_failed(exc)
         if prepared:
-            self._appended(result, messages)
+            self._appended(result)
         return result
 
     def append_uniform(self, batch: UniformBatch, messages: Sequence[Message]) -> PutResult:
@@ -442,21 +461,19 @@ class MessageStore:
         if batch.max_size > self._max_message_size:
             return _refused(MessageTooLargeError(batch.max_size, self._max_message_size))
         try:
-            result = self._log.append_uniform(batch)
+            result = self._log.append_uniform(batch, messages)
         except RecordError as exc:
             return _refused(exc)
         except Exception as exc:
             return _append_failed(exc)
-        self._appended(result, messages)
+        self._appended(result)
         return result
 
-    def _appended(self, result: PutResult, messages: Sequence[Message]) -> None:
-        """After an append of ``messages`` (at least one): listeners, the key index."""
+    def _appended(self, result: PutResult) -> None:
+        """After an append of at least one record: the listeners (the key index was fed under
+        the commit log lock)."""
         if self._listeners:
             self._notify(self._log.max_offset)
-        if self.index is not None:
-            self.index.feed(result.physical_offsets[0], result.end_offset, result.physical_offsets,
-                            result.store_timestamp, messages)
         if self._dispatch_listeners:
             self._notify_dispatched(result.end_offset)
 
@@ -483,9 +500,11 @@ class MessageStore:
         """Call ``listener(max_offset)`` after every append (on the appending thread; keep it
         cheap and non-blocking, e.g. ``loop.call_soon_threadsafe``)."""
         self._listeners = (*self._listeners, listener)
+        self._after_put = True
 
     def remove_append_listener(self, listener: AppendListener) -> None:
         self._listeners = tuple(x for x in self._listeners if x != listener)
+        self._after_put = bool(self._listeners or self._dispatch_listeners or self._sync_flush)
 
     def _notify(self, offset: int) -> None:
         for listener in self._listeners:
@@ -499,6 +518,7 @@ class MessageStore:
         local append (on the appending thread) and after each batch of replicated records the
         reput thread dispatched (on that thread). Keep it cheap and non-blocking."""
         self._dispatch_listeners = (*self._dispatch_listeners, listener)
+        self._after_put = True
 
     def _notify_dispatched(self, offset: int) -> None:
         for listener in self._dispatch_listeners:

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from services.broker.storage import bulk, indexfeed, indexkeys
 from services.broker.storage import index as index_module
-from services.broker.storage import indexkeys
 from services.broker.storage.index import IndexFile, record_keys
-from services.broker.storage.record import Message
+from services.broker.storage.record import Message, encode_tail
 from services.broker.storage.store import MessageStore
 from tests.unit.storage.conftest import StoreFactory, msg, small_config
 
@@ -325,8 +325,8 @@ def test_without_numpy_the_plain_paths_index_the_same(open_store: StoreFactory,
 
 
 def test_single_appends_of_several_threads_are_each_indexed_once(open_store: StoreFactory) -> None:
-    """Single appends are fed without a lock, so threads feed in an order other than the log's:
-    the index thread puts them in log order and reads from the log what does not continue."""
+    """Single appends of several threads are recorded for the index under the commit log lock,
+    in log order: each is indexed exactly once."""
     import threading
 
     store = open_store(max_hash_slot_num=64, max_index_num=4000)
@@ -349,3 +349,122 @@ def test_single_appends_of_several_threads_are_each_indexed_once(open_store: Sto
     for key, offset in sent.items():
         assert [m.physical_offset for m in store.query_by_key("TopicT", key)] == [offset], key
     assert store.index is not None and store.index.entries_written == len(sent)
+
+
+@pytest.mark.parametrize(("spaces", "topics"), [(True, 2), (False, 2), (False, 1)])
+def test_the_appended_keys_match_the_record_parser(open_store: StoreFactory, spaces: bool,
+                                                   topics: int) -> None:
+    """The keys a run of local appends carries (read from the property dicts in a few passes)
+    are those the log parser finds in the records, in the same order."""
+    store = open_store(message_index_enable=False, mapped_file_size_commit_log=4 << 20)
+    messages = [Message(f"Topic{i % topics}", b"x", 0, properties=_odd_properties(i, spaces))
+                for i in range(400)]
+    result = store.put_messages(messages)
+    keyed: list[object] = []
+    for offset, message in zip(result.physical_offsets, messages, strict=True):
+        keyed += (offset, 1_000 + offset, message)
+    data = store.get_data(0, store.max_offset)
+    assert data is not None
+    with data:
+        expected = indexkeys.scan_records(data.data, 0, {})
+    got = [[int(v) for v in column] for column in indexfeed.appended_entries(keyed, {})]
+    assert got[0] == expected[1] and got[1] == expected[2]
+    assert got[2] == [1_000 + offset for offset in expected[2]]
+
+
+def test_keyless_appends_only_move_the_run_and_nothing_is_read_back(
+        open_store: StoreFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keyless and keyed single appends, batches and segment rolls (the blank at a segment's
+    end): the index is built from what the commit log recorded under its lock, no record is
+    read back from the log, and every key is found."""
+    read_back: list[int] = []
+    scan = index_module.IndexService._scan_log
+
+    def counting_scan(self: index_module.IndexService, start: int, max_bytes: int) -> object:
+        read_back.append(start)
+        return scan(self, start, max_bytes)
+
+    store = open_store(mapped_file_size_commit_log=64 * 1024)
+    assert store.index is not None
+    indexed(store)
+    monkeypatch.setattr(index_module.IndexService, "_scan_log", counting_scan)
+    sent = {}
+    for i in range(600):  # 600 records of ~300 bytes: a few segments
+        m = msg(i, size=200, keys=f"k{i}") if i % 5 == 0 else msg(i, size=200)
+        r = store.put_messages([m, msg(i + 10_000, size=200)]) if i % 7 == 0 else store.put_message(m)
+        sent[i] = r.physical_offsets[0]
+    indexed(store)
+    assert store.max_offset > 2 * 64 * 1024  # (rolled twice at least)
+    assert read_back == []
+    assert store.index.entries_written == 120
+    for i in range(0, 600, 5):
+        assert [r.physical_offset for r in store.query_by_key("TopicA", f"k{i}")] == [sent[i]]
+
+
+def test_bulk_encoded_batches_are_covered_without_a_read_back(
+        open_store: StoreFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Body-only batches stored in bulk (``append_uniform``) between keyed single appends: the
+    index covers them from what the commit log recorded, reads nothing back, finds every key."""
+    read_back: list[int] = []
+    scan = index_module.IndexService._scan_log
+
+    def counting_scan(self: index_module.IndexService, start: int, max_bytes: int) -> object:
+        read_back.append(start)
+        return scan(self, start, max_bytes)
+
+    store = open_store(mapped_file_size_commit_log=64 * 1024)
+    assert store.index is not None
+    indexed(store)
+    monkeypatch.setattr(index_module.IndexService, "_scan_log", counting_scan)
+    tail, code = encode_tail("TopicA", {})
+    sent = {}
+    for i in range(200):
+        sent[i] = store.put_message(msg(i, size=200, keys=f"k{i}")).physical_offsets[0]
+        batch = bulk.uniform_batch("TopicA", 1, [b"x" * 300] * 8, tail, code, 0, 1_700_000_000_000,
+                                   ("10.0.0.1", 1))
+        assert store.append_uniform(batch, [Message("TopicA", b"", 1)] * 8).ok
+    indexed(store)
+    assert store.max_offset > 4 * 64 * 1024  # (rolled several times)
+    assert read_back == []
+    for i in range(200):
+        assert [r.physical_offset for r in store.query_by_key("TopicA", f"k{i}")] == [sent[i]]
+
+
+def test_a_batch_rolled_back_after_a_segment_roll_leaves_no_gap_in_the_index(
+        open_store: StoreFactory) -> None:
+    """A batch that rolled to a new segment and then failed is cut back: the records appended
+    after it, where the blank had been, are indexed."""
+    segment = 64 * 1024
+    store = open_store(mapped_file_size_commit_log=segment)
+    sent: dict[str, int] = {}
+
+    def put(i: int) -> None:
+        sent[f"k{i}"] = store.put_message(msg(i, size=200, keys=f"k{i}")).physical_offsets[0]
+
+    i = 0
+    while store.max_offset % segment + 1200 < segment:
+        put(i)
+        i += 1
+    refused = store.put_messages([msg(10_000, size=1500), Message("TopicA", b"b", flag=2**40)])
+    assert not refused.ok and store.max_offset < segment
+    for k in range(i, i + 400):  # into the rest of the first segment, then the next ones
+        put(k)
+    indexed(store)
+    for key, offset in sent.items():
+        assert [r.physical_offset for r in store.query_by_key("TopicA", key)] == [offset], key
+
+
+def test_a_feed_past_its_bound_covers_nothing_until_it_is_taken(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past ``MAX_KEYED`` waiting keyed records the run is dropped: no run covers those records
+    (the index reads them from the log) and no key is put on another record."""
+    monkeypatch.setattr(indexfeed, "MAX_KEYED", 3 * 4)
+    feed = indexfeed.AppendFeed(lambda: None)
+    keyed = [Message("T", b"", properties={"KEYS": f"k{i}"}) for i in range(10)]
+    feed.add_messages(0, 300, [0, 100, 200], 1, keyed[:3])
+    first = feed.take()
+    assert [(r.start, r.end, len(r.keyed)) for r in first] == [(0, 300, 9)]
+    feed.add_messages(300, 800, [300, 400, 500, 600, 700], 1, keyed[3:8])  # 5 > 4: dropped
+    feed.add_messages(800, 900, [800], 1, keyed[8:9])  # still nothing covered
+    assert feed.take() == []
+    feed.add_messages(900, 1000, [900], 1, keyed[9:])
+    assert [(r.start, r.end, r.keyed[2::3]) for r in feed.take()] == [(900, 1000, keyed[9:])]

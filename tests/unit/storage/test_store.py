@@ -13,6 +13,7 @@ import pytest
 from services.broker.storage import commitlog
 from services.broker.storage import segment as segment_module
 from services.broker.storage.config import FlushDiskType, StoreConfig
+from services.broker.storage.flush import GroupCommitService
 from services.broker.storage.record import Message, tag_hash_code
 from services.broker.storage.segment import default_sync
 from services.broker.storage.status import GetMessageStatus, PutMessageStatus
@@ -155,6 +156,42 @@ def test_group_commit_shares_syncs(tmp_path: Path) -> None:
         assert store.flushed_offset == store.max_offset
         commit_log_syncs = len(calls)
     assert commit_log_syncs < 320  # many writers per sync (each sync also covers CQ files)
+
+
+def test_one_flush_wakes_every_writer_it_covers_one_after_the_other() -> None:
+    """A flush wakes the first writer it covers and each woken writer the next (the relay):
+    all of them return, also when one of them gave up waiting meanwhile."""
+    gate = threading.Event()
+    flushed = [0]
+
+    def flush() -> int:
+        gate.wait(10)
+        return flushed[0]
+
+    service = GroupCommitService(flush, 0)
+    service.start()
+    try:
+        got: dict[int, bool] = {}
+
+        def writer(k: int) -> None:
+            got[k] = service.wait(k + 1, 0.2 if k == 7 else 10)
+
+        writers = [threading.Thread(target=writer, args=(k,)) for k in range(32)]
+        for w in writers:
+            w.start()
+        deadline = time.monotonic() + 5
+        while len(service._waiters) < 31 and time.monotonic() < deadline:  # (all but 7 parked)
+            time.sleep(0.005)
+        time.sleep(0.3)  # writer 7 times out before the flush
+        flushed[0] = 32
+        gate.set()
+        for w in writers:
+            w.join(5)
+        assert got == {k: k != 7 for k in range(32)}
+        assert service.wait(20, 1)
+    finally:
+        gate.set()
+        service.stop()
 
 
 def test_flush_disk_timeout(tmp_path: Path) -> None:
