@@ -29,16 +29,20 @@ checked; "tls+acl batch unary/stream").
 
 The last line is ``broker_produce_ratio=<x> broker_batch_produce_msgs=<n> broker_consume_msgs=<m>
 vs_redis_produce=<p> vs_redis_consume=<q> tls_vs_plain=<t> tls_acl_vs_plain=<r>
-tls_acl_vs_plain_unary=<u> tls_acl_cpu_vs_plain=<c>``: ratio = PocketMQ stream produce / echo
+tls_acl_vs_plain_unary=<u> tls_acl_cpu_vs_plain=<c> broker_single_ratio=<s>
+broker_produce_cpu_us=<b> echo_produce_cpu_us=<e>``: ratio = PocketMQ stream produce / echo
 stream produce, vs_redis_* = PocketMQ msgs/s / Redis msgs/s, tls_vs_plain = stream produce over
 TLS / plaintext, tls_acl_vs_plain = stream produce over TLS with signed requests on a broker with
 access control / plaintext (``_unary``: the same for SendMessageBatch; ``_cpu_``: plaintext broker
-CPU per message / TLS+ACL broker CPU per message). Every phase runs ``--repeat`` times (default 2) and
-the best run counts; other work on the machine still skews every figure (the load average is
-printed).
+CPU per message / TLS+ACL broker CPU per message), single ratio = SendMessage / echo unary, and
+the server CPU per message of the stream phase on PocketMQ and echo. The phases run in
+``--rounds`` rounds (default 3), each round all of them in turn; every round is printed, each
+figure is the median over the rounds and each ratio the median of the rounds' ratios (the two
+phases of a round ran one after the other, under about the same load). Other work on the
+machine still skews every figure: the load average is printed before every round and after.
 
     python benchmarks/bench_broker.py [--messages 200000] [--single-seconds 3] [--pull-batch 512]
-                                      [--repeat 2]
+                                      [--rounds 3]
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -363,8 +368,8 @@ def main() -> int:
     parser.add_argument("--messages", type=int, default=200_000,
                         help="messages per batch/stream/consume phase")
     parser.add_argument("--single-seconds", type=float, default=3.0)
-    parser.add_argument("--repeat", type=int, default=2,
-                        help="runs of every phase; the best counts (other work skews single runs)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="rounds of all the phases; every figure is the median over the rounds")
     parser.add_argument("--pull-batch", type=int, default=512, help="messages per pull reply / XRANGE")
     parser.add_argument("--echo-server", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -398,42 +403,63 @@ def main() -> int:
         redis = Redis(workdir)
 
         n = args.messages
-        results: dict[str, float] = {}
-
-        server_us: dict[str, float] = {}
+        #: Every round's (msgs/s, server CPU us/msg) of each phase.
+        rounds: dict[str, list[tuple[float, float]]] = {}
 
         def run(name: str, pids: list[int], fn: Callable[[], float]) -> None:
-            attempts: list[tuple[float, float]] = []
-            for _ in range(args.repeat):
-                cpu = sum(cpu_seconds(pid) for pid in pids)
-                start = time.perf_counter()
-                rate = fn()
-                wall = time.perf_counter() - start
-                used = sum(cpu_seconds(pid) for pid in pids) - cpu
-                attempts.append((rate, used / max(rate * wall, 1) * 1e6))
-            results[name], server_us[name] = max(attempts)
-            shown = "  ".join(f"{rate:>10,.0f}" for rate, _ in attempts)
-            print(f"  {name:<22} {shown} msgs/s   (server CPU {server_us[name]:.1f} us/msg)", flush=True)
+            cpu = sum(cpu_seconds(pid) for pid in pids)
+            start = time.perf_counter()
+            rate = fn()
+            wall = time.perf_counter() - start
+            used = sum(cpu_seconds(pid) for pid in pids) - cpu
+            us = used / max(rate * wall, 1) * 1e6
+            rounds.setdefault(name, []).append((rate, us))
+            print(f"  {name:<22} {rate:>10,.0f} msgs/s   (server CPU {us:.1f} us/msg)", flush=True)
 
         print(f"bench-broker: {BODY_SIZE} B messages, {n} per phase, batch {BATCH}, "
-              f"pull batch {args.pull_batch}; {os.cpu_count()} CPUs, "
+              f"pull batch {args.pull_batch}, {args.rounds} rounds; {os.cpu_count()} CPUs, "
               f"load average {os.getloadavg()[0]:.2f}", flush=True)
         echo_pid, broker_pid, tls_pid, secure_pid = ([proc.pid] for proc in procs[:4])
         redis_pid = [p.pid for p in redis.procs]  # primary + replica
-        run("echo single", echo_pid, lambda: asyncio.run(produce_single(echo, args.single_seconds)))
-        run("pocketmq single", broker_pid, lambda: asyncio.run(produce_single(broker, args.single_seconds)))
-        run("echo batch unary", echo_pid, lambda: asyncio.run(produce_batch_unary(echo, n // 2)))
-        run("pocketmq batch unary", broker_pid, lambda: asyncio.run(produce_batch_unary(broker, n // 2)))
-        run("echo batch stream", echo_pid, lambda: asyncio.run(produce_batch_stream(echo, n)))
-        run("pocketmq batch stream", broker_pid, lambda: asyncio.run(produce_batch_stream(broker, n)))
-        run("pocketmq stream TLS", tls_pid, lambda: asyncio.run(produce_batch_stream(tls_broker, n)))
-        # The same batched produce over TLS with access control (every request signed and checked).
-        run("tls+acl batch unary", secure_pid, lambda: asyncio.run(produce_batch_unary(secure, n // 2)))
-        run("tls+acl batch stream", secure_pid, lambda: asyncio.run(produce_batch_stream(secure, n)))
-        run("redis xadd pipelined", redis_pid, lambda: redis.produce(n) if redis else 0.0)
-        run("echo consume", echo_pid, lambda: asyncio.run(consume_stream(echo, n, args.pull_batch)))
-        run("pocketmq consume", broker_pid, lambda: asyncio.run(consume_stream(broker, n, args.pull_batch)))
-        run("redis xrange", redis_pid, lambda: redis.consume(n, args.pull_batch) if redis else 0.0)
+        phases: list[tuple[str, list[int], Callable[[], float]]] = [
+            ("echo single", echo_pid, lambda: asyncio.run(produce_single(echo, args.single_seconds))),
+            ("pocketmq single", broker_pid, lambda: asyncio.run(produce_single(broker, args.single_seconds))),
+            ("echo batch unary", echo_pid, lambda: asyncio.run(produce_batch_unary(echo, n // 2))),
+            ("pocketmq batch unary", broker_pid, lambda: asyncio.run(produce_batch_unary(broker, n // 2))),
+            ("echo batch stream", echo_pid, lambda: asyncio.run(produce_batch_stream(echo, n))),
+            ("pocketmq batch stream", broker_pid, lambda: asyncio.run(produce_batch_stream(broker, n))),
+            ("pocketmq stream TLS", tls_pid, lambda: asyncio.run(produce_batch_stream(tls_broker, n))),
+            # The same batched produce over TLS with access control (every request signed and checked).
+            ("tls+acl batch unary", secure_pid, lambda: asyncio.run(produce_batch_unary(secure, n // 2))),
+            ("tls+acl batch stream", secure_pid, lambda: asyncio.run(produce_batch_stream(secure, n))),
+            ("redis xadd pipelined", redis_pid, lambda: redis.produce(n) if redis else 0.0),
+            ("echo consume", echo_pid, lambda: asyncio.run(consume_stream(echo, n, args.pull_batch))),
+            ("pocketmq consume", broker_pid, lambda: asyncio.run(consume_stream(broker, n, args.pull_batch))),
+            ("redis xrange", redis_pid, lambda: redis.consume(n, args.pull_batch) if redis else 0.0),
+        ]
+        for number in range(1, args.rounds + 1):
+            print(f"round {number} (load average {os.getloadavg()[0]:.2f})", flush=True)
+            for name, pids, fn in phases:
+                run(name, pids, fn)
+        # The figures are medians over the rounds; a ratio is the median of each round's ratio
+        # (the two phases of a round ran one after the other, under about the same load).
+        results = {name: statistics.median(rate for rate, _ in got) for name, got in rounds.items()}
+        server_us = {name: statistics.median(us for _, us in got) for name, got in rounds.items()}
+
+        def by_round(ours: str, other: str, column: int = 0) -> list[float]:
+            """``ours`` / ``other`` in each round (column 0: msgs/s, 1: server CPU us/msg)."""
+            return [a[column] / b[column] for a, b in zip(rounds[ours], rounds[other], strict=True)]
+
+        def ratio(ours: str, other: str) -> float:
+            return statistics.median(by_round(ours, other))
+
+        def cpu_ratio(ours: str, other: str) -> float:
+            return statistics.median(by_round(ours, other, 1))
+
+        for label, ours, other in (("single", "pocketmq single", "echo single"),
+                                   ("batch stream", "pocketmq batch stream", "echo batch stream")):
+            shown = "  ".join(f"{x:.2f}" for x in by_round(ours, other))
+            print(f"  {label} PocketMQ / echo by round: {shown}")
 
         print()
         print(f"{'phase':<14} {'PocketMQ':>12} {'echo (gRPC)':>12} {'of echo':>8} {'Redis':>12}   "
@@ -449,7 +475,7 @@ def main() -> int:
             if peer:
                 cpu_text += f" / {server_us[peer]:.1f}"
             print(f"{phase:<14} {results[ours]:>12,.0f} {results[ceiling]:>12,.0f} "
-                  f"{results[ours] / results[ceiling]:>7.0%} {peer_text}   {cpu_text}")
+                  f"{ratio(ours, ceiling):>7.0%} {peer_text}   {cpu_text}")
         print()
         print(f"{'secured phase':<14} {'plaintext':>12} {'TLS':>12} {'TLS+ACL':>12} {'of plain':>8}   "
               "server CPU us/msg plaintext / TLS / TLS+ACL")
@@ -457,23 +483,27 @@ def main() -> int:
             plain_rate, secure_rate = results[f"pocketmq {phase}"], results[f"tls+acl {phase}"]
             tls_text = f"{results[tls_phase]:>12,.0f}" if tls_phase else f"{'-':>12}"
             tls_cpu = f"{server_us[tls_phase]:.1f}" if tls_phase else "-"
+            of_plain = ratio(f"tls+acl {phase}", f"pocketmq {phase}")
             print(f"{phase:<14} {plain_rate:>12,.0f} {tls_text} {secure_rate:>12,.0f} "
-                  f"{secure_rate / plain_rate:>7.0%}   {server_us[f'pocketmq {phase}']:.1f} / "
+                  f"{of_plain:>7.0%}   {server_us[f'pocketmq {phase}']:.1f} / "
                   f"{tls_cpu} / {server_us[f'tls+acl {phase}']:.1f}")
-        tls_ratio = results["pocketmq stream TLS"] / results["pocketmq batch stream"]
+        tls_ratio = ratio("pocketmq stream TLS", "pocketmq batch stream")
         print(f"load average after: {os.getloadavg()[0]:.2f}")
-        tls_acl_vs_plain = results["tls+acl batch stream"] / results["pocketmq batch stream"]
-        tls_acl_unary = results["tls+acl batch unary"] / results["pocketmq batch unary"]
+        tls_acl_vs_plain = ratio("tls+acl batch stream", "pocketmq batch stream")
+        tls_acl_unary = ratio("tls+acl batch unary", "pocketmq batch unary")
         # Less sensitive to other work on the machine than the rates: broker CPU per message.
-        tls_acl_cpu = server_us["pocketmq batch stream"] / server_us["tls+acl batch stream"]
-        ratio = results["pocketmq batch stream"] / results["echo batch stream"]
+        tls_acl_cpu = cpu_ratio("pocketmq batch stream", "tls+acl batch stream")
+        produce_ratio = ratio("pocketmq batch stream", "echo batch stream")
         batch_msgs = results["pocketmq batch stream"]
-        print(f"broker_produce_ratio={ratio:.2f} broker_batch_produce_msgs={batch_msgs:.0f} "
+        print(f"broker_produce_ratio={produce_ratio:.2f} broker_batch_produce_msgs={batch_msgs:.0f} "
               f"broker_consume_msgs={results['pocketmq consume']:.0f} "
               f"vs_redis_produce={results['pocketmq batch stream'] / results['redis xadd pipelined']:.2f} "
               f"vs_redis_consume={results['pocketmq consume'] / results['redis xrange']:.2f} "
               f"tls_vs_plain={tls_ratio:.2f} tls_acl_vs_plain={tls_acl_vs_plain:.2f} "
-              f"tls_acl_vs_plain_unary={tls_acl_unary:.2f} tls_acl_cpu_vs_plain={tls_acl_cpu:.2f}")
+              f"tls_acl_vs_plain_unary={tls_acl_unary:.2f} tls_acl_cpu_vs_plain={tls_acl_cpu:.2f} "
+              f"broker_single_ratio={ratio('pocketmq single', 'echo single'):.2f} "
+              f"broker_produce_cpu_us={server_us['pocketmq batch stream']:.1f} "
+              f"echo_produce_cpu_us={server_us['echo batch stream']:.1f}")
         return 0
     finally:
         if redis is not None:

@@ -30,8 +30,10 @@ temporary directory, ASYNC_FLUSH, no NameServer: slaves get ``--ha-master-addres
   thread while the next reads go on, their whole 4 KiB blocks with ``O_DIRECT``:
   replicaDirectWrite);
   the reput thread validates (CRC32 of the body) and dispatches every record (consume queue
-  entry) behind it, as RocketMQ's slave does: the ack (and so catch-up) counts the commit log,
-  not the consume queues, and the "... and dispatched" row shows when the index caught up.
+  entry) in place in the ring, right behind the writer, which waits when it gets a ring ahead:
+  the ack (and so catch-up) counts the commit log, as RocketMQ's slave does, but the consume
+  queues keep up with it, and the "... and dispatched" row shows when the index caught up.
+  Each round prints the slave's CPU per MB until it caught up and until all was readable.
 * steady-state lag: a master and a caught-up slave under a fixed produce load (``--lag-rate``
   msgs/s of 1 KiB, batches of 32); a thread samples the master's GetHAStatus every ~2 ms.  Lag in
   bytes = max offset - the slave's ack; lag in ms = sample time - the first sample time at which
@@ -295,6 +297,7 @@ def catch_up(workdir: Path, size: int, runs: int) -> dict[str, float]:
             cpu_started = slave.cpu_seconds()
             try:
                 elapsed = _caught_up(master, total, started_ms)
+                cpu_caught_up = slave.cpu_seconds() - cpu_started
                 slave_total = slave.ha().client_max_offset
                 if slave_total != total:
                     raise RuntimeError(f"slave holds {slave_total} bytes, master {total}")
@@ -307,7 +310,8 @@ def catch_up(workdir: Path, size: int, runs: int) -> dict[str, float]:
             print(f"  (run {run + 1}: slave caught up at {speeds[-1]:.0f} MB/s in {elapsed:.2f}s, "
                   f"all readable through its consume queues at {total / readable / MB:.0f} MB/s in "
                   f"{readable:.2f}s: dispatch ratio {elapsed / readable:.2f}; slave CPU "
-                  f"{cpu * 1e3 / (total / MB):.2f} ms per MB)", flush=True)
+                  f"{cpu_caught_up * 1e3 / (total / MB):.2f} ms per MB until caught up, "
+                  f"{cpu * 1e3 / (total / MB):.2f} until readable)", flush=True)
             if not all(_same_file(a, slave.store / "commitlog" / a.name) for a in segments):
                 raise RuntimeError(f"run {run + 1}: the slave's commit log differs from the master's")
             if not run:

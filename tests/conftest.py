@@ -4,6 +4,9 @@ Under ``CI=true`` (any of true/1/yes/on) a skipped test or module is a failure w
 the skip reason: ``make setup`` installs everything the tests run (Java, Prometheus, promtool,
 Redis...), so a skip there can only mean something is missing or was renamed, and must not let
 the run go green. Expected failures (``xfail``) are not skips and are left alone.
+
+Hypothesis runs without its per-example deadline: the suite shares two cores with real brokers,
+and speed is measured by the benchmarks, not by tests.
 """
 
 from __future__ import annotations
@@ -12,6 +15,10 @@ import os
 from collections.abc import Generator
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile("pocketmq", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("pocketmq")
 
 CI_VALUES = frozenset({"1", "true", "yes", "on"})
 _TURNED = pytest.StashKey[list[str]]()

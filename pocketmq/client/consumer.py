@@ -164,6 +164,10 @@ class AsyncConsumer:
         #: The rest of the batch receive() is handing out, and its queue.
         self._current: collections.deque[ReceivedMessage] = collections.deque()
         self._current_pq: ProcessQueue | None = None
+        #: The pulled batch ``_current`` came from, kept while its messages are handed out: the
+        #: fields the decoder deferred are then decoded for the whole batch at once when first read
+        #: (:mod:`pocketmq.wire.fast`).
+        self._current_batch: list[ReceivedMessage] = []
         #: The message receive() returned last (processed once receive() is called again) and its
         #: queue.
         self._last_yielded: ReceivedMessage | None = None
@@ -248,7 +252,7 @@ class AsyncConsumer:
         failover = Failover(core.routes, core.caller, self.master_retry_interval, self.request_timeout)
         self._offsets = OffsetTracker(settings, core.caller, failover, self._state.reset_generations)
         self._fetcher = Fetcher(settings, self._state, core.routes, core.caller, failover, self._offsets,
-                                self._deliver, stream_pulls=self._stream_pulls)
+                                self._deliver, self._offer, stream_pulls=self._stream_pulls)
         self._coordinator = GroupCoordinator(settings, self._state, core.routes, core.caller, failover,
                                              self._add, self._drop)
         self._state.on_reset = self._on_reset
@@ -331,9 +335,7 @@ class AsyncConsumer:
             acked = self._last_pq
             self._last_pq = None
             if acked is not None:
-                inflight, offset = acked.inflight, last.queue_offset
-                while inflight and inflight[0] <= offset:
-                    inflight.popleft()
+                acked.ack(last.queue_offset)
         current = self._current
         deadline: float | None = None
         while True:
@@ -352,6 +354,7 @@ class AsyncConsumer:
                 return None
             deadline = item[2]
             self._current_pq = item[0]
+            self._current_batch = item[1]
             current.extend(item[1])
 
     async def receive_batch(self, max_messages: int | None = None,
@@ -393,6 +396,7 @@ class AsyncConsumer:
             if max_messages is None or max_messages >= len(batch):
                 return self._hand_out(pq, batch)
             self._current_pq = pq
+            self._current_batch = batch
             current.extend(batch[max_messages:])
             return self._hand_out(pq, batch[:max_messages])
 
@@ -418,7 +422,8 @@ class AsyncConsumer:
             if remaining is not None and remaining <= 0:
                 return None
             try:
-                item = await asyncio.wait_for(ready.get(), remaining)
+                async with asyncio.timeout(remaining):  # no task per wait, as wait_for makes
+                    item = await ready.get()
             except TimeoutError:
                 return None
         else:
@@ -503,6 +508,19 @@ class AsyncConsumer:
             self._last_yielded = self._last_pq = None
         if pq.initialized and commit:
             await self._offsets.commit(pq)
+
+    def _offer(self, pq: ProcessQueue, messages: list[ReceivedMessage]) -> bool:
+        """Hand pulled messages on as :meth:`_deliver` does if their buffer has room (False if
+        not): no coroutine per pulled batch."""
+        try:
+            if self._handler is not None:
+                pq.buffer.put_nowait(messages)
+            else:
+                assert self._ready is not None
+                self._ready.put_nowait((pq, messages))
+        except asyncio.QueueFull:
+            return False
+        return True
 
     async def _deliver(self, pq: ProcessQueue, messages: list[ReceivedMessage]) -> None:
         """Hand pulled messages to the handler task of the queue or to receive() (waits while

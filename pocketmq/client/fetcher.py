@@ -34,15 +34,16 @@ _ACCEPTED = frozenset({broker_pb2.FOUND, broker_pb2.NO_NEW_MSG, broker_pb2.NO_MA
 _QUEUE_OFFSET = operator.attrgetter("queue_offset")
 
 Deliver = Callable[[ProcessQueue, list[ReceivedMessage]], Awaitable[None]]
+Offer = Callable[[ProcessQueue, list[ReceivedMessage]], bool]
 
 
 class Fetcher:
-    """Pull loops of owned queues; ``deliver(pq, messages)`` takes what they find (waiting
-    while the consumer's buffer is full)."""
+    """Pull loops of owned queues; ``offer(pq, messages)`` takes what they find if the
+    consumer's buffer has room (False if not), ``deliver(pq, messages)`` waits for room."""
 
     def __init__(self, settings: ConsumerSettings, state: SubscriptionState, routes: RouteCache,
                  caller: BrokerCaller, failover: Failover, offsets: OffsetTracker, deliver: Deliver,
-                 *, stream_pulls: bool = True) -> None:
+                 offer: Offer, *, stream_pulls: bool = True) -> None:
         self.settings = settings
         self.state = state
         self.routes = routes
@@ -50,6 +51,7 @@ class Fetcher:
         self.failover = failover
         self.offsets = offsets
         self.deliver = deliver
+        self.offer = offer
         #: Pull with PullMessageStream (direct connections); PullMessage when relayed, or after
         #: a broker answered UNIMPLEMENTED.
         self.stream_pulls = stream_pulls
@@ -94,23 +96,29 @@ class Fetcher:
             commit_offset=self.offsets.pull_commit(pq),
             reset_generation=self.state.reset_generations.get(q.topic, 0))
 
-    async def _apply_reply(self, pq: ProcessQueue, filt: TagFilter,
-                           reply: broker_pb2.PullMessageResponse) -> bool:
+    async def _apply_reply(self, pq: ProcessQueue, filt: TagFilter, reply: broker_pb2.PullMessageResponse,
+                           timer: asyncio.Timeout | None = None) -> bool:
         """Deliver what a pull reply (unary or streamed) found; False when its offset was
-        illegal (the queue's offset was corrected: pull again from there)."""
+        illegal (the queue's offset was corrected: pull again from there). ``timer``, the
+        stream's read timeout, is disarmed before anything here waits (a full buffer, a commit,
+        a back-off): that is not the broker being silent."""
         status = reply.status
         if reply.reset_generation > self.state.reset_generations.get(pq.queue.topic, 0):
             self.state.learn_reset(pq.queue.topic, reply.reset_generation)  # restarts this queue
             return False
         if status in _ACCEPTED:
             messages = self.accept(pq, filt, reply)
-            if messages:
+            if messages and not self.offer(pq, messages):
+                if timer is not None:
+                    timer.reschedule(None)
                 await self.deliver(pq, messages)
-        elif status == broker_pb2.OFFSET_ILLEGAL:
+            return True
+        if timer is not None:
+            timer.reschedule(None)
+        if status == broker_pb2.OFFSET_ILLEGAL:
             await self._offset_illegal(pq, reply)
             return False
-        else:
-            await asyncio.sleep(0.2)
+        await asyncio.sleep(0.2)
         return True
 
     @staticmethod
@@ -124,7 +132,7 @@ class Fetcher:
             return []
         records = reply.records  # one copy out of the reply
         if records:
-            messages = decode_records(records, pq.queue.broker_name)
+            messages = decode_records(records, pq.queue.broker_name, pq.decode_hint)
         else:
             messages = [from_message_ext(m, pq.queue.broker_name) for m in reply.messages]
         if not filt.matches_all:
@@ -134,7 +142,9 @@ class Fetcher:
             messages = [m for m in messages if m.queue_offset >= next_offset]
         pq.next_offset = max(next_offset, reply.next_begin_offset)
         if messages:
-            pq.inflight.extend(map(_QUEUE_OFFSET, messages))
+            first, last = messages[0].queue_offset, messages[-1].queue_offset
+            pq.add_inflight(range(first, last + 1) if last - first + 1 == len(messages)
+                            else list(map(_QUEUE_OFFSET, messages)))
         return messages
 
     async def _offset_illegal(self, pq: ProcessQueue, reply: broker_pb2.PullMessageResponse) -> None:
@@ -217,15 +227,23 @@ class Fetcher:
         idle_limit = s.long_poll_timeout + s.request_timeout
         end_at = None if from_master else loop.time() + s.master_retry_interval
         answered = False
+        # The read timeout moves on with each reply, but its timer is re-armed only once the
+        # deadline has moved by a quarter of request_timeout (or when it was disarmed): not once
+        # per reply. The broker is never given less than long_poll_timeout + 3/4 request_timeout.
+        slack = s.request_timeout / 4
         try:
             async with asyncio.timeout(None) as timer:
                 while True:
                     deadline = loop.time() + idle_limit
-                    timer.reschedule(deadline if end_at is None or not answered else min(deadline, end_at))
+                    if end_at is not None and answered and end_at < deadline:
+                        deadline = end_at
+                    when = timer.when()
+                    if when is None or deadline < when or deadline - when > slack:
+                        timer.reschedule(deadline)
                     reply = await stream.read()
-                    timer.reschedule(None)
                     if reply is None:
                         if not answered:  # ended at once (a broker shutting down): not in a loop
+                            timer.reschedule(None)
                             await asyncio.sleep(0.2)
                         return
                     if not answered:  # the broker committed it when the stream started
@@ -234,7 +252,7 @@ class Fetcher:
                         return
                     answered = True
                     pq.last_addr = addr
-                    if not await self._apply_reply(pq, filt, reply):
+                    if not await self._apply_reply(pq, filt, reply, timer):
                         return
                     suggested = int(reply.suggest_which_broker_id)
                     if from_master and suggested and suggested in group.addrs:

@@ -12,7 +12,7 @@ from typing import Any
 from pocketmq.broker.v1 import broker_pb2
 from pocketmq.errors import InternalError, InvalidArgumentError
 from pocketmq.wire.errors import RecordError
-from pocketmq.wire.fast import decode_received
+from pocketmq.wire.fast import DecodeHint, decode_received
 from pocketmq.wire.messages import MessageQueue, ReceivedMessage
 from pocketmq.wire.record import (
     PROPERTY_DELAY_TIME_LEVEL,
@@ -169,10 +169,11 @@ def from_message_ext(ext: broker_pb2.MessageExt, broker_name: str) -> ReceivedMe
     )
 
 
-def decode_records(data: bytes | bytearray | memoryview, broker_name: str) -> list[ReceivedMessage]:
+def decode_records(data: bytes | bytearray | memoryview, broker_name: str,
+                   hint: DecodeHint | None = None) -> list[ReceivedMessage]:
     """Messages from a ``raw_records`` pull reply (see :func:`pocketmq.wire.fast.decode_received`).
     Raises :class:`~pocketmq.errors.InternalError` on bytes that are not valid records."""
     try:
-        return decode_received(data, broker_name)
+        return decode_received(data, broker_name, hint)
     except RecordError as exc:
         raise InternalError(f"corrupt record in pull reply {exc}") from None

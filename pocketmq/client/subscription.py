@@ -4,13 +4,15 @@ of every queue it owns (:class:`ProcessQueue`)."""
 from __future__ import annotations
 
 import asyncio
+import bisect
 import collections
 import dataclasses
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from pocketmq.client.message import MessageQueue, ReceivedMessage
 from pocketmq.client.tags import TagFilter
+from pocketmq.wire.fast import DecodeHint
 
 __all__ = ["ConsumeFrom", "ConsumerSettings", "ProcessQueue", "SubscriptionState"]
 
@@ -49,9 +51,9 @@ class ProcessQueue:
     """State of one owned queue: where to pull next, what is delivered but not yet processed,
     what was committed."""
 
-    __slots__ = ("buffer", "commit_task", "committed", "consume_task", "dropped", "inflight", "initialized",
-                 "last_addr", "next_offset", "pull_commit_unconfirmed", "pull_task", "queue", "reset",
-                 "started", "suggested_id")
+    __slots__ = ("buffer", "commit_task", "committed", "consume_task", "decode_hint", "done", "dropped",
+                 "inflight", "initialized", "last_addr", "next_offset", "pull_commit_unconfirmed",
+                 "pull_task", "queue", "reset", "started", "suggested_id")
 
     def __init__(self, queue: MessageQueue, buffer_batches: int) -> None:
         self.queue = queue
@@ -68,8 +70,11 @@ class ProcessQueue:
         self.dropped = False
         #: The group's offsets were reset under this queue: it commits nothing more.
         self.reset = False
-        #: Offsets delivered to the application and not processed yet, ascending.
-        self.inflight: collections.deque[int] = collections.deque()
+        #: Offsets delivered to the application and not processed yet: the ascending offsets of
+        #: each delivered batch (a range when it has no gaps), of which the first ``done`` of the
+        #: first batch are processed. Kept per batch, not per message.
+        self.inflight: collections.deque[Sequence[int]] = collections.deque()
+        self.done = 0
         self.buffer: asyncio.Queue[list[ReceivedMessage] | None] = asyncio.Queue(buffer_batches)
         self.pull_task: asyncio.Task[None] | None = None
         self.consume_task: asyncio.Task[None] | None = None
@@ -77,15 +82,31 @@ class ProcessQueue:
         self.suggested_id = 0
         #: The broker the last pull answered from.
         self.last_addr = ""
+        #: Whether what is consumed from here reads the fields the decoder can defer.
+        self.decode_hint = DecodeHint()
+
+    def add_inflight(self, offsets: Sequence[int]) -> None:
+        """A batch was delivered: its messages' offsets (ascending)."""
+        if offsets:
+            self.inflight.append(offsets)
 
     def commit_offset(self) -> int:
         """The offset to commit: the first unprocessed message, or where the next pull starts."""
-        return self.inflight[0] if self.inflight else self.next_offset
+        inflight = self.inflight
+        return inflight[0][self.done] if inflight else self.next_offset
 
     def ack(self, offset: int) -> None:
+        """Every delivered message up to ``offset`` is processed."""
         inflight = self.inflight
-        while inflight and inflight[0] <= offset:
-            inflight.popleft()
+        while inflight:
+            batch = inflight[0]
+            if batch[-1] <= offset:
+                inflight.popleft()
+                self.done = 0
+                continue
+            if batch[self.done] <= offset:
+                self.done = bisect.bisect_right(batch, offset, self.done)
+            return
 
 
 class SubscriptionState:

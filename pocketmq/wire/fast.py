@@ -1,79 +1,70 @@
-"""The client's fast decoder: a ``raw_records`` pull reply -> :class:`ReceivedMessage` s.
+"""The client's decoder: a ``raw_records`` pull reply -> :class:`ReceivedMessage` s.
 
-A consumer decodes every message it receives, so this is the client's per-message hot path. It
-gives what the reference decoder (:func:`pocketmq.wire.record.decode_records`) gives (a
-property test checks that they agree). Per record: one precompiled header unpack that skips the
-fields a ReceivedMessage has no room for, range checks, one body copy and its CRC; topics,
-queues, hosts and property sets repeat from record to record and are looked up in small caches
-instead of being decoded again.
+A consumer decodes every message it receives, so this is the client's per-message hot path. Per
+record it does at once only what cannot wait or costs little: one precompiled unpack of the
+header integers, the range checks that make the whole reply trustworthy, the body copy with its
+CRC check (ISA-L's CRC-32, the broker's; zlib's result) and the topic and queue (shared by the
+messages of a queue). The fields that cost most to build and that many consumers never read
+(tags, keys, properties, message id, hosts) are left unset: the first read of any of them
+decodes them, once, from the reply (:class:`Reply`), for every message of the reply still in the
+list the decoder returned (a consumer that reads one such field usually reads it of every
+message), and tells the reader's :class:`DecodeHint`: its next replies are decoded whole at once.
+A message gives what the reference decoder (:func:`pocketmq.wire.record.decode_record`) gives; a
+property test checks that they agree.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import socket
 import struct
-import zlib
-from collections.abc import Mapping
+import weakref
+from collections.abc import Iterable
+from typing import Any
+
+from isal.isal_zlib import crc32
 
 from pocketmq.wire.errors import RecordError
-from pocketmq.wire.messages import MessageQueue, ReceivedMessage
+from pocketmq.wire.messages import MessageQueue, MessageSlots, ReceivedMessage
 from pocketmq.wire.record import (
     HEADER_SIZE,
     MAGIC_CODE,
+    POS_PHYSICAL_OFFSET,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     decode_record,
+    field_offset,
     header_format,
     split_keys,
 )
 
-__all__ = ["decode_received"]
+__all__ = ["DecodeHint", "Messages", "Reply", "decode_received"]
 
-#: The header fields a ReceivedMessage uses, hosts as raw 8-byte strings (the host bytes are
-#: the first half of the offset message id).
+#: The header integers a message carries (read at once), and the checks' sizes.
 _HEADER = struct.Struct(header_format(
-    ("total_size", "magic", "body_crc", "queue_id", "queue_offset", "physical_offset",
-     "born_timestamp", "born_host", "store_timestamp", "store_host", "reconsume_times",
-     "body_length"), raw_hosts=True))
-assert _HEADER.size == HEADER_SIZE
+    ("total_size", "magic", "body_crc", "queue_id", "queue_offset", "physical_offset", "born_timestamp",
+     "store_timestamp", "reconsume_times", "body_length")))
+#: What the deferred fields need; hosts as raw 8-byte strings (IPv4 4 + port 4; the store host's
+#: bytes are the first half of the offset message id).
+_REST = struct.Struct(header_format(("total_size", "born_host", "store_host", "body_length"),
+                                    raw_hosts=True))
+assert _HEADER.size == _REST.size == HEADER_SIZE
+#: BORNHOST and STOREHOSTADDRESS, from BORNHOST on (eager decoding).
+_HOSTS = struct.Struct(">8s8x8s")
+_POS_BORN_HOST = field_offset("born_host")
+assert field_offset("store_host") == _POS_BORN_HOST + 16
 _U64 = 0xFFFF_FFFF_FFFF_FFFF
 _CACHE_MAX = 4096
 
-#: raw host (IPv4 4 + port 4) -> ("ip:port", the upper-case hex of the raw bytes: the first half
-#: of an offset message id).
+#: raw host -> ("ip:port", the upper-case hex of the raw bytes: the first half of an offset
+#: message id).
 _hosts: dict[bytes, tuple[str, str]] = {}
 #: raw encoded properties -> (properties, tags, keys) as decode_properties + the KEYS split give.
 _property_sets: dict[bytes, tuple[dict[str, str], str, tuple[str, ...]]] = {}
+_NO_PROPERTIES: tuple[dict[str, str], str, tuple[str, ...]] = ({}, "", ())
 
-
-class _ReceivedMessageBuilder:
-    """A mutable twin of :class:`ReceivedMessage` (the same slots in the same order): created
-    empty, filled with plain attribute stores in the decoding loop (no call per message), then
-    turned into a ReceivedMessage by assigning ``__class__``. ReceivedMessage is a frozen
-    dataclass, and its generated ``__init__`` has to go through ``object.__setattr__`` once per
-    field (about 1.5 us per message, more than the rest of the decoding); this gives an
-    identical object for a fraction of that."""
-
-    __slots__ = ReceivedMessage.__slots__
-
-    topic: str
-    body: bytes
-    tags: str
-    keys: tuple[str, ...]
-    properties: Mapping[str, str]
-    queue: MessageQueue
-    queue_offset: int
-    commit_log_offset: int
-    msg_id: str
-    born_timestamp: int
-    store_timestamp: int
-    born_host: str
-    store_host: str
-    reconsume_times: int
-
-
-assert _ReceivedMessageBuilder.__slots__ == tuple(f.name for f in dataclasses.fields(ReceivedMessage))
+#: Sets a slot of a (frozen) ReceivedMessage. Deferred fields are set this way, not by turning the
+#: message back into a MessageSlots for a moment: another thread may be reading it.
+_set = object.__setattr__
 
 
 def _host(raw: bytes) -> tuple[str, str]:
@@ -103,6 +94,86 @@ def _property_set(raw: bytes) -> tuple[dict[str, str], str, tuple[str, ...]]:
     return hit
 
 
+class DecodeHint:
+    """Whether a reader of decoded replies (a consumer's queue) reads the fields the decoder can
+    defer: once it has read one, its next replies are decoded whole at once, which costs it less
+    than deferring them and decoding them later."""
+
+    __slots__ = ("eager",)
+
+    def __init__(self) -> None:
+        self.eager = False
+
+
+class Messages(list[ReceivedMessage]):
+    """The messages of one reply, as :func:`decode_received` returns them (a list its reply can
+    reach weakly)."""
+
+    __slots__ = ("__weakref__",)
+
+
+class Reply:
+    """One decoded reply: the records (checked when decoded) the deferred fields of its
+    messages are read from. A message holds its reply until those fields are set; the reply
+    reaches its messages only through a weak reference to their list, so nothing here is a
+    reference cycle."""
+
+    __slots__ = ("data", "hint", "messages")
+
+    def __init__(self, data: bytes, messages: Messages, hint: DecodeHint | None) -> None:
+        self.data = data
+        self.messages: weakref.ReferenceType[Messages] | None = weakref.ref(messages)
+        self.hint = hint
+
+    def fill(self, message: ReceivedMessage) -> None:
+        """Set the deferred fields of ``message``: of every message of the reply still in its
+        list (a consumer that reads one such field of a message reads it of the others too),
+        else of ``message`` alone. The messages filled let go of the reply."""
+        ref = self.messages
+        batch = ref() if ref is not None else None
+        self.messages = None
+        if self.hint is not None:
+            self.hint.eager = True
+        if batch is None:
+            self._fill((message,))
+        else:
+            self._fill(batch)
+            if message._source is self:  # no longer in the list
+                self._fill((message,))
+
+    def _fill(self, messages: Iterable[ReceivedMessage]) -> None:
+        data = self.data
+        unpack = _REST.unpack_from
+        hosts = _hosts
+        property_sets = _property_sets
+        header_size = HEADER_SIZE
+        physical = POS_PHYSICAL_OFFSET
+        for message in messages:
+            if message._source is not self:
+                continue
+            pos = message._position
+            total, born_raw, store_raw, body_len = unpack(data, pos)
+            record_end = pos + total
+            body_end = pos + header_size + body_len
+            props_at = body_end + 3 + data[body_end]  # after TOPICLENGTH, TOPIC, PROPERTIESLENGTH
+            if props_at == record_end:
+                props, tags, keys = _NO_PROPERTIES
+            else:
+                props_raw = data[props_at:record_end]
+                hit = property_sets.get(props_raw)
+                props, tags, keys = hit if hit is not None else _property_set(props_raw)
+            born = hosts.get(born_raw) or _host(born_raw)
+            store = hosts.get(store_raw) or _host(store_raw)
+            _set(message, "tags", tags)
+            _set(message, "keys", keys)
+            _set(message, "properties", props.copy())
+            # The offset message id: store host and PHYSICALOFFSET, as upper-case hex.
+            _set(message, "msg_id", store[1] + data[pos + physical:pos + physical + 8].hex().upper())
+            _set(message, "born_host", born[0])
+            _set(message, "store_host", store[0])
+            _set(message, "_source", None)
+
+
 def _corrupt(data: bytes, pos: int) -> RecordError:
     """The error for the record at ``pos``, worded by the reference decoder."""
     try:
@@ -112,49 +183,54 @@ def _corrupt(data: bytes, pos: int) -> RecordError:
     return RecordError(f"at byte {pos}: not a valid record")  # pragma: no cover
 
 
-def decode_received(data: bytes | bytearray | memoryview, broker_name: str) -> list[ReceivedMessage]:
+def decode_received(data: bytes | bytearray | memoryview, broker_name: str,
+                    hint: DecodeHint | None = None) -> Messages:
     """Messages from a ``raw_records`` pull reply: concatenated commit-log records (the broker's
     storage format, CRC-checked here), the same as :func:`~pocketmq.wire.record.decode_records`
-    gives. Raises :class:`RecordError` on bytes that are not valid records."""
+    gives. Raises :class:`RecordError` on bytes that are not valid records. With a ``hint``
+    that says so, nothing is deferred; reading a deferred field sets it."""
     if type(data) is not bytes:
         data = bytes(data)
-    out: list[_ReceivedMessageBuilder] = []
+    out = Messages()
+    eager = hint is not None and hint.eager
+    reply = Reply(data, out, hint)
+    hosts_at = _HOSTS.unpack_from
+    hosts = _hosts
+    property_sets = _property_sets
+    last_born = last_store = b""
+    born_host = store_host = store_hex = ""
     append = out.append
     unpack = _HEADER.unpack_from
-    crc32 = zlib.crc32
-    hosts = _hosts
-    host = _host
-    property_sets = _property_sets
-    property_set = _property_set
-    new = _ReceivedMessageBuilder
-    new_obj = object.__new__
+    check = crc32
+    new = object.__new__
+    builder = MessageSlots
     received = ReceivedMessage
     magic_code = MAGIC_CODE
-    u64 = _U64
+    header_size = HEADER_SIZE
     queues: dict[tuple[bytes, int], tuple[str, MessageQueue]] = {}
     last_topic = b""
     last_queue_id = -1
     topic = ""
     queue = MessageQueue("", broker_name, -1)
-    no_properties: tuple[dict[str, str], str, tuple[str, ...]] = ({}, "", ())
     pos = 0
     end = len(data)
     while pos < end:
         try:
-            (total, magic, crc, queue_id, queue_offset, physical_offset, born_ts, born_raw, store_ts,
-             store_raw, reconsume, body_len) = unpack(data, pos)
+            (total, magic, crc, queue_id, queue_offset, physical_offset, born_ts, store_ts, reconsume,
+             body_len) = unpack(data, pos)
         except struct.error:
             raise _corrupt(data, pos) from None
         record_end = pos + total
-        body_end = pos + HEADER_SIZE + body_len
+        body_at = pos + header_size
+        body_end = body_at + body_len
         if magic != magic_code or body_len < 0 or body_end + 3 > record_end or record_end > end:
             raise _corrupt(data, pos)
         props_at = body_end + 1 + data[body_end]  # after TOPICLENGTH + TOPIC
         if props_at + 2 > record_end or (props_at + 2 + (data[props_at] << 8 | data[props_at + 1])
                                          != record_end):
             raise _corrupt(data, pos)
-        body = data[pos + HEADER_SIZE:body_end]
-        if crc32(body) != crc:
+        body = data[body_at:body_end]
+        if check(body) != crc:
             raise _corrupt(data, pos)
         topic_raw = data[body_end + 1:props_at]
         if queue_id != last_queue_id or topic_raw != last_topic:
@@ -165,30 +241,39 @@ def decode_received(data: bytes | bytearray | memoryview, broker_name: str) -> l
                 known = queues[key] = (name, MessageQueue(name, broker_name, queue_id))
             topic, queue = known
             last_topic, last_queue_id = topic_raw, queue_id
-        if props_at + 2 == record_end:
-            props, tags, keys = no_properties
-        else:
-            props_raw = data[props_at + 2:record_end]
-            hit = property_sets.get(props_raw)
-            props, tags, keys = hit if hit is not None else property_set(props_raw)
-        born = hosts.get(born_raw) or host(born_raw)
-        store = hosts.get(store_raw) or host(store_raw)
-        msg = new_obj(new)
+        msg: Any = new(builder)
         msg.topic = topic
-        msg.body = body
-        msg.tags = tags
-        msg.keys = keys
-        msg.properties = props.copy()
         msg.queue = queue
+        msg.body = body
         msg.queue_offset = queue_offset
         msg.commit_log_offset = physical_offset
-        msg.msg_id = f"{store[1]}{physical_offset & u64:016X}"
         msg.born_timestamp = born_ts
         msg.store_timestamp = store_ts
-        msg.born_host = born[0]
-        msg.store_host = store[0]
         msg.reconsume_times = reconsume
-        msg.__class__ = received  # type: ignore[assignment]
+        if eager:
+            born_raw, store_raw = hosts_at(data, pos + _POS_BORN_HOST)
+            if born_raw != last_born:
+                born_host = (hosts.get(born_raw) or _host(born_raw))[0]
+                last_born = born_raw
+            if store_raw != last_store:
+                store_host, store_hex = hosts.get(store_raw) or _host(store_raw)
+                last_store = store_raw
+            if props_at + 2 == record_end:
+                msg.properties = {}
+                msg.tags = ""
+                msg.keys = ()
+            else:
+                props_raw = data[props_at + 2:record_end]
+                hit = property_sets.get(props_raw)
+                props, msg.tags, msg.keys = hit if hit is not None else _property_set(props_raw)
+                msg.properties = props.copy()
+            msg.msg_id = f"{store_hex}{physical_offset & _U64:016X}"
+            msg.born_host = born_host
+            msg.store_host = store_host
+        else:
+            msg._source = reply
+            msg._position = pos
+        msg.__class__ = received
         append(msg)
         pos = record_end
-    return out  # type: ignore[return-value]
+    return out

@@ -25,7 +25,7 @@ from services.broker.longpoll import QueueNotifier
 from services.broker.metadata import TopicConfig, TopicConfigManager
 from services.broker.metrics import BrokerMetrics
 from services.broker.rewrite import is_special, rewrite_special
-from services.broker.storage import record
+from services.broker.storage import bulk, record
 from services.broker.storage.config import FlushDiskType, StoreConfig
 from services.broker.storage.status import PutMessageStatus, PutResult
 from services.broker.storage.store import MessageStore, refused
@@ -74,6 +74,43 @@ _REMARKS = {
     PutMessageStatus.SLAVE_NOT_AVAILABLE:
         "stored on the master, but no slave is connected or in sync, so it is not replicated yet",
 }
+
+
+def _varint_size(value: int) -> int:
+    """Bytes of ``value`` as a protobuf varint (negative int32/int64 values take 10)."""
+    return 10 if value < 0 else max(1, (value.bit_length() + 6) // 7)
+
+
+def _string_field_size(text: str) -> int:
+    """Bytes of a set string field numbered below 16 (0 when empty: proto3 leaves it out)."""
+    if not text:
+        return 0
+    n = len(text.encode())
+    return 1 + _varint_size(n) + n
+
+
+def _body_message_size(body_length: int) -> int:
+    """Bytes of one ``messages`` entry of a SendMessageBatchRequest that has a body of
+    ``body_length`` (> 0) bytes and no other field."""
+    inner = 1 + _varint_size(body_length) + body_length
+    return 1 + _varint_size(inner) + inner
+
+
+def bodies_only(request: broker_pb2.SendMessageBatchRequest, lengths: Sequence[int]) -> bool:
+    """Whether every message of ``request`` (of these body lengths, each > 0) has a body and no
+    other field (no topic, tags, keys, properties, delay level, flag, nor a field this broker
+    does not know): true exactly when the request's encoded size is that of its own fields plus
+    body-only messages (every field present adds bytes; proto3 leaves unset ones out). One size
+    computation for the batch instead of reading each message's fields."""
+    first = lengths[0]
+    if min(lengths) == max(lengths):
+        messages = _body_message_size(first) * len(lengths)
+    else:
+        messages = sum(map(_body_message_size, lengths))
+    own = (_string_field_size(request.topic) + _string_field_size(request.producer_group)
+           + sum(1 + _varint_size(v) for v in (request.queue_id, request.born_timestamp, request.request_id)
+                 if v))
+    return bool(request.ByteSize() == own + messages)
 
 
 class SendService:
@@ -266,6 +303,24 @@ class SendService:
         born = request.born_timestamp or int(time.time() * 1000)
         producer_group = request.producer_group
         max_size = self.store_config.max_message_size
+        try:
+            plain_tail, plain_code = record.encode_tail(
+                topic, {record.PROPERTY_PRODUCER_GROUP: producer_group} if producer_group else _NO_PROPERTIES)
+        except record.RecordError as exc:
+            return await self._finish(refused(exc), queue_id, started, count, 0)
+        bodies = [msg.body for msg in messages]
+        lengths = list(map(len, bodies))
+        if min(lengths) > 0 and max(lengths) <= max_size and bodies_only(request, lengths):
+            # Messages with a body and nothing else (the usual batch): one record encode for
+            # the whole batch (services/broker/storage/bulk.py), no object per message.
+            try:
+                batch = bulk.uniform_batch(topic, queue_id, bodies, plain_tail, plain_code, 0, born,
+                                           born_host, lengths)
+            except record.RecordError as exc:
+                return await self._finish(refused(exc), queue_id, started, count, 0)
+            indexed = [record.Message(topic, b"", queue_id)] * count
+            return await self._finish(self.append_uniform(batch, indexed), queue_id, started, count,
+                                      sum(lengths))
         # One topic, queue and born host per batch: encode the topic (and the producer group, the
         # only property most batches carry) once, and build each record's store form straight
         # from the request (no Message, no per-message property dict when it has none).
@@ -278,8 +333,6 @@ class SendService:
         total = 0
         try:
             born_ip = record.host_bytes(born_host[0])
-            plain_tail, plain_code = encode_tail(
-                topic, {record.PROPERTY_PRODUCER_GROUP: producer_group} if producer_group else _NO_PROPERTIES)
             for msg in messages:
                 body = msg.body
                 size = len(body)
@@ -383,6 +436,13 @@ class SendService:
         if result.stored and prepared:
             first = prepared[0]
             self.notifier.notify(first.topic, first.queue_id)
+        return result
+
+    def append_uniform(self, batch: bulk.UniformBatch, messages: Sequence[record.Message]) -> PutResult:
+        """:meth:`append_prepared` for a batch made by :func:`~services.broker.storage.bulk.uniform_batch`."""
+        result = self.store.append_uniform(batch, messages)
+        if result.stored:
+            self.notifier.notify(batch.topic, batch.queue_id)
         return result
 
     async def deliver(self, msgs: list[record.Message]) -> PutResult:

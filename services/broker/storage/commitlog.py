@@ -22,6 +22,7 @@ Recovery helpers (:meth:`recover_from_checkpoint`, :meth:`recover_by_scan`) are 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import mmap
 import os
@@ -30,7 +31,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from time import time_ns
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from pocketmq.wire.record import header_format
 from services.broker.storage.record import (
@@ -65,6 +66,7 @@ from services.broker.storage.record import (
 )
 from services.broker.storage.segment import (
     ALL_IN_FILE,
+    DIRECT_ALIGN,
     DIRECT_MIN,
     PAGE_SIZE,
     Segment,
@@ -75,7 +77,8 @@ from services.broker.storage.segment import (
 from services.broker.storage.segment_queue import SegmentQueue
 from services.broker.storage.status import PutMessageStatus, PutResult
 
-if TYPE_CHECKING:  # (the batch path imports its module on first use)
+if TYPE_CHECKING:  # (the batch paths import their modules on first use)
+    from services.broker.storage.bulk import UniformBatch
     from services.broker.storage.dispatch import DispatchBatch, Scanner
 
 log = logging.getLogger(__name__)
@@ -109,11 +112,21 @@ BATCH_RECORDS_MIN = 128
 SCAN_BYTES = 2 * 1024 * 1024
 #: A slave keeps the last this many replicated bytes in memory for its dispatcher.
 DISPATCH_RING = 32 * 1024 * 1024
+#: Pieces of at least this many bytes are copied into the dispatch ring with the GIL released
+#: (``ctypes.memmove``: the dispatcher and the event loop run meanwhile).
+NOGIL_COPY_MIN = 64 * 1024
+#: A bulk append waits at most this long for the dispatcher to free ring space (then the ring
+#: starts again past it, and the dispatcher reads the bytes in between from the file).
+RING_WAIT_S = 0.5
 #: Size of each of the two write buffers of a master's appends (``write_buffer``: RocketMQ's
 #: transient store pool); a larger record is written through the mapping.
 WRITE_BUFFER_SIZE = 4 * 1024 * 1024
 #: The appender wakes the committer each time this many bytes are buffered.
 COMMIT_CHUNK = 128 * 1024
+#: ... and a batch appender each time this many: batches fill the buffer fast, and each wake
+#: costs the appending thread a thread switch while it holds the GIL (a commit every 512 KiB
+#: still leaves the 4 MiB buffer far from full).
+BATCH_COMMIT_CHUNK = 512 * 1024
 
 # TOTALSIZE and MAGICCODE: the dispatcher's first look at a record.
 _PREFIX = PREFIX.unpack_from
@@ -138,6 +151,11 @@ class QueueIndex(Protocol):
 
     def put(self, queue_offset: int, physical_offset: int, size: int, tags_code: int) -> bool:
         """Index a record; False if that queue offset is already indexed."""
+        ...
+
+    def put_run(self, queue_offset: int, entries: bytes, physical_end: int) -> None:
+        """Index the records of one append: their entries back to back, for the queue offsets
+        from ``queue_offset`` (:attr:`max_offset`), the last record ending at ``physical_end``."""
         ...
 
 
@@ -276,6 +294,13 @@ class CommitLog:
         #: Held while appending, dispatching, truncating; take it to change the log and the
         #: consume queues consistently.
         self.lock = threading.Lock()
+        #: One :meth:`append_data` at a time (taken before :attr:`lock`): its direct writes
+        #: run outside :attr:`lock` (see :meth:`_write_outside_lock`) ...
+        self._append_data_lock = threading.Lock()
+        #: ... while this is True; whoever else changes the log under :attr:`lock` first waits
+        #: for them (:meth:`wait_writes`).
+        self._writing = False
+        self._writes_done = threading.Condition(threading.Lock())
         self._queue = SegmentQueue(directory, segment_size, sync=sync)
         self._segment_size = segment_size
         #: A record must fit in one segment with room for the end-of-file blank.
@@ -331,15 +356,21 @@ class CommitLog:
         self._scanner_: Scanner | None = None
         self._batch_ok = True
         #: Batch dispatch reads the records it validates into this buffer (see
-        #: :meth:`Segment.read_into`), at most this much per batch.
-        self._scan_buf = memoryview(bytearray(SCAN_BYTES))
+        #: :meth:`_read_undispatched`), at most :data:`SCAN_BYTES` per batch (page-aligned,
+        #: with room for a direct read's first partial block) ...
+        self._scan_buf = memoryview(mmap.mmap(-1, SCAN_BYTES + DIRECT_ALIGN))
         #: ... and the reput thread, outside the lock, into this one.
-        self._reput_buf = memoryview(bytearray(SCAN_BYTES))
+        self._reput_buf = memoryview(mmap.mmap(-1, SCAN_BYTES + DIRECT_ALIGN))
         #: Replicated bytes ``[_ring_from, _ring_end)`` kept for the dispatcher (see
         #: :meth:`_keep_for_dispatch`; made on the first bulk append).
         self._ring: mmap.mmap | None = None
+        self._ring_addr = 0
+        self._numpy: Any = None
         self._ring_from = 0
         self._ring_end = 0
+        #: Bumped whenever the ring starts again somewhere else (a scan made in it outside the
+        #: lock meanwhile is void: the new bytes may have gone where it read).
+        self._ring_restarts = 0
         #: Bumped whenever written bytes are cut away (a scan made outside the lock is void).
         self._generation = 0
         self.closed = False
@@ -476,6 +507,8 @@ class CommitLog:
         try:
             if self.closed:
                 raise StoreClosedError("commit log is closed")
+            if self._writing:
+                self.wait_writes()
             seg = self._queue.active
             if seg is None or seg.write_pos + size + END_FILE_MIN_BLANK_LENGTH > seg.size:
                 seg = self._roll()
@@ -543,6 +576,8 @@ class CommitLog:
         with self.lock:
             if self.closed:
                 raise StoreClosedError("commit log is closed")
+            if self._writing:
+                self.wait_writes()
             if self._dispatched != self._queue.max_offset:  # replicated records not yet dispatched
                 self._dispatch_locked(None, True)
             ts = self._store_timestamp()
@@ -603,6 +638,60 @@ class CommitLog:
         return PutResult(PutMessageStatus.PUT_OK, queue_offsets, physical_offsets, wrote, end, ts,
                          self.store_host)
 
+    def append_uniform(self, batch: UniformBatch) -> PutResult:
+        """:meth:`append_batch` for records that differ only in their bodies (one topic and
+        queue; see :mod:`~services.broker.storage.bulk`): the batch encoded at once into one
+        write and indexed with one consume queue write. All or nothing, as
+        :meth:`append_batch`; a batch too large for one segment goes through it."""
+        from services.broker.storage.bulk import encode_uniform, prepared_records, queue_entries
+
+        n = len(batch)
+        if batch.max_size > self._max_record:
+            raise MessageTooLargeError(batch.max_size, self._max_record)
+        total = batch.total
+        if total + END_FILE_MIN_BLANK_LENGTH > self._segment_size:
+            return self.append_batch(prepared_records(batch))
+        topic, queue_id = batch.topic, batch.queue_id
+        with self.lock:
+            if self.closed:
+                raise StoreClosedError("commit log is closed")
+            if self._writing:
+                self.wait_writes()
+            if self._dispatched != self._queue.max_offset:  # replicated records not yet dispatched
+                self._dispatch_locked(None, True)
+            ts = self._store_timestamp()
+            index = self._find((topic, queue_id)) or self._create(topic, queue_id)
+            first_queue_offset = index.max_offset
+            seg = self._queue.last
+            rollback_to = self.max_offset if seg is not None else None
+            try:
+                if seg is None or seg.write_pos + total + END_FILE_MIN_BLANK_LENGTH > seg.size:
+                    seg = self._roll()
+                    if rollback_to is None:
+                        rollback_to = seg.start
+                pos = seg.write_pos
+                first = seg.start + pos
+                if pos + total > seg.refill_pos:
+                    self._refill(seg, pos + total)
+                data, offsets = encode_uniform(batch, first_queue_offset, first, ts, self._store_ip,
+                                               self._store_port)
+                if self._buffered:
+                    self._append_buffered(seg, data)
+                else:
+                    seg.append(data)
+            except BaseException:
+                if rollback_to is not None:
+                    self._commit_locked()
+                    self._queue.truncate(rollback_to)
+                    self._generation += 1
+                raise
+            end = first + total
+            index.put_run(first_queue_offset, queue_entries(batch, offsets), end)
+            self._dispatched = end
+        queue_offsets = range(first_queue_offset, first_queue_offset + n)
+        return _new_result(PutResult, (PutMessageStatus.PUT_OK, queue_offsets, offsets.tolist(), total, end,
+                                       ts, self.store_host, ""))
+
     # -- appending (slave) ---------------------------------------------------------------------
 
     def append_data(self, start_offset: int, data: ReadableBuffer | Sequence[ReadableBuffer]) -> int:
@@ -619,7 +708,16 @@ class CommitLog:
         data (the log is then cut back to it, and nothing of this call is written).
         """
         pieces = (data,) if isinstance(data, (bytes, bytearray, memoryview)) else data
+        with self._append_data_lock:
+            if self._ring is not None and self.reput_wakeup is not None:
+                total = sum(len(piece) for piece in pieces)
+                if total >= DIRECT_MIN:  # (only bulk appends go through the ring)
+                    self._await_dispatcher(start_offset + total)
+            return self._append_data(start_offset, pieces)
+
+    def _append_data(self, start_offset: int, pieces: Sequence[ReadableBuffer]) -> int:
         size = self._segment_size
+        writes: list[memoryview] | None = None
         with self.lock:
             if self.closed:
                 raise StoreClosedError("commit log is closed")
@@ -661,6 +759,12 @@ class CommitLog:
             in_ring = bulk and self._keep_for_dispatch(start_offset, pieces, end)
             stage = self._staging() if self._direct_write and bulk and not in_ring else None
             direct = 0
+            if (in_ring and self._direct_write and len(runs) == 1 and last is not None
+                    and start_offset < last.end):
+                # The bytes are safe in the ring: write them outside the lock (below).
+                writes = self._ring_views(start_offset, end)
+                self._writing = True
+                runs = []
             for i, (run_start, run) in enumerate(runs):
                 seg = last if last is not None and run_start < last.end else self._new_segment(run_start)
                 if last is None:
@@ -679,6 +783,10 @@ class CommitLog:
             # while appends go direct: their pages would only be dropped again).
             warm = (bool(runs) and not direct and last is not None
                     and last.warmed_pos < last.write_pos + self._warm_size // 2)
+        if writes is not None:
+            assert last is not None
+            new_max = self._write_outside_lock(last, start_offset, writes)
+            runs = [(start_offset, [])]
         if runs:
             wakeup = self.reput_wakeup
             if wakeup is not None:
@@ -686,6 +794,56 @@ class CommitLog:
             if warm and (wakeup := self.warm_wakeup) is not None:
                 wakeup()
         return new_max
+
+    def _write_outside_lock(self, seg: Segment, start: int, views: list[memoryview]) -> int:
+        """Write ring bytes at log offset ``start`` of ``seg`` direct, without :attr:`lock`
+        (:attr:`_writing` is set): a direct write waits for the disk, and meanwhile the
+        dispatcher indexes what came before and readers read. The segment's write position
+        moves once the bytes are in the file, so no reader sees them earlier. Returns the new
+        max offset."""
+        try:
+            if seg.write_at(start - seg.start, views, aligned=True):
+                self._last_direct_append = self._last_bulk_append
+        finally:
+            with self._writes_done:
+                self._writing = False
+                self._writes_done.notify_all()
+        return self.max_offset
+
+    def wait_writes(self) -> None:
+        """Wait until no :meth:`append_data` writes outside the lock (hold :attr:`lock`: no
+        new one starts meanwhile)."""
+        if self._writing:
+            with self._writes_done:
+                while self._writing:
+                    self._writes_done.wait()
+
+    def _await_dispatcher(self, end: int) -> None:
+        """Before a bulk append up to ``end`` that would overwrite ring bytes the dispatcher
+        has not read: wait (at most :data:`RING_WAIT_S`) until it has. So while a slave catches
+        up, the dispatcher validates everything from memory, right behind the writer, instead
+        of falling behind and reading the log back from the disk at the end (slower than the
+        catch-up itself); the catch-up goes at the pace of the slower of the two."""
+        room = DISPATCH_RING - SCAN_BYTES
+        if (end - self._dispatched <= room or end - self._ring_end > room
+                or self._ring_from > self._dispatched):  # (it reads the file: do not wait for it)
+            return
+        wakeup = self.reput_wakeup
+        if wakeup is not None:
+            wakeup()
+        deadline = time.monotonic() + RING_WAIT_S
+        cond = self._dispatch_cond
+        with cond:
+            self._dispatch_waiters += 1
+            try:
+                while (end - self._dispatched > room and self._dispatch_error is None
+                       and not self.closed):
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return
+                    cond.wait(min(left, 0.01))
+            finally:
+                self._dispatch_waiters -= 1
 
     def _keep_for_dispatch(self, start: int, pieces: Sequence[ReadableBuffer], end: int) -> bool:
         """Copy replicated bytes ``[start, end)`` into the dispatch ring (hold the lock; the
@@ -699,16 +857,29 @@ class CommitLog:
             return False
         if self._ring is None:
             self._ring = mmap.mmap(-1, DISPATCH_RING)
+            self._ring_addr = ctypes.addressof(ctypes.c_char.from_buffer(self._ring))
+            try:  # (the address of a read-only piece; without NumPy, copies hold the GIL)
+                import numpy
+
+                self._numpy = numpy
+            except ImportError:
+                self._numpy = None
             self._ring_from = start
         if self._ring_end != start:
             self._ring_from = start
+            self._ring_restarts += 1
         ring = self._ring
+        np = self._numpy
         at = start % DISPATCH_RING
         for piece in pieces:
             view = memoryview(piece)
             while len(view):
                 n = min(len(view), DISPATCH_RING - at)
-                ring[at:at + n] = view[:n]
+                if n >= NOGIL_COPY_MIN and np is not None and view.contiguous:
+                    source = np.frombuffer(view[:n], dtype=np.uint8).ctypes.data
+                    ctypes.memmove(self._ring_addr + at, source, n)  # (releases the GIL)
+                else:
+                    ring[at:at + n] = view[:n]
                 view = view[n:]
                 at = (at + n) % DISPATCH_RING
         self._ring_end = end
@@ -725,21 +896,34 @@ class CommitLog:
             views.append(view[:end - start - first])
         return views
 
-    def _read_undispatched(self, seg: Segment, offset: int, buf: memoryview) -> int:
-        """Bytes from ``offset`` into ``buf`` (at most to the segment's write position): from
-        the dispatch ring if it holds them, else from the file. Returns how many."""
-        n = min(len(buf), seg.write_pos - (offset - seg.start))
+    def _read_undispatched(self, seg: Segment, offset: int, buf: memoryview, size: int) -> memoryview:
+        """Up to ``size`` bytes from ``offset`` (at most to the segment's write position) in
+        ``buf`` (one of the scan buffers): from the dispatch ring if it holds them, else from
+        the file, with ``O_DIRECT`` under replicaDirectWrite (what went to the disk direct is
+        read back without filling the page cache, which costs more than the scan itself on a
+        VM). Returns the view of ``buf`` holding them."""
+        n = min(size, len(buf) - DIRECT_ALIGN, seg.write_pos - (offset - seg.start))
         ring = self._ring
-        if ring is not None and self._ring_from <= offset and offset + n <= self._ring_end:
+        if ring is not None and self._ring_from <= offset < self._ring_end:
+            n = min(n, self._ring_end - offset)  # (what the ring holds; the rest next time)
             at = offset % DISPATCH_RING
             first = min(n, DISPATCH_RING - at)
+            if first == n:
+                # Validated in place: the writer never overwrites ring bytes less than a ring
+                # ahead of the dispatcher, which moves only after this scan (a ring restart
+                # voids a scan made outside the lock: see _reput_batch).
+                return memoryview(ring)[at:at + n]
             buf[:first] = ring[at:at + first]
             if first < n:
                 buf[first:n] = ring[:n - first]
             # (the writer only overwrites bytes more than a ring behind the dispatcher)
             if self._ring_from <= offset:
-                return n
-        return seg.read_into(offset - seg.start, buf[:n])
+                return buf[:n]
+        if self._direct_write:
+            view = seg.read_direct_into(offset - seg.start, n, buf)
+            if view is not None:
+                return view
+        return buf[:seg.read_into(offset - seg.start, buf[:n])]
 
     def _staging(self) -> memoryview:
         if self._stage is None:
@@ -770,6 +954,11 @@ class CommitLog:
         wakeup = self.warm_wakeup
         if wakeup is not None:
             wakeup()
+
+    def batch_pending(self) -> bool:
+        """Whether a batch's worth of replicated bytes (:data:`BATCH_DISPATCH_MIN`) waits for
+        the dispatcher."""
+        return self._queue.max_offset - self._dispatched >= BATCH_DISPATCH_MIN
 
     def receiving_in_bulk(self) -> bool:
         """Whether an :meth:`append_data` of at least ``DIRECT_MIN`` bytes came in the last
@@ -810,6 +999,8 @@ class CommitLog:
         offset = self._dispatched
         if self._prefetched >= offset + PREFETCH_SIZE // 2 or offset >= self._queue.max_offset:
             return
+        if self._ring is not None and self._ring_from <= offset < self._ring_end:
+            return  # (it reads the dispatch ring)
         seg = self._queue.find(offset)
         if seg is None:
             return
@@ -839,13 +1030,27 @@ class CommitLog:
             count, reason = self._dispatch_locked(None, True)
             return count, reason, self._dispatched
 
-    def reput(self, max_records: int = REPUT_BATCH) -> int:
-        """Dispatch up to ``max_records`` whole records from :attr:`dispatched_offset` (one lock
-        acquisition: call it in a loop, letting other threads run in between). An invalid
-        record stops dispatching for good: it is logged, reported in :attr:`dispatch_error`
-        and never indexed. Returns the records dispatched (0: nothing more to do for now)."""
+    def reput(self, max_records: int = REPUT_BATCH, *, batch_only: bool = False) -> int:
+        """Dispatch up to ``max_records`` whole records from :attr:`dispatched_offset` (batches
+        outside the lock, then one lock acquisition for the rest: call it in a loop, letting
+        other threads run in between; ``batch_only``: not the rest, e.g. while the writer is
+        just ahead). An invalid record stops dispatching for good: it is logged, reported in
+        :attr:`dispatch_error` and never indexed. Returns the records dispatched (0: nothing
+        more to do for now)."""
         before = self._dispatched
-        count = self._reput_batch(max_records) if max_records >= BATCH_RECORDS_MIN else 0
+        count = 0
+        if max_records >= BATCH_RECORDS_MIN:
+            # Batches outside the lock for as long as they go (the locked path below would
+            # hold the appending thread up for its reads and scans).
+            while count < max_records:
+                more = self._reput_batch(max_records - count)
+                if not more:
+                    break
+                count += more
+        if batch_only:
+            if count:
+                self._dispatched_to(before)
+            return count
         with self.lock:
             if self.closed or self._dispatch_error is not None:
                 return count
@@ -860,13 +1065,17 @@ class CommitLog:
                           "there on is served; the next replicated append cuts the log back there",
                           offset, reason)
         if offset != before:
-            if self._dispatch_waiters:
-                with self._dispatch_cond:
-                    self._dispatch_cond.notify_all()
-            listener = self.on_dispatched
-            if listener is not None:
-                listener(offset)
+            self._dispatched_to(before)
         return count
+
+    def _dispatched_to(self, before: int) -> None:
+        """The dispatcher moved on from ``before``: wake its waiters and tell the listener."""
+        if self._dispatch_waiters:
+            with self._dispatch_cond:
+                self._dispatch_cond.notify_all()
+        listener = self.on_dispatched
+        if listener is not None:
+            listener(self._dispatched)
 
     @property
     def _scanner(self) -> Scanner | None:
@@ -891,6 +1100,7 @@ class CommitLog:
         takes over, e.g. for a blank, an incomplete or an invalid record)."""
         offset = self._dispatched
         generation = self._generation
+        restarts = self._ring_restarts
         seg = self._queue.find(offset)
         if seg is None or self.closed or self._dispatch_error is not None or not seg.hold():
             return 0
@@ -902,15 +1112,15 @@ class CommitLog:
             scanner = self._scanner
             if scanner is None:
                 return 0
-            buf = self._reput_buf
-            got = self._read_undispatched(seg, offset, buf[:available])
-            batch = scanner.scan(buf, offset, got, seg.size - pos, max_records, self.reput_check_crc)
+            data = self._read_undispatched(seg, offset, self._reput_buf, available)
+            batch = scanner.scan(data, offset, len(data), seg.size - pos, max_records, self.reput_check_crc)
         finally:
             seg.release()
         if batch is None:
             return 0
         with self.lock:
-            if self.closed or self._dispatched != offset or self._generation != generation:
+            if (self.closed or self._dispatched != offset or self._generation != generation
+                    or self._ring_restarts != restarts):
                 return 0
             self._dispatcher.dispatch_batch(batch)
             self._dispatched = batch.end_offset
@@ -981,9 +1191,9 @@ class CommitLog:
                 scanner = self._scanner if try_batch and available >= BATCH_DISPATCH_MIN and (
                     limit < 0 or limit - count >= BATCH_RECORDS_MIN) else None
                 if scanner is not None:
-                    got = self._read_undispatched(seg, base + pos, scan_buf[:available])
-                    batch = scanner.scan(scan_buf, base + pos, got, size - pos,
-                                         limit - count if limit > 0 else got, check_crc)
+                    data = self._read_undispatched(seg, base + pos, scan_buf, available)
+                    batch = scanner.scan(data, base + pos, len(data), size - pos,
+                                         limit - count if limit > 0 else len(data), check_crc)
                     if batch is not None:
                         dispatch_batch(batch)
                         count += len(batch)
@@ -1174,7 +1384,7 @@ class CommitLog:
             mm[at + 8:at + n] = view[8:]
             mm[at:at + 8] = view[:8]
             self._wb_len = at + n
-            if (at + n) // COMMIT_CHUNK != at // COMMIT_CHUNK and self.commit_wakeup is not None:
+            if (at + n) // BATCH_COMMIT_CHUNK != at // BATCH_COMMIT_CHUNK and self.commit_wakeup is not None:
                 self.commit_wakeup()
         else:
             mm[at:at + n] = data
@@ -1264,6 +1474,7 @@ class CommitLog:
     def truncate_locked(self, offset: int) -> None:
         """Cut the log back to ``offset`` (hold :attr:`lock`; the caller fixes the consume
         queues)."""
+        self.wait_writes()
         self._commit_locked()
         if self._mark is not None:  # records cut away must never be replayed
             for buf in (self._wb, self._wb_spare):
@@ -1404,6 +1615,7 @@ class CommitLog:
     def close(self) -> None:
         with self.lock:
             self.closed = True
+            self.wait_writes()
             self._commit_locked()
             self._queue.close()
             if self._stage is not None:

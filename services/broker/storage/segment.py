@@ -143,8 +143,8 @@ class Segment:
             fd = -1
         #: The file's descriptor, or -1 (not kept: see :meth:`_file`).
         self._fd = fd
-        #: Descriptor opened with ``O_DIRECT`` for :meth:`write_at` (-1: not yet; None: the
-        #: file system refuses direct I/O).
+        #: Descriptor opened with ``O_DIRECT`` for :meth:`write_at` and
+        #: :meth:`read_direct_into` (-1: not yet; None: the file system refuses direct I/O).
         self._direct_fd: int | None = -1
         self.path = path
         self.start = start
@@ -350,7 +350,7 @@ class Segment:
                 self._direct_fd = None
             else:
                 try:
-                    self._direct_fd = os.open(self.path, os.O_WRONLY | _O_DIRECT)
+                    self._direct_fd = os.open(self.path, os.O_RDWR | _O_DIRECT)
                 except OSError as exc:
                     log.info("cannot open %s for direct writes (%s); writing through the page cache",
                              self.path, exc.strerror)
@@ -503,6 +503,33 @@ class Segment:
         return True
 
     # -- reading -------------------------------------------------------------------------------
+
+    def read_direct_into(self, pos: int, size: int, buf: memoryview) -> memoryview | None:
+        """Read ``size`` bytes from ``pos`` (fewer past the end of the file) with ``O_DIRECT``
+        into ``buf`` (page-aligned, a multiple of :data:`DIRECT_ALIGN` long and at least
+        ``size + DIRECT_ALIGN``): whole blocks from the block holding ``pos``, so no page-cache
+        page is allocated for bytes read once (on a VM the first touch of a page the guest has
+        not used lately is its dearest part); the kernel first writes back any cached dirty
+        page of the range, so what :meth:`write_at` wrote either way is read. Returns the view
+        of ``buf`` holding the bytes from ``pos``, or None if direct I/O is not available here
+        (the caller then uses :meth:`read_into`)."""
+        fd = self._open_direct()
+        if fd is None:
+            return None
+        lo = pos - pos % DIRECT_ALIGN
+        size = max(0, min(size, self.size - pos, len(buf) - DIRECT_ALIGN))
+        want = -(-(pos - lo + size) // DIRECT_ALIGN) * DIRECT_ALIGN
+        done = 0
+        try:
+            while done < want:
+                n = os.preadv(fd, [buf[done:want]], lo + done)
+                if n <= 0:
+                    break
+                done += n
+        except OSError:
+            return None  # (the caller's read through the page cache reports a real error)
+        got = max(0, min(done - (pos - lo), size))
+        return buf[pos - lo:pos - lo + got]
 
     def read_into(self, pos: int, buf: memoryview) -> int:
         """Copy the file's bytes from ``pos`` into ``buf`` with ``preadv`` (the GIL is released

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Collection, Iterable, Sequence
 from concurrent.futures import Future
 from types import TracebackType
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from services.broker.storage.checkpoint import (
     Checkpoint,
@@ -58,6 +58,9 @@ from services.broker.storage.status import (
     RecoveryInfo,
 )
 
+if TYPE_CHECKING:
+    from services.broker.storage.bulk import UniformBatch
+
 log = logging.getLogger(__name__)
 
 #: Entries a filtered pull may scan (RocketMQ's maxFilterMessageCount).
@@ -68,15 +71,15 @@ MAX_FILTER_SCAN = 16_000
 REPUT_BATCH_STREAMING = 16
 #: ... and how long it sleeps between those batches (the appender gets the GIL back at once) ...
 REPUT_PAUSE_S = 0.0002
-#: ... or, while the slave receives in bulk (``CommitLog.receiving_in_bulk``: it is catching
-#: up), this long: the commit log, which the ack counts, comes first, and the consume queues
-#: catch up when the stream slows down, then in large batches (``storage/dispatch.py``:
-#: about 0.5 us of CPU a 1 KiB record). (Dispatching in large batches while a catch-up streams
-#: in made the consume queues keep up, but slowed the catch-up and SYNC_MASTER acks on a busy
-#: machine.) ...
-REPUT_PAUSE_BULK_S = 0.002
-#: ... and per lock acquisition once the stream pauses (catching up at full speed).
+#: ... and per call once the stream pauses, or while the slave receives in bulk
+#: (``CommitLog.receiving_in_bulk``: it is catching up): then whole batches (``storage/
+#: dispatch.py``: about 0.4 us of CPU a 1 KiB record) from the dispatch ring, outside the
+#: commit log lock, right behind the writer, which waits for them when it gets a ring ahead
+#: (so nothing is read back from the disk: that cost more than the validation itself) ...
 REPUT_BATCH_IDLE = 8192
+#: ... with this pause when less than a batch is there (the records at the writer then go
+#: :data:`REPUT_BATCH_STREAMING` at a time).
+REPUT_PAUSE_BULK_S = 0.002
 
 AppendListener = Callable[[int], None]
 DispatchListener = Callable[[int], None]
@@ -253,6 +256,7 @@ class MessageStore:
             self._committer.stop()
         with self._log.lock:  # no append in flight after this
             self._log.closed = True
+            self._log.wait_writes()
         self._log.flush(0)
         if self._group_commit is not None:
             self._group_commit.stop()
@@ -426,14 +430,35 @@ class MessageStore:
             return _refused(exc)
         except Exception as exc:
             return _append_failed(exc)
-        if self._listeners and prepared:
+        if prepared:
+            self._appended(result, messages)
+        return result
+
+    def append_uniform(self, batch: UniformBatch, messages: Sequence[Message]) -> PutResult:
+        """:meth:`append_prepared` for a batch whose records differ only in their bodies, made
+        by :func:`~services.broker.storage.bulk.uniform_batch` (encoded and indexed in bulk)."""
+        if not self._running:
+            return _not_available()
+        if batch.max_size > self._max_message_size:
+            return _refused(MessageTooLargeError(batch.max_size, self._max_message_size))
+        try:
+            result = self._log.append_uniform(batch)
+        except RecordError as exc:
+            return _refused(exc)
+        except Exception as exc:
+            return _append_failed(exc)
+        self._appended(result, messages)
+        return result
+
+    def _appended(self, result: PutResult, messages: Sequence[Message]) -> None:
+        """After an append of ``messages`` (at least one): listeners, the key index."""
+        if self._listeners:
             self._notify(self._log.max_offset)
-        if self.index is not None and prepared:
+        if self.index is not None:
             self.index.feed(result.physical_offsets[0], result.end_offset, result.physical_offsets,
                             result.store_timestamp, messages)
-        if self._dispatch_listeners and prepared:
+        if self._dispatch_listeners:
             self._notify_dispatched(result.end_offset)
-        return result
 
     def flush_future(self, end_offset: int) -> Future[PutMessageStatus]:
         """A future resolving to PUT_OK once the commit log is flushed up to ``end_offset``
@@ -484,24 +509,36 @@ class MessageStore:
 
     def _reput_pending(self) -> None:
         """ReputMessageService tick: dispatch replicated records in batches until none are
-        left. While replicated data streams in, small batches with real sleeps between them,
-        so the appending thread (the event loop) is never held up long: the ack counts the
-        commit log, not the consume queues, so the reput catches up when the stream pauses."""
+        left. While a steady stream comes in, small batches with real sleeps between them, so
+        the appending thread (the event loop) is never held up long: the ack counts the commit
+        log, not the consume queues. While it comes in bulk (a catch-up), whole batches validated
+        in the dispatch ring right behind the writer, outside the commit log lock, so the
+        consume queues keep up with the commit log (see ``docs/replication.md``)."""
         commit_log = self._log
         reput = commit_log.reput
         prefetch = commit_log.prefetch_undispatched
+        bulk = commit_log.receiving_in_bulk
         batch = REPUT_BATCH_STREAMING
         while True:
+            if bulk():
+                # Catching up: whole batches right behind the writer, from the dispatch ring
+                # (the writer waits for them when it gets a ring ahead). What the batch path
+                # cannot take goes a few at a time, as in a steady stream; the last records
+                # before the writer wait for the next append.
+                if reput(REPUT_BATCH_IDLE, batch_only=True):
+                    time.sleep(0)
+                elif commit_log.batch_pending():
+                    reput(REPUT_BATCH_STREAMING)  # (a segment's end, an invalid record)
+                else:  # right behind the writer: wait for more (no read of the disk meanwhile)
+                    time.sleep(REPUT_PAUSE_BULK_S)
+                continue
             prefetch()
             before = commit_log.max_offset
             if not reput(batch):
                 break
             streaming = commit_log.max_offset != before
             batch = REPUT_BATCH_STREAMING if streaming else REPUT_BATCH_IDLE
-            pause = 0.0
-            if streaming:
-                pause = REPUT_PAUSE_BULK_S if commit_log.receiving_in_bulk() else REPUT_PAUSE_S
-            time.sleep(pause)
+            time.sleep(REPUT_PAUSE_S if streaming else 0.0)
 
     def wait_dispatched(self, offset: int, timeout: float) -> bool:
         """Block until every whole record below ``offset`` is dispatched (readable through the

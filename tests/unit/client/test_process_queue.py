@@ -18,13 +18,31 @@ async def test_commit_offset_follows_processing() -> None:
     pq = ProcessQueue(MessageQueue("t", "b", 0), 2)
     pq.next_offset = 10
     assert pq.commit_offset() == 10
-    pq.inflight.extend([10, 12, 15])  # 11, 13, 14 were filtered out by tag
+    pq.add_inflight([10, 12, 15])  # 11, 13, 14 were filtered out by tag
     pq.next_offset = 16
     assert pq.commit_offset() == 10  # nothing processed yet: restart at 10
     pq.ack(10)
     assert pq.commit_offset() == 12
     pq.ack(15)  # acks are cumulative within a queue (messages are handled in order)
     assert pq.commit_offset() == 16
+    # Batches are tracked whole: a gap-free one as a range, another with gaps as a list.
+    pq.add_inflight(range(16, 48))
+    pq.add_inflight([])
+    pq.add_inflight([48, 50, 51])
+    pq.next_offset = 52
+    assert pq.commit_offset() == 16
+    pq.ack(15)  # already processed: nothing moves
+    assert pq.commit_offset() == 16
+    pq.ack(20)
+    assert pq.commit_offset() == 21
+    pq.ack(20)
+    assert pq.commit_offset() == 21
+    pq.ack(48)  # the rest of the first batch and the first of the next
+    assert pq.commit_offset() == 50 and len(pq.inflight) == 1
+    pq.ack(49)  # filtered out: 50 is still the first not processed
+    assert pq.commit_offset() == 50
+    pq.ack(1000)
+    assert pq.commit_offset() == 52 and not pq.inflight
 
 
 def test_consumer_arguments_are_checked() -> None:
@@ -73,14 +91,14 @@ async def test_receive_acks_on_the_queue_state_a_message_came_from() -> None:
     c._ready = ready
     q = MessageQueue("t", "b", 0)
     old, new = ProcessQueue(q, 1), ProcessQueue(q, 1)
-    old.inflight.extend([5, 6, 7])
+    old.add_inflight(range(5, 8))
     ready.put_nowait((old, [_msg(q, 5), _msg(q, 6), _msg(q, 7)]))
     first = await c.receive(0.1)
     assert first is not None and first.queue_offset == 5
     old.dropped = True  # rebalanced away and back: 5 is re-delivered by the new state
     c._pqs[q] = new
     new.next_offset = 8
-    new.inflight.extend([5, 6])
+    new.add_inflight([5, 6])
     ready.put_nowait((new, [_msg(q, 5), _msg(q, 6)]))
     again = await c.receive(0.1)
     assert again is not None and again.queue_offset == 5 and new.commit_offset() == 5
@@ -143,8 +161,8 @@ async def test_receive_batch_hands_out_pulled_batches_and_acks_them_at_the_next_
     q0, q1 = MessageQueue("t", "b", 0), MessageQueue("t", "b", 1)
     a, b = ProcessQueue(q0, 1), ProcessQueue(q1, 1)
     a.next_offset, b.next_offset = 4, 2
-    a.inflight.extend([0, 1, 2, 3])
-    b.inflight.extend([0, 1])
+    a.add_inflight(range(4))
+    b.add_inflight([0, 1])
     ready.put_nowait((a, [_msg(q0, o) for o in range(4)]))
     ready.put_nowait((b, [_msg(q1, o) for o in range(2)]))
     with pytest.raises(InvalidArgumentError):

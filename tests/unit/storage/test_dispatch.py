@@ -14,6 +14,7 @@ from services.broker.storage import store as store_module
 from services.broker.storage.consumequeue import ConsumeQueueStore
 from services.broker.storage.dispatch import DispatchBatch
 from services.broker.storage.record import HEADER_SIZE, TRANSACTION_PREPARED_TYPE, Message
+from services.broker.storage.segment import Segment
 from services.broker.storage.store import MessageStore
 from tests.unit.storage.conftest import StoreFactory, msg
 
@@ -164,3 +165,80 @@ def test_without_numpy_records_go_one_at_a_time(open_store: StoreFactory, tmp_pa
     indexed = sum(1 for m, _ in sent if not m.sys_flag & TRANSACTION_PREPARED_TYPE)
     assert sum(slave.max_queue_offset(t, q) for t in ("TopicA", "TopicB", "Töpic") for q in range(4)) \
         == indexed
+
+
+def put_kib(store: MessageStore, size: int) -> int:
+    """1 KiB messages over four queues until the log holds ``size`` bytes; returns how many."""
+    n = 0
+    while store.max_offset < size:
+        batch = [msg(n + i, size=1000, queue_id=(n + i) % 4) for i in range(64)]
+        assert store.put_messages(batch).ok
+        n += len(batch)
+    return n
+
+
+@pytest.fixture
+def file_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Bytes the dispatcher read back from segment files (not from the dispatch ring)."""
+    reads: list[int] = []
+    read_into, read_direct_into = Segment.read_into, Segment.read_direct_into
+
+    def counting(self: Segment, pos: int, buf: memoryview) -> int:
+        reads.append(len(buf))
+        return read_into(self, pos, buf)
+
+    def counting_direct(self: Segment, pos: int, size: int, buf: memoryview) -> memoryview | None:
+        reads.append(size)
+        return read_direct_into(self, pos, size, buf)
+
+    monkeypatch.setattr(Segment, "read_into", counting)
+    monkeypatch.setattr(Segment, "read_direct_into", counting_direct)
+    return reads
+
+
+def test_a_catch_up_is_validated_in_the_ring_right_behind_the_writer(
+        open_store: StoreFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        batched_rows: list[int], file_reads: list[int]) -> None:
+    """Bulk appends wait for the dispatcher whenever they would overwrite ring bytes it has not
+    read, so it validates everything in the ring: nothing is read back from the file."""
+    monkeypatch.setattr(commitlog, "DISPATCH_RING", 4 * 1024 * 1024)  # many laps of the ring
+    monkeypatch.setattr(commitlog, "RING_WAIT_S", 60.0)  # (never gives up here)
+    config = {"mapped_file_size_commit_log": 32 * SEGMENT}
+    master = open_store(tmp_path / "master", **config)
+    sent = put_kib(master, 24 * SEGMENT)
+    slave = open_store(tmp_path / "slave", **config)
+    replicate(master, slave, 512 * 1024)
+    assert not file_reads
+    assert sum(batched_rows) > sent * 0.9
+    for store in (master, slave):
+        store.flush()
+    assert queue_files(tmp_path / "slave") == queue_files(tmp_path / "master")
+    assert log_bytes(slave) == log_bytes(master)
+
+
+def log_bytes(store: MessageStore) -> bytes:
+    with store.get_data(0, store.max_offset) as data:  # type: ignore[union-attr]
+        return bytes(data.data)
+
+
+def test_a_writer_that_waits_too_long_goes_on_and_the_dispatcher_reads_the_file(
+        open_store: StoreFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        file_reads: list[int]) -> None:
+    monkeypatch.setattr(commitlog, "DISPATCH_RING", 4 * 1024 * 1024)
+    monkeypatch.setattr(commitlog, "RING_WAIT_S", 0.05)
+    config = {"mapped_file_size_commit_log": 32 * SEGMENT}
+    master = open_store(tmp_path / "master", **config)
+    put_kib(master, 12 * SEGMENT)
+    slave = open_store(tmp_path / "slave", **config)
+    slave._reput.stop()  # type: ignore[union-attr]  # no dispatcher: every wait times out
+    offset = 0
+    while offset < master.max_offset:
+        with master.get_data(offset, 512 * 1024) as piece:  # type: ignore[union-attr]
+            offset = slave.append_data(offset, piece.data)
+    assert slave.dispatched_offset == 0
+    while slave._log.reput(8192):
+        pass
+    assert slave.dispatched_offset == master.max_offset and file_reads
+    for store in (master, slave):
+        store.flush()
+    assert queue_files(tmp_path / "slave") == queue_files(tmp_path / "master")

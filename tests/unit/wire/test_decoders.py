@@ -15,6 +15,7 @@ from pocketmq.client.message import MessageQueue, ReceivedMessage, decode_record
 from pocketmq.errors import InternalError
 from pocketmq.spark import columnar
 from pocketmq.wire import record as wire_record
+from pocketmq.wire.fast import DecodeHint
 from services.broker.storage import record
 
 
@@ -111,12 +112,14 @@ def replies(draw: st.DrawFn) -> tuple[bytes, list[bytes]]:
 
 
 @settings(max_examples=300)
-@given(replies(), st.sampled_from(["broker-a", "b-ü"]))
+@given(replies(), st.sampled_from(["broker-a", "b-ü"]), st.booleans())
 def test_fast_decoder_yields_exactly_the_reference_messages(
-    reply: tuple[bytes, list[bytes]], broker: str
+    reply: tuple[bytes, list[bytes]], broker: str, eager: bool
 ) -> None:
     data, _ = reply
-    fast = decode_records(data, broker)
+    hint = DecodeHint()
+    hint.eager = eager  # everything at once, or the deferred fields when first read
+    fast = decode_records(data, broker, hint)
     assert fast == reference_decode(data, broker)
     for msg in fast:
         assert type(msg) is ReceivedMessage
@@ -250,3 +253,51 @@ def test_corrupt_reply_errors_name_the_record() -> None:
     last[record.HEADER_SIZE + 3] = 255
     with pytest.raises(InternalError, match="at byte 0: inconsistent record at 0: topic overruns the record"):
         decode_records(bytes(last), "b")
+
+
+def test_deferred_fields_are_decoded_on_first_read_and_the_reply_let_go() -> None:
+    import copy
+    import pickle
+
+    m = record.Message.of("t", b"x", tags="a", keys="k1 k2", properties={"p": "1"})
+    data = _encode(m, m, m)
+    first, second, third = decode_records(data, "b")
+    assert (first.body, first.queue_offset, first.topic) == (b"x", 0, "t")
+    assert first.queue == MessageQueue("t", "b", 0)
+    assert first._source is not None  # tags, keys, properties, ids and hosts not decoded yet
+    assert first.msg_id == record.offset_msg_id(("10.0.0.1", 10911), 0)
+    assert first._source is None and (first.tags, first.keys) == ("a", ("k1", "k2"))
+    assert pickle.loads(pickle.dumps(second)) == second == reference_decode(data, "b")[1]
+    assert copy.copy(third) == third
+    assert third.to_dict()["properties"] == {"p": "1", "TAGS": "a", "KEYS": "k1 k2"}
+    with pytest.raises(AttributeError, match="'ReceivedMessage' object has no attribute 'nope'"):
+        first.nope  # type: ignore[attr-defined]  # noqa: B018
+    fresh = decode_records(data, "b")[0]
+    with pytest.raises(AttributeError, match="has no attribute 'nope'"):
+        fresh.nope  # type: ignore[attr-defined]  # noqa: B018
+    assert not hasattr(fresh, "nope") and fresh == first
+
+
+def test_a_deferred_read_decodes_the_rest_of_the_reply_once() -> None:
+    m = record.Message.of("t", b"x", tags="a")
+    msgs = decode_records(_encode(m, m, m), "b")
+    loose = msgs.pop()  # out of the list the decoder returned: decoded on its own
+    assert msgs[0].tags == "a"
+    assert [x._source for x in msgs] == [None, None] and loose._source is not None
+    assert loose.tags == "a" and loose._source is None
+    kept = decode_records(_encode(m, m), "b")[1]  # its list is gone
+    assert kept.msg_id and kept._source is None
+
+
+def test_a_reader_that_reads_deferred_fields_gets_its_next_replies_decoded_whole() -> None:
+    m = record.Message.of("t", b"x", tags="a", keys="k", properties={"p": "1"})
+    data = _encode(m, m)
+    hint = DecodeHint()
+    first = decode_records(data, "b", hint)
+    assert not hint.eager and first[0]._source is not None
+    assert first[0].keys == ("k",) and hint.eager  # read one: the next replies come whole
+    second = decode_records(data, "b", hint)
+    assert all(not hasattr(x, "_source") for x in second)  # nothing deferred, nothing to hold
+    assert second == first == reference_decode(data, "b")
+    assert second[0].properties is not second[1].properties
+
