@@ -2,7 +2,9 @@
 in the same run.
 
 Starts a NameServer and one broker on loopback, then for each mode runs ``--rounds`` rounds of
-``--seconds`` each and prints every round and the median:
+``--seconds`` each of the SDK and of the own client, interleaved (SDK first in even rounds, own
+first in odd ones, so that a change in the machine's load weighs on both sides alike), and prints
+every round and the median:
 
 * ``sdk sync``     - rocketmq-python-client 5.1.2 (.venv-sdk, its own process), ``send`` one
   message at a time, through the NameServer access point (v2 API: one message per RPC);
@@ -68,66 +70,101 @@ def report(who: str, mode: str, i: int, messages: int, seconds: float, client_cp
     return r
 
 
-def sdk_rounds(endpoint: str, mode: str, args: argparse.Namespace, broker_pid: int) -> list[Round]:
-    """The SDK's rounds; the broker's CPU is sampled at each round's start and end lines."""
-    cmd = [
-        str(SDK_PYTHON), str(ROOT / "benchmarks" / "sdk_send.py"), "--endpoint", endpoint,
-        "--topic", TOPIC, "--mode", mode, "--rounds", str(args.rounds), "--seconds", str(args.seconds),
-        "--size", str(args.size), "--in-flight", str(args.in_flight),
-    ]
-    rounds: list[Round] = []
-    lines: list[str] = []
-    with tempfile.TemporaryFile("w+") as err, subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=err, text=True) as proc:
-        timer = threading.Timer(args.rounds * args.seconds * 4 + 120, proc.kill)
-        timer.start()
+class SdkSender:
+    """The SDK's send loop in its own process (``sdk_send.py --wait``), one round at a time."""
+
+    def __init__(self, endpoint: str, mode: str, args: argparse.Namespace, broker_pid: int) -> None:
+        cmd = [
+            str(SDK_PYTHON), str(ROOT / "benchmarks" / "sdk_send.py"), "--endpoint", endpoint,
+            "--topic", TOPIC, "--mode", mode, "--rounds", str(args.rounds), "--seconds", str(args.seconds),
+            "--size", str(args.size), "--in-flight", str(args.in_flight), "--wait",
+        ]
+        self.mode = mode
+        self.broker_pid = broker_pid
+        self.lines: list[str] = []
+        self.err = tempfile.TemporaryFile("w+")  # noqa: SIM115  (closed by close())
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err,
+                                     text=True)
+        self.timer = threading.Timer(args.rounds * args.seconds * 8 + 180, self.proc.kill)
+        self.timer.start()
+
+    def _next(self) -> dict[str, float]:
+        """The SDK's next JSON line (its other lines are kept for the error report)."""
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line)
+            if line.startswith("{"):
+                doc: dict[str, float] = json.loads(line)
+                return doc
+        self.proc.wait()
+        self.err.seek(0)
+        raise SystemExit(f"SDK {self.mode} run failed (rc {self.proc.returncode}):\n{''.join(self.lines)}\n"
+                         f"{self.err.read()[-3000:]}")
+
+    def round(self) -> Round:
+        """Run one round; the broker's CPU is sampled at its start and end lines."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.flush()
+        self._next()  # {"start": i}
+        broker_before = cpu_seconds(self.broker_pid)
+        doc = self._next()
+        broker_cpu = cpu_seconds(self.broker_pid) - broker_before
+        return report("sdk", self.mode, int(doc["round"]), int(doc["messages"]), doc["seconds"], doc["cpu"],
+                      broker_cpu)
+
+    def close(self) -> None:
         try:
-            assert proc.stdout is not None
-            broker_before = 0.0
-            for line in proc.stdout:
-                lines.append(line)
-                if not line.startswith("{"):
-                    continue
-                doc = json.loads(line)
-                if "start" in doc:
-                    broker_before = cpu_seconds(broker_pid)
-                else:
-                    broker_cpu = cpu_seconds(broker_pid) - broker_before
-                    rounds.append(report("sdk", mode, doc["round"], doc["messages"], doc["seconds"],
-                                         doc["cpu"], broker_cpu))
-            proc.wait()
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()  # EOF: the SDK shuts down
+            self.proc.wait(60)
         finally:
-            timer.cancel()
-        if len(rounds) != args.rounds:
-            err.seek(0)
-            raise SystemExit(
-                f"SDK {mode} run failed (rc {proc.returncode}):\n{''.join(lines)}\n{err.read()[-3000:]}")
-    return rounds
+            self.timer.cancel()
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+            self.err.close()
 
 
-async def own_rounds(namesrv: str, mode: str, args: argparse.Namespace, broker_pid: int) -> list[Round]:
+async def own_round(producer: AsyncProducer, mode: str, i: int, args: argparse.Namespace,
+                    broker_pid: int) -> Round:
     body = b"x" * args.size
-    rounds = []
-    async with AsyncProducer(namesrv) as producer:
-        await producer.send(Message(TOPIC, body))  # warm-up: route, channels
-        for i in range(args.rounds):
-            end = time.perf_counter() + args.seconds
-            broker_before = cpu_seconds(broker_pid)
-            start = time.perf_counter()
-            cpu = time.process_time()
-            count = 0
+    end = time.perf_counter() + args.seconds
+    broker_before = cpu_seconds(broker_pid)
+    start = time.perf_counter()
+    cpu = time.process_time()
+    count = 0
 
-            async def loop(end: float) -> None:
-                nonlocal count
-                while time.perf_counter() < end:
-                    await producer.send(Message(TOPIC, body))
-                    count += 1
+    async def loop(end: float) -> None:
+        nonlocal count
+        while time.perf_counter() < end:
+            await producer.send(Message(TOPIC, body))
+            count += 1
 
-            await asyncio.gather(*(loop(end) for _ in range(1 if mode == "sync" else args.in_flight)))
-            broker_cpu = cpu_seconds(broker_pid) - broker_before
-            rounds.append(report("own", mode, i, count, time.perf_counter() - start,
-                                 time.process_time() - cpu, broker_cpu))
-    return rounds
+    await asyncio.gather(*(loop(end) for _ in range(1 if mode == "sync" else args.in_flight)))
+    broker_cpu = cpu_seconds(broker_pid) - broker_before
+    return report("own", mode, i, count, time.perf_counter() - start, time.process_time() - cpu, broker_cpu)
+
+
+async def interleaved(namesrv: str, mode: str, args: argparse.Namespace,
+                      broker_pid: int) -> tuple[list[Round], list[Round]]:
+    """``--rounds`` rounds of each side in ``mode``, alternating which goes first; (SDK, own)."""
+    sdk: list[Round] = []
+    own: list[Round] = []
+    sender = SdkSender(namesrv, mode, args, broker_pid)
+    try:
+        async with AsyncProducer(namesrv) as producer:
+            await producer.send(Message(TOPIC, b"x" * args.size))  # warm-up: route, channels
+            for i in range(args.rounds):
+                for who in ("sdk", "own") if i % 2 == 0 else ("own", "sdk"):
+                    if who == "sdk":
+                        # (in a thread, so the own producer's loop keeps serving its timers)
+                        sdk.append(await asyncio.to_thread(sender.round))
+                    else:
+                        own.append(await own_round(producer, mode, i, args, broker_pid))
+    finally:
+        sender.close()
+    return sdk, own
 
 
 def main() -> int:
@@ -180,13 +217,11 @@ def main() -> int:
             )
             medians: dict[tuple[str, str], Round] = {}
             broker_pid = procs[1].pid
-            for who, mode in (("sdk", "sync"), ("own", "sync"), ("sdk", "async"), ("own", "async")):
-                if who == "sdk":
-                    rounds = sdk_rounds(namesrv, mode, args, broker_pid)
-                else:
-                    rounds = asyncio.run(own_rounds(namesrv, mode, args, broker_pid))
-                medians[(who, mode)] = Round(*(statistics.median(c) for c in zip(*rounds, strict=True)))
-                medians[(who, mode)].show(f"{who} {mode:5s} median ")
+            for mode in ("sync", "async"):
+                sdk_rounds, own_rounds = asyncio.run(interleaved(namesrv, mode, args, broker_pid))
+                for who, rounds in (("sdk", sdk_rounds), ("own", own_rounds)):
+                    medians[(who, mode)] = Round(*(statistics.median(c) for c in zip(*rounds, strict=True)))
+                    medians[(who, mode)].show(f"{who} {mode:5s} median ")
         finally:
             for p in reversed(procs):
                 p.terminate()

@@ -3,12 +3,14 @@ PocketMQ's process). Sends ``--size``-byte NORMAL messages for ``--seconds`` per
 one at a time (``sync``) or with ``--in-flight`` outstanding ``send_async`` calls, and prints
 one JSON line per round: ``{"mode", "round", "messages", "seconds", "cpu"}`` (the SDK process's
 CPU seconds in the round), preceded by ``{"start": <round>}`` just before the round begins (the
-caller samples the broker's CPU between the two)."""
+caller samples the broker's CPU between the two). With ``--wait`` each round begins only when a
+line arrives on stdin (the caller interleaves other rounds with these); EOF ends the run."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import threading
 import time
 
@@ -72,6 +74,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--in-flight", type=int, default=64)
+    parser.add_argument("--wait", action="store_true", help="start each round on a line from stdin")
     args = parser.parse_args()
     producer = Producer(ClientConfiguration(args.endpoint, Credentials()), [args.topic])
     producer.startup()
@@ -79,6 +82,8 @@ def main() -> None:
     try:
         producer.send(message(args.topic, body))  # warm-up: route, channels
         for i in range(args.rounds):
+            if args.wait and not sys.stdin.readline():
+                break
             print(json.dumps({"start": i}), flush=True)
             cpu = time.process_time()
             if args.mode == "sync":

@@ -20,7 +20,6 @@ from typing import Protocol
 
 from prometheus_client import CollectorRegistry
 
-from apache.rocketmq.v2 import service_pb2_grpc as v2_grpc
 from pocketmq.broker.v1 import broker_pb2, broker_pb2_grpc
 from pocketmq.common.v1 import common_pb2
 from services.broker import k8s_labels
@@ -55,7 +54,7 @@ from services.broker.storage.store import MessageStore
 from services.broker.timer.service import TIMER_QUEUES, TimerService
 from services.broker.transaction import TransactionService
 from services.broker.transaction_api import TransactionsServicer
-from services.broker.v2.service import MessagingServicer
+from services.broker.v2.service import MessagingServicer, add_messaging_service
 from services.broker.v2.status import SERVICE_NAME as V2_SERVICE
 from services.common.acl.setup import build_interceptor
 from services.common.errors import NotFoundError
@@ -265,9 +264,9 @@ class BrokerApp:
         # Permissive TLS: routes answered on the extra TLS listener point at the brokers' TLS
         # listeners. Enforcing: every registered address already is a TLS port.
         tls_offset = cfg.effective_tls_port - cfg.listen_port
-        self.v2 = MessagingServicer(self, tls_address_map=None if cfg.tls_main_port
-                                    else lambda addr: tls_address(addr, tls_offset))
-        self.v2.start()
+        self.v2 = v2 = MessagingServicer(self, tls_address_map=None if cfg.tls_main_port
+                                         else lambda addr: tls_address(addr, tls_offset))
+        v2.start()
         # POP state is role-driven: a master (also a slave restarted as master on its store)
         # rebuilds the in-flight table from the replicated revive topic and revives.
         await self.pop.set_role(cfg.is_master)
@@ -275,7 +274,7 @@ class BrokerApp:
         def register(server: object) -> None:
             broker_pb2_grpc.add_BrokerServicer_to_server(BrokerServicer(self), server)
             broker_pb2_grpc.add_BrokerMetadataServicer_to_server(BrokerMetadataServicer(self), server)
-            v2_grpc.add_MessagingServiceServicer_to_server(self.v2, server)
+            add_messaging_service(v2, server)
             broker_pb2_grpc.add_TransactionsServicer_to_server(TransactionsServicer(self), server)
             broker_pb2_grpc.add_MessageQueryServicer_to_server(MessageQueryServicer(self), server)
 

@@ -199,6 +199,22 @@ def test_namespace_prefixes_the_stored_topic(topics: Cluster, broker_v2: V2Clien
     assert any(m.body == b"by-header" for m in topics.messages(NS_TOPIC))
 
 
+def test_concurrent_calls_each_see_their_own_headers(topics: Cluster, broker_v2: V2Client) -> None:
+    """The broker keeps each call's headers for its handler: calls in flight together never see
+    another call's namespace."""
+    calls = []
+    for i in range(40):
+        namespace = "ns1" if i % 2 else ""
+        msg = v2_message("v2-space" if namespace else TOPIC, f"concurrent-{i}".encode())
+        calls.append(broker_v2.stub.SendMessage.future(
+            s.SendMessageRequest(messages=[msg]), metadata=broker_v2.metadata(namespace), timeout=10))
+    replies = [call.result() for call in calls]
+    assert [r.status.code for r in replies] == [Code.OK] * 40, [r.status for r in replies if r.status.code]
+    for topic, odd in ((NS_TOPIC, 1), (TOPIC, 0)):
+        bodies = {m.body for m in topics.messages(topic) if m.body.startswith(b"concurrent-")}
+        assert bodies == {f"concurrent-{i}".encode() for i in range(40) if i % 2 == odd}
+
+
 # -- bad input: the right code, nothing changed ----------------------------------------------
 
 

@@ -17,10 +17,12 @@ import zlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
+from google.protobuf.timestamp_pb2 import Timestamp
+
 from apache.rocketmq.v2 import definition_pb2, service_pb2
 from services.broker.metadata import TopicConfig
 from services.broker.storage import record
-from services.broker.storage.status import STORED_STATUSES
+from services.broker.storage.status import STORED_STATUSES, PutMessageStatus
 from services.broker.v2.resources import RequestMeta, topic_name
 from services.broker.v2.status import PUT_STATUS_CODES, Code, V2Error, from_service_error
 from services.common.errors import ServiceError
@@ -39,6 +41,7 @@ _GZIP: int = definition_pb2.GZIP
 _OK: int = definition_pb2.OK
 _INTERNAL_SERVER_ERROR: int = definition_pb2.INTERNAL_SERVER_ERROR
 _MULTIPLE_RESULTS: int = definition_pb2.MULTIPLE_RESULTS
+_PUT_OK = PutMessageStatus.PUT_OK
 #: RocketMQ's limits on what a v2 message may carry.
 MAX_MESSAGE_GROUP_LENGTH = 64
 MAX_PROPERTIES_SIZE = 16 * 1024
@@ -59,18 +62,21 @@ def fifo_queue(message_group: str, write_queue_nums: int) -> int:
     return zlib.crc32(message_group.encode("utf-8")) % write_queue_nums
 
 
-def timestamp_ms(ts: object) -> int:
-    seconds = int(getattr(ts, "seconds", 0))
-    nanos = int(getattr(ts, "nanos", 0))
-    return seconds * 1000 + nanos // 1_000_000
+def timestamp_ms(ts: Timestamp) -> int:
+    return ts.seconds * 1000 + ts.nanos // 1_000_000
 
 
 def message_type_of(msg: definition_pb2.Message) -> int:
     """The declared type, checked against the fields that imply one."""
-    sp = msg.system_properties
+    return _message_type(msg.system_properties)
+
+
+def _message_type(sp: definition_pb2.SystemProperties) -> int:
     has_group = sp.HasField("message_group")
     has_delivery = sp.HasField("delivery_timestamp")
     declared: int = sp.message_type
+    if declared == _NORMAL and not has_group and not has_delivery:  # (the common case first)
+        return declared
     if declared == _UNSPECIFIED:
         declared = _FIFO if has_group else _DELAY if has_delivery else _NORMAL
     if declared not in _TYPE_NAMES:
@@ -93,9 +99,8 @@ def _check_topic_type(tc: TopicConfig, msg_type: int) -> None:
                       f"attribute), not {_TYPE_NAMES[msg_type]}")
 
 
-def _body(msg: definition_pb2.Message, max_size: int) -> bytes:
-    body = msg.body
-    if msg.system_properties.body_encoding == _GZIP:
+def _body(body: bytes, encoding: int, max_size: int) -> bytes:
+    if encoding == _GZIP:
         try:
             body = gzip.decompress(body)
         except (OSError, EOFError, zlib.error) as exc:
@@ -108,8 +113,7 @@ def _body(msg: definition_pb2.Message, max_size: int) -> bytes:
     return body
 
 
-def _properties(msg: definition_pb2.Message) -> dict[str, str]:
-    sp = msg.system_properties
+def _properties(msg: definition_pb2.Message, sp: definition_pb2.SystemProperties) -> dict[str, str]:
     message_id = sp.message_id
     # (all hex digits: nothing is left once they are stripped; cheaper than a regex)
     if not message_id or len(message_id) > MAX_MESSAGE_ID_LENGTH or message_id.strip(_HEX_DIGITS):
@@ -118,7 +122,8 @@ def _properties(msg: definition_pb2.Message) -> dict[str, str]:
                       "characters")
     props: dict[str, str] = {}
     size = 0
-    for key, value in msg.user_properties.items():
+    user = msg.user_properties
+    for key, value in user.items() if user else ():
         if (key in SYSTEM_PROPERTY_KEYS or _NAME_VALUE in key or _PROPERTY_END in key
                 or _NAME_VALUE in value or _PROPERTY_END in value or not key.strip()):
             raise V2Error(Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
@@ -135,13 +140,14 @@ def _properties(msg: definition_pb2.Message) -> dict[str, str]:
         if "|" in tag or _NAME_VALUE in tag or _PROPERTY_END in tag or not tag.strip():
             raise V2Error(Code.ILLEGAL_MESSAGE_TAG, f"tag {tag[:80]!r} is blank or contains '|'")
         props[record.PROPERTY_TAGS] = tag
-    if sp.keys:
-        for key in sp.keys:
+    keys = sp.keys
+    if keys:
+        for key in keys:
             if (record.KEY_SEPARATOR in key or _NAME_VALUE in key or _PROPERTY_END in key
                     or not key.strip()):
                 raise V2Error(Code.ILLEGAL_MESSAGE_KEY,
                               f"message key {key[:80]!r} is blank or contains a space")
-        props[record.PROPERTY_KEYS] = record.KEY_SEPARATOR.join(sp.keys)
+        props[record.PROPERTY_KEYS] = record.KEY_SEPARATOR.join(keys)
     if sp.HasField("message_group"):
         group = sp.message_group
         if (not group.strip() or len(group) > MAX_MESSAGE_GROUP_LENGTH
@@ -199,14 +205,17 @@ class Producer:
     def prepare(self, msg: definition_pb2.Message, topic: str, tc: TopicConfig,
                 peer: Callable[[], record.Host]) -> Prepared:
         """Validate one message: what to send, its born host and its type."""
-        msg_type = message_type_of(msg)
-        _check_topic_type(tc, msg_type)
-        body = _body(msg, self.app.store_config.max_message_size)
-        props = _properties(msg)
         sp = msg.system_properties
+        msg_type = _message_type(sp)
+        if tc.message_type:
+            _check_topic_type(tc, msg_type)
+        body = _body(msg.body, sp.body_encoding, self.app.store_config.max_message_size)
+        props = _properties(msg, sp)
         queue_id = -1
         producer_group = ""
-        if msg_type == _FIFO:
+        if msg_type == _NORMAL:
+            pass
+        elif msg_type == _FIFO:
             queue_id = fifo_queue(sp.message_group, tc.write_queue_nums)
         elif msg_type == _DELAY:
             deliver_ms = timestamp_ms(sp.delivery_timestamp)
@@ -218,35 +227,41 @@ class Producer:
             producer_group = topic
         born_ms = timestamp_ms(sp.born_timestamp) if sp.HasField("born_timestamp") else 0
         return Prepared(body, props, queue_id, producer_group, born_ms, _born_host(sp.born_host, peer),
-                        msg_type, sp.message_id)
+                        msg_type, props[record.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX])
 
     async def send(self, request: service_pb2.SendMessageRequest, meta: RequestMeta,
                    peer: Callable[[], record.Host]) -> service_pb2.SendMessageResponse:
         """``peer()``: the caller's address (the born host of messages without an IPv4 one)."""
         messages = request.messages
-        if not messages:
+        count = len(messages)
+        if not count:
             raise V2Error(Code.BAD_REQUEST, "SendMessage needs at least one message")
-        first = messages[0].topic
-        if len(messages) > 1:
+        first_msg = messages[0]
+        first = first_msg.topic
+        if count > 1:
             for msg in messages[1:]:
                 if msg.topic.name != first.name or msg.topic.resource_namespace != first.resource_namespace:
                     raise V2Error(Code.BAD_REQUEST,
                                   "every message of one SendMessage must have the same topic")
         topic = topic_name(first, meta)
         tc = self._topic(topic)
-        # Validate everything before storing anything: a bad entry refuses the whole request.
-        prepared = [self.prepare(msg, topic, tc, peer) for msg in messages]
         # The entries are filled in place in the response (no message built and copied in).
         response = service_pb2.SendMessageResponse()
         entries = response.entries
-        top_code = -1
-        top_message = ""
-        for msg, p in zip(messages, prepared, strict=True):
-            code, message = await self._send_one(msg, topic, tc, p, entries.add())
-            if top_code == -1:
-                top_code, top_message = code, message
-            elif code != top_code:
-                top_code, top_message = _MULTIPLE_RESULTS, "the entries have different statuses"
+        if count == 1:  # what the SDKs send: one message per call
+            top_code, top_message = await self._send_one(
+                topic, tc, self.prepare(first_msg, topic, tc, peer), entries.add())
+        else:
+            # Validate everything before storing anything: a bad entry refuses the whole request.
+            prepared = [self.prepare(msg, topic, tc, peer) for msg in messages]
+            top_code = -1
+            top_message = ""
+            for p in prepared:
+                code, message = await self._send_one(topic, tc, p, entries.add())
+                if top_code == -1:
+                    top_code, top_message = code, message
+                elif code != top_code:
+                    top_code, top_message = _MULTIPLE_RESULTS, "the entries have different statuses"
         if meta.client_id:
             self.on_topic(meta.client_id, topic)
         status = response.status
@@ -254,8 +269,8 @@ class Producer:
         status.message = top_message
         return response
 
-    async def _send_one(self, msg: definition_pb2.Message, topic: str, tc: TopicConfig,
-                        p: Prepared, entry: service_pb2.SendResultEntry) -> tuple[int, str]:
+    async def _send_one(self, topic: str, tc: TopicConfig, p: Prepared,
+                        entry: service_pb2.SendResultEntry) -> tuple[int, str]:
         """Send one message and fill its ``entry``; its (code, status message)."""
         try:
             outcome = await self.app.send.send_message(
@@ -269,13 +284,17 @@ class Producer:
             entry.status.message = err.message
             return err.code, err.message
         status = outcome.status
-        code = PUT_STATUS_CODES.get(status, _INTERNAL_SERVER_ERROR)
-        message = outcome.remark or ("OK" if code == _OK else status.name)
+        if status is _PUT_OK and not outcome.remark:  # (identity first: an enum's hash is slow)
+            code, message, stored = _OK, "OK", True
+        else:
+            code = PUT_STATUS_CODES.get(status, _INTERNAL_SERVER_ERROR)
+            message = outcome.remark or ("OK" if code == _OK else status.name)
+            stored = status in STORED_STATUSES
         entry_status = entry.status
         entry_status.code = code  # type: ignore[assignment]
         entry_status.message = message
         entry.message_id = p.message_id
-        if status in STORED_STATUSES:
+        if stored:
             entry.offset = max(outcome.queue_offset, 0)
             if p.msg_type == _TRANSACTION and outcome.msg_ids:
                 entry.transaction_id = outcome.msg_ids[0]

@@ -10,10 +10,10 @@ code RocketMQ's proxy uses for the resource.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import re
 from collections.abc import Iterable
+from typing import NamedTuple
 
 from apache.rocketmq.v2 import definition_pb2
 from services.broker import validation as v
@@ -34,9 +34,9 @@ MAX_CLIENT_ID_LENGTH = 256
 _HEADERS = frozenset({CLIENT_ID_HEADER, NAMESPACE_HEADER, LANGUAGE_HEADER, VERSION_HEADER})
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class RequestMeta:
-    """What the request headers say about the caller."""
+class RequestMeta(NamedTuple):
+    """What the request headers say about the caller (a tuple: built for every call, where a
+    frozen dataclass costs twice as much to build)."""
 
     client_id: str = ""
     namespace: str = ""
