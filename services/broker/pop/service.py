@@ -580,7 +580,7 @@ class PopService:
     def _save_progress(self) -> None:
         first = self.inflight.min_ck_id()
         progress = first if first is not None else self.store.max_queue_offset(self.revive_topic, 0)
-        if progress != self.offsets.query(REVIVE_GROUP, self.revive_topic, 0):
+        if progress != (self.offsets.query(REVIVE_GROUP, self.revive_topic, 0) or 0):  # (none yet = 0)
             self.offsets.commit(REVIVE_GROUP, self.revive_topic, 0, progress)
 
     async def _revive_loop(self) -> None:
