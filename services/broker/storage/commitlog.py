@@ -609,13 +609,7 @@ class CommitLog:
             if p.size > self._max_record:
                 raise MessageTooLargeError(p.size, self._max_record)
         with self.lock:
-            if self.closed:
-                raise StoreClosedError("commit log is closed")
-            if self._writing:
-                self.wait_writes()
-            if self._dispatched != self._queue.max_offset:  # replicated records not yet dispatched
-                self._dispatch_locked(None, True)
-            ts = self._store_timestamp()
+            ts = self._begin_batch_locked()
             find, create = self._find, self._create
             assigned: dict[tuple[str, int], list[int]] = {}  # key -> [next queue offset]
             indexes: list[QueueIndex | None] = [None] * n
@@ -678,6 +672,18 @@ class CommitLog:
         return PutResult(PutMessageStatus.PUT_OK, queue_offsets, physical_offsets, wrote, end, ts,
                          self.store_host)
 
+    def _begin_batch_locked(self) -> int:
+        """The start of a local batch append (hold the lock): refuse a closed log, wait for a
+        direct write of replicated bytes, dispatch replicated records not dispatched yet;
+        returns the batch's store timestamp."""
+        if self.closed:
+            raise StoreClosedError("commit log is closed")
+        if self._writing:
+            self.wait_writes()
+        if self._dispatched != self._queue.max_offset:  # replicated records not yet dispatched
+            self._dispatch_locked(None, True)
+        return self._store_timestamp()
+
     def append_uniform(self, batch: UniformBatch, messages: Sequence[Message] | None = None) -> PutResult:
         """:meth:`append_batch` for records that differ only in their bodies (one topic and
         queue; see :mod:`~services.broker.storage.bulk`): the batch encoded at once into one
@@ -694,13 +700,7 @@ class CommitLog:
             return self.append_batch(prepared_records(batch), messages)
         topic, queue_id = batch.topic, batch.queue_id
         with self.lock:
-            if self.closed:
-                raise StoreClosedError("commit log is closed")
-            if self._writing:
-                self.wait_writes()
-            if self._dispatched != self._queue.max_offset:  # replicated records not yet dispatched
-                self._dispatch_locked(None, True)
-            ts = self._store_timestamp()
+            ts = self._begin_batch_locked()
             index = self._find((topic, queue_id)) or self._create(topic, queue_id)
             first_queue_offset = index.max_offset
             seg = self._queue.last

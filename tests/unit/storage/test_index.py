@@ -372,11 +372,8 @@ def test_the_appended_keys_match_the_record_parser(open_store: StoreFactory, spa
     assert got[2] == [1_000 + offset for offset in expected[2]]
 
 
-def test_keyless_appends_only_move_the_run_and_nothing_is_read_back(
-        open_store: StoreFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Keyless and keyed single appends, batches and segment rolls (the blank at a segment's
-    end): the index is built from what the commit log recorded under its lock, no record is
-    read back from the log, and every key is found."""
+def count_read_backs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """From now on, where the index reads records back from the commit log (start offsets)."""
     read_back: list[int] = []
     scan = index_module.IndexService._scan_log
 
@@ -384,10 +381,19 @@ def test_keyless_appends_only_move_the_run_and_nothing_is_read_back(
         read_back.append(start)
         return scan(self, start, max_bytes)
 
+    monkeypatch.setattr(index_module.IndexService, "_scan_log", counting_scan)
+    return read_back
+
+
+def test_keyless_appends_only_move_the_run_and_nothing_is_read_back(
+        open_store: StoreFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keyless and keyed single appends, batches and segment rolls (the blank at a segment's
+    end): the index is built from what the commit log recorded under its lock, no record is
+    read back from the log, and every key is found."""
     store = open_store(mapped_file_size_commit_log=64 * 1024)
     assert store.index is not None
     indexed(store)
-    monkeypatch.setattr(index_module.IndexService, "_scan_log", counting_scan)
+    read_back = count_read_backs(monkeypatch)
     sent = {}
     for i in range(600):  # 600 records of ~300 bytes: a few segments
         m = msg(i, size=200, keys=f"k{i}") if i % 5 == 0 else msg(i, size=200)
@@ -405,17 +411,10 @@ def test_bulk_encoded_batches_are_covered_without_a_read_back(
         open_store: StoreFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """Body-only batches stored in bulk (``append_uniform``) between keyed single appends: the
     index covers them from what the commit log recorded, reads nothing back, finds every key."""
-    read_back: list[int] = []
-    scan = index_module.IndexService._scan_log
-
-    def counting_scan(self: index_module.IndexService, start: int, max_bytes: int) -> object:
-        read_back.append(start)
-        return scan(self, start, max_bytes)
-
     store = open_store(mapped_file_size_commit_log=64 * 1024)
     assert store.index is not None
     indexed(store)
-    monkeypatch.setattr(index_module.IndexService, "_scan_log", counting_scan)
+    read_back = count_read_backs(monkeypatch)
     tail, code = encode_tail("TopicA", {})
     sent = {}
     for i in range(200):
