@@ -652,11 +652,7 @@ class CommitLog:
                     i = j
             except BaseException:
                 if rollback_to is not None:
-                    self._commit_locked()
-                    self._queue.truncate(rollback_to)
-                    self._generation += 1
-                    if self.index_feed is not None:
-                        self.index_feed.rolled_back(rollback_to)
+                    self._roll_back_batch_locked(rollback_to)
                 raise
             wrote = 0
             for p, target, queue_offset, physical_offset in zip(prepared, indexes, queue_offsets,
@@ -683,6 +679,15 @@ class CommitLog:
         if self._dispatched != self._queue.max_offset:  # replicated records not yet dispatched
             self._dispatch_locked(None, True)
         return self._store_timestamp()
+
+    def _roll_back_batch_locked(self, offset: int) -> None:
+        """A local batch append failed part-way (hold the lock): cut what it wrote (and any
+        segment it rolled to) back to ``offset``."""
+        self._commit_locked()
+        self._queue.truncate(offset)
+        self._generation += 1
+        if self.index_feed is not None:
+            self.index_feed.rolled_back(offset)
 
     def append_uniform(self, batch: UniformBatch, messages: Sequence[Message] | None = None) -> PutResult:
         """:meth:`append_batch` for records that differ only in their bodies (one topic and
@@ -722,11 +727,7 @@ class CommitLog:
                     seg.append(data)
             except BaseException:
                 if rollback_to is not None:
-                    self._commit_locked()
-                    self._queue.truncate(rollback_to)
-                    self._generation += 1
-                    if self.index_feed is not None:
-                        self.index_feed.rolled_back(rollback_to)
+                    self._roll_back_batch_locked(rollback_to)
                 raise
             end = first + total
             index.put_run(first_queue_offset, queue_entries(batch, offsets), end)
