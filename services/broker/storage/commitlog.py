@@ -34,6 +34,8 @@ from time import time_ns
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from pocketmq.wire.record import header_format
+from services.broker.storage.config import CQ_ENTRY_SIZE
+from services.broker.storage.consumequeue import ENTRY as CQ_ENTRY
 from services.broker.storage.indexfeed import MAX_KEYED, AppendFeed
 from services.broker.storage.record import (
     BLANK_MAGIC_CODE,
@@ -153,6 +155,13 @@ class QueueIndex(Protocol):
 
     #: The queue offset the next message of this queue gets.
     max_offset: int
+    #: Commit log offset just past the last record indexed.
+    last_physical_end: int
+    #: The common case of ``put`` (entry ``max_offset`` written straight into ``fast_seg``'s
+    #: mapping) holds while the entry's byte position is below ``fast_end``; see
+    #: :attr:`~services.broker.storage.consumequeue.ConsumeQueue.fast_end`.
+    fast_end: int
+    fast_seg: Segment
 
     def put(self, queue_offset: int, physical_offset: int, size: int, tags_code: int) -> bool:
         """Index a record; False if that queue offset is already indexed."""
@@ -232,6 +241,7 @@ _PUT_OK = PutMessageStatus.PUT_OK
 _PACK = struct.Struct(header_format(raw_hosts=True))
 assert _PACK.size == HEADER_SIZE
 _PACK_HEADER = _PACK.pack_into
+_PACK_CQ_ENTRY = CQ_ENTRY.pack_into
 _HOST = struct.Struct(">4si")
 # born host -> its 8 header bytes (bounded, cleared when full: producers are few).
 _born_hosts: dict[Host, bytes] = {}
@@ -533,12 +543,12 @@ class CommitLog:
             if seg is None or seg.write_pos + size + END_FILE_MIN_BLANK_LENGTH > seg.size:
                 seg = self._roll()
             pos = seg.write_pos
-            if self._dispatched != seg.start + pos:  # replicated records not yet dispatched
+            physical_offset = seg.start + pos
+            if self._dispatched != physical_offset:  # replicated records not yet dispatched
                 self._dispatch_locked(None, True)
             end = pos + size
             if end > seg.refill_pos:
                 self._refill(seg, end)
-            physical_offset = seg.start + pos
             ts = time_ns() // 1_000_000
             if ts < self._last_store_ts:  # keep store timestamps monotonic for lookup by time
                 ts = self._last_store_ts
@@ -575,9 +585,19 @@ class CommitLog:
                 if (at + size) // COMMIT_CHUNK != at // COMMIT_CHUNK and self.commit_wakeup is not None:
                     self.commit_wakeup()
             seg.write_pos = end
+            end_offset = physical_offset + size
             if index is not None:
-                index.put(queue_offset, physical_offset, size, tags_code)
-            self._dispatched = end_offset = physical_offset + size
+                cq_pos = queue_offset * CQ_ENTRY_SIZE
+                if cq_pos < index.fast_end:  # ConsumeQueue.put's common case, inlined (see fast_end)
+                    cq_seg = index.fast_seg
+                    cq_rel = cq_pos - cq_seg.start
+                    _PACK_CQ_ENTRY(cq_seg.mm, cq_rel, physical_offset, size, tags_code)
+                    cq_seg.write_pos = cq_rel + CQ_ENTRY_SIZE
+                    index.max_offset = queue_offset + 1
+                    index.last_physical_end = end_offset
+                else:
+                    index.put(queue_offset, physical_offset, size, tags_code)
+            self._dispatched = end_offset
             feed = self.index_feed
             if feed is not None:  # (a keyless record only moves the run's end)
                 if feed.end != physical_offset:

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ENTRY = struct.Struct(">qiq")
+_PACK_ENTRY = ENTRY.pack_into
 #: Bytes of zeros written through the file after an entry that touches a new page (16 pages).
 TOUCH_AHEAD = 64 * 1024
 #: Size field of a filler entry.
@@ -51,6 +52,9 @@ Entry = tuple[int, int, int]
 class ConsumeQueue:
     """One (topic, queue id) index. ``max_offset`` is the queue offset the next message gets
     (the commit log reads it to assign queue offsets); ``min_offset`` the first readable one."""
+
+    #: The active file while :attr:`fast_end` is set (read only then).
+    fast_seg: Segment
 
     def __init__(self, topic: str, queue_id: int, directory: str, file_size: int,
                  *, sync: SyncFn = default_sync, defer_dir_sync: Callable[[str], None] | None = None) -> None:
@@ -76,6 +80,13 @@ class ConsumeQueue:
         #: (an entry and zeros after it), so writing entries there through the mapping takes
         #: no expensive first-touch fault (0: none known).
         self._touched = 0
+        #: The common case of :meth:`put`, which the commit log's single append inlines: the
+        #: entry of ``max_offset`` goes straight into the active file's mapping (``_active``)
+        #: when its byte position in the queue is below ``fast_end``, i.e. inside the active
+        #: file and its pages already touched (``fast_seg`` is that file). Set by :meth:`put`'s
+        #: general path; 0 (never) after anything else changes the files, the write position or
+        #: the first file.
+        self.fast_end = 0
 
     def __repr__(self) -> str:
         return f"ConsumeQueue({self.topic!r}, {self.queue_id}, [{self.min_offset}, {self.max_offset}))"
@@ -88,7 +99,7 @@ class ConsumeQueue:
         """Map the files and find the write position (first zero-size entry of the last file)."""
         self._queue.load()
         last = self._active = self._queue.last
-        self._touched = 0
+        self._touched = self.fast_end = 0
         if last is None:
             return
         lo, hi = 0, self._file_size // CQ_ENTRY_SIZE
@@ -133,6 +144,16 @@ class ConsumeQueue:
     def put(self, queue_offset: int, physical_offset: int, size: int, tags_code: int) -> bool:
         """Index one record. An entry that already exists (re-dispatch after recovery) is left
         as is and False is returned; a gap is filled with filler entries."""
+        pos = queue_offset * CQ_ENTRY_SIZE
+        if pos < self.fast_end and queue_offset == self.max_offset:  # (see fast_end)
+            fast = self.fast_seg
+            rel = pos - fast.start
+            _PACK_ENTRY(fast.mm, rel, physical_offset, size, tags_code)
+            fast.write_pos = rel + CQ_ENTRY_SIZE
+            self.max_offset = queue_offset + 1
+            self.last_physical_end = physical_offset + size
+            return True
+        self.fast_end = 0
         pending = self._pending
         if pending is not None:
             if (queue_offset == self.max_offset
@@ -158,7 +179,6 @@ class ConsumeQueue:
             if queue_offset < self.max_offset:
                 return False
             self._fill_to(queue_offset)
-        pos = queue_offset * CQ_ENTRY_SIZE
         seg = self._active
         if seg is None or pos - seg.start >= self._file_size:
             if self._queue.is_empty():
@@ -175,10 +195,12 @@ class ConsumeQueue:
             seg.write_through(rel, ENTRY.pack(physical_offset, size, tags_code) + bytes(ahead))
             self._touched = pos + CQ_ENTRY_SIZE + ahead
         else:
-            ENTRY.pack_into(seg.mm, rel, physical_offset, size, tags_code)
+            _PACK_ENTRY(seg.mm, rel, physical_offset, size, tags_code)
         seg.write_pos = rel + CQ_ENTRY_SIZE
         self.max_offset = queue_offset + 1
         self.last_physical_end = physical_offset + size
+        self.fast_seg = seg
+        self.fast_end = min(self._touched, seg.start + self._file_size) - CQ_ENTRY_SIZE + 1
         return True
 
     def put_many(self, queue_offsets: I64Array, physical_offsets: I64Array, sizes: I64Array,
@@ -234,6 +256,7 @@ class ConsumeQueue:
     def _write_run(self, pos: int, entries: bytes) -> None:
         """Write ``entries`` at byte position ``pos`` of the queue (its end), one write per file
         touched (hold the commit log lock; the queue has a file)."""
+        self.fast_end = 0
         data = memoryview(entries)
         done = 0
         while done < len(data):
@@ -254,6 +277,7 @@ class ConsumeQueue:
             done += len(chunk)
 
     def _fill_to(self, queue_offset: int) -> None:
+        self.fast_end = 0
         pos = queue_offset * CQ_ENTRY_SIZE
         if self._queue.is_empty():
             start = pos - pos % self._file_size
@@ -323,11 +347,13 @@ class ConsumeQueue:
         seg.write_through(0, bytes(pending))  # (no write fault on the new sparse file)
         seg.write_pos = len(pending)
         self._active = seg
+        self.fast_end = 0
         # Readers that took the buffer before still see the same entries in it.
         self._pending = None
 
     def truncate_dirty(self, physical_offset: int) -> None:
         """Drop entries of records that do not end at or before ``physical_offset``."""
+        self.fast_end = 0
         pending = self._pending
         if pending is not None:
             if self.last_physical_end <= physical_offset:
@@ -423,12 +449,14 @@ class ConsumeQueue:
     def close(self) -> None:
         self._queue.close()
         self._active = None
+        self.fast_end = 0
 
     def destroy(self) -> None:
         self._destroyed = True
         self._pending = None
         self._queue.destroy()
         self._active = None
+        self.fast_end = 0
         self.min_offset = self.max_offset = 0
         self.last_physical_end = 0
 

@@ -228,6 +228,10 @@ def _topic_prefix(topic: str) -> bytes:
 # UNIQ_KEY are unique per message by definition and never go in.
 _tail_cache: dict[tuple[object, ...], tuple[bytes, int]] = {}
 _TAIL_CACHE_MAX = 4096
+#: The last cached set: (topic, a copy of the properties, their keys in order, the result). A
+#: stream repeating one set compares two small dicts instead of building and hashing a key.
+#: (One tuple, replaced whole: safe to read from any thread.)
+_last_tail: tuple[str, dict[str, str], list[str], tuple[bytes, int]] = ("", {}, [], (b"", 0))
 
 
 def encode_tail(topic: str, properties: Mapping[str, str]) -> tuple[bytes, int]:
@@ -238,6 +242,9 @@ def encode_tail(topic: str, properties: Mapping[str, str]) -> tuple[bytes, int]:
     ``(key, value)`` pairs in order), so a repeated set costs a tuple and a dict lookup."""
     if not properties or PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX in properties:
         return _encode_tail(topic, properties)
+    last = _last_tail
+    if properties == last[1] and topic == last[0] and (len(properties) == 1 or [*properties] == last[2]):
+        return last[3]
     try:
         key = (topic, *properties.items())
         hit = _tail_cache.get(key)
@@ -248,7 +255,13 @@ def encode_tail(topic: str, properties: Mapping[str, str]) -> tuple[bytes, int]:
         if len(_tail_cache) >= _TAIL_CACHE_MAX:
             _tail_cache.clear()
         _tail_cache[key] = hit
+    _remember_tail(topic, properties, hit)
     return hit
+
+
+def _remember_tail(topic: str, properties: Mapping[str, str], tail: tuple[bytes, int]) -> None:
+    global _last_tail
+    _last_tail = (topic, dict(properties), [*properties], tail)
 
 
 def _encode_tail(topic: str, properties: Mapping[str, str]) -> tuple[bytes, int]:

@@ -214,3 +214,27 @@ def test_a_new_queue_is_readable_before_its_file_is_written(tmp_path: Path) -> N
     with MessageStore(config) as store:  # written at shutdown: all there after a restart
         assert store.max_queue_offset("Big", 1) == 120 and store.max_queue_offset("Fresh", 0) == 8
         assert [e[0] for e in cq_entries(root, "Big", 1)] == [r.physical_offsets[0] for r in many]
+
+
+def test_entries_written_straight_into_the_mapping(tmp_path: Path) -> None:
+    """The single append writes a queue's next entry straight into its file's mapping while it
+    is inside the active file and its touched pages (ConsumeQueue.fast_end); across new files,
+    the touched-page boundary and a restart the entries are exactly those of put()."""
+    root = tmp_path / "s"
+    config = small_config(root, mapped_file_size_consume_queue=20 * 4000)  # 80 kB: past TOUCH_AHEAD
+    with MessageStore(config) as store:
+        first = [store.put_message(msg(i, size=20)) for i in range(10)]
+        store.flush()  # the first file written: the next entries take the fast path
+        results = first + [store.put_message(msg(i, size=20)) for i in range(10, 4200)]
+        queue = store._cq.find(("TopicA", 0))
+        assert queue is not None and queue.fast_end > queue.max_offset * 20
+        store.flush()
+        assert cq_entries(root, "TopicA", 0) == [(r.physical_offsets[0], r.wrote_bytes, 0) for r in results]
+        assert len(os.listdir(root / "consumequeue" / "TopicA" / "0")) == 2
+    with MessageStore(config) as store:  # reloaded: the fast path starts again from put()
+        results += [store.put_message(msg(i, size=20)) for i in range(4200, 4300)]
+        assert [r.queue_offsets[0] for r in results] == list(range(4300))
+        got = store.get_messages("TopicA", 0, 4190, 32)
+        expected = [r.physical_offsets[0] for r in results[4190:4222]]
+        assert [m.physical_offset for m in got.messages] == expected
+    assert cq_entries(root, "TopicA", 0) == [(r.physical_offsets[0], r.wrote_bytes, 0) for r in results]

@@ -305,6 +305,21 @@ def test_encoded_tails_are_cached_by_content_not_identity() -> None:
         encode_tail("CacheTopic", {"TAGS": ["unhashable"]})  # type: ignore[dict-item]
 
 
+def test_the_last_tail_is_reused_only_for_the_same_content_and_order() -> None:
+    from services.broker.storage import record
+    props = {"TAGS": "memo", "KEYS": "k"}
+    first = record.encode_tail("MemoTopic", props)
+    assert record._last_tail[3] == first and record._last_tail[1] is not props  # (a copy)
+    props["KEYS"] = "changed"  # the caller's dict mutated after the call: not a hit
+    assert record.encode_tail("MemoTopic", props) == record._encode_tail("MemoTopic", props) != first
+    again = {"TAGS": "memo", "KEYS": "changed"}
+    assert record.encode_tail("MemoTopic", again) is record._last_tail[3]
+    assert record.encode_tail("OtherTopic", again) == record._encode_tail("OtherTopic", again)
+    swapped = {"KEYS": "changed", "TAGS": "memo"}  # equal as dicts, encoded in another order
+    assert record.encode_tail("OtherTopic", swapped) == record._encode_tail("OtherTopic", swapped)
+    assert record.encode_tail("OtherTopic", swapped) != record._encode_tail("OtherTopic", again)
+
+
 def test_body_crc_is_zlibs_crc32() -> None:
     rng = random.Random(9)
     for size in (0, 1, 7, 100, 1024, 4097, 70_000):
