@@ -203,10 +203,11 @@ def time_lookups(service: IndexService, keys: list[str], limit: int, span: tuple
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--messages", type=int, default=60_000, help="messages per dispatch round")
+    parser.add_argument("--messages", type=int, default=100_000,
+                        help="messages per dispatch round (short rounds swing)")
     parser.add_argument("--body-size", type=int, default=512)
     parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--rounds", type=int, default=5,
+    parser.add_argument("--rounds", type=int, default=7,
                         help="off/on pairs per dispatch case (the median ratio counts)")
     parser.add_argument("--entries", type=int, default=10_000_000, help="entries for the lookup benchmark")
     parser.add_argument("--lookups", type=int, default=2000)
@@ -222,7 +223,7 @@ def main() -> None:
         batch_ratio = rounds(f"master-batch append_messages x{args.batch}", args.rounds,
                              lambda root, on: run_master(root, on, msgs, args.batch, warmup), work)
         single_ratio = rounds("master-single append_message", args.rounds,
-                              lambda root, on: run_master(root, on, msgs[:args.messages // 2], 1, warmup),
+                              lambda root, on: run_master(root, on, msgs, 1, warmup),
                               work)
         source_root = os.path.join(work, "source")
         with MessageStore(store_config(source_root, True)) as source:
