@@ -577,12 +577,14 @@ class CommitLog:
                 mm[at:at + HEADER_SIZE] = bytes(HEADER_SIZE)
                 raise RecordError(f"a header field is out of range: {exc}") from None
             body_end = at + HEADER_SIZE + body_len
+            record_end = at + size
             mm[at + HEADER_SIZE:body_end] = body
-            mm[body_end:at + size] = tail
+            mm[body_end:record_end] = tail
             if buffered:
                 mm[at + 4:at + 8] = _MAGIC_BYTES
-                self._wb_len = at + size
-                if (at + size) // COMMIT_CHUNK != at // COMMIT_CHUNK and self.commit_wakeup is not None:
+                self._wb_len = record_end
+                # (the record crosses a multiple of COMMIT_CHUNK: another chunk is buffered)
+                if record_end % COMMIT_CHUNK < size and self.commit_wakeup is not None:
                     self.commit_wakeup()
             seg.write_pos = end
             end_offset = physical_offset + size
