@@ -18,14 +18,13 @@ message.
 
 from __future__ import annotations
 
-import zlib
 from array import array
 from collections.abc import Callable, Sequence
 from itertools import repeat
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from services.broker.storage.indexkeys import Entries, message_keys, topic_prefix
+from services.broker.storage.indexkeys import Entries, key_crc32, message_keys, topic_prefix
 from services.broker.storage.record import (
     PROPERTY_KEYS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
@@ -49,7 +48,7 @@ MAX_CLOSED_BYTES = 64 * 1024 * 1024
 
 KEYS = PROPERTY_KEYS
 UNIQ_KEY = PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
-_crc32 = zlib.crc32
+_crc32 = key_crc32
 _properties = itemgetter(4)
 _topic = itemgetter(0)
 

@@ -8,10 +8,11 @@ commit log (plain Python). :mod:`services.broker.storage.index` writes and queri
 from __future__ import annotations
 
 import struct
-import zlib
-from collections.abc import Iterable, MutableSequence, Sequence
+from collections.abc import Callable, Iterable, MutableSequence, Sequence
 from itertools import chain, repeat
 from typing import TYPE_CHECKING, Any
+
+from isal.isal_zlib import crc32 as _isal_crc32
 
 from pocketmq.wire.record import header_format
 from services.broker.storage.record import (
@@ -22,6 +23,7 @@ from services.broker.storage.record import (
     PROPERTY_KEYS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     Message,
+    ReadableBuffer,
 )
 
 _np: Any
@@ -37,13 +39,16 @@ _RECORD = struct.Struct(header_format(("total_size", "magic", "store_timestamp",
 _RECORD_UNPACK = _RECORD.unpack_from
 _PREFIX = PREFIX.unpack_from
 _KEYS = (PROPERTY_KEYS.encode() + b"\x01", PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX.encode() + b"\x01")
-_crc32 = zlib.crc32
+#: The key hash function: zlib's CRC-32 (``crc32(data, start)``), computed with ISA-L (the same
+#: values; on keys a few dozen bytes long less than half zlib's cost per call).
+key_crc32: Callable[[ReadableBuffer, int], int] = _isal_crc32
+_crc32 = key_crc32
 _PADDING = bytes(16)
 
 
 def key_hash(topic: str, key: str) -> int:
     """The index hash of ``topic`` + ``key``: CRC-32 of ``topic#key`` (UTF-8)."""
-    return _crc32(key.encode(), _crc32(topic.encode() + b"#"))
+    return _crc32(key.encode(), _crc32(topic.encode() + b"#", 0))
 
 
 def record_keys(props: bytes) -> list[bytes]:
@@ -108,7 +113,7 @@ def topic_prefix(topic: str, prefixes: dict[bytes, int]) -> int:
     if cached is None:
         if len(prefixes) > 8192:
             prefixes.clear()
-        cached = prefixes[raw] = _crc32(raw + b"#")
+        cached = prefixes[raw] = _crc32(raw + b"#", 0)
     return cached
 
 
@@ -137,7 +142,7 @@ def batch_keys(batches: Sequence[DispatchBatch], prefixes: dict[bytes, int]) -> 
             if cached is None:
                 if len(prefixes) > 8192:
                     prefixes.clear()
-                cached = prefixes[raw] = _crc32(raw + b"#")
+                cached = prefixes[raw] = _crc32(raw + b"#", 0)
             topic_prefix.append(cached)
         rows = batch.props_rows
         row_prefix.append(np.array(topic_prefix, dtype=np.int64)[batch.topic_ids[rows]])
@@ -239,7 +244,7 @@ def scan_records(buf: memoryview, base: int,
             if prefix is None:
                 if len(prefixes) > 8192:
                     prefixes.clear()
-                prefix = prefixes[raw_topic] = _crc32(raw_topic + b"#")
+                prefix = prefixes[raw_topic] = _crc32(raw_topic + b"#", 0)
             offset = base + pos
             clean_k = ka < 0 or ka == props_at or chunk[ka - 1] == 2
             if clean_k and (ua < 0 or ua == props_at or chunk[ua - 1] == 2):

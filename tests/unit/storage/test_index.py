@@ -467,3 +467,18 @@ def test_a_feed_past_its_bound_covers_nothing_until_it_is_taken(monkeypatch: pyt
     assert feed.take() == []
     feed.add_messages(900, 1000, [900], 1, keyed[9:])
     assert [(r.start, r.end, r.keyed[2::3]) for r in feed.take()] == [(900, 1000, keyed[9:])]
+
+
+def test_the_key_hash_is_crc32_of_topic_hash_key() -> None:
+    """The on-disk key hash (CRC-32 of ``topic#key``) is unchanged by computing it with ISA-L,
+    and by hashing the key from the topic's CRC as the start value."""
+    import random
+    import zlib
+    rng = random.Random(3)
+    for _ in range(300):
+        topic = "".join(rng.choice("abcXYZ_-%09") for _ in range(rng.randint(1, 40)))
+        key = "".join(rng.choice("ké0123456789ABCDEF-") for _ in range(rng.randint(0, 80)))
+        expected = zlib.crc32(f"{topic}#{key}".encode())
+        assert indexkeys.key_hash(topic, key) == expected
+        assert indexkeys.key_crc32(key.encode(), zlib.crc32(f"{topic}#".encode())) == expected
+        assert indexkeys.topic_prefix(topic, {}) == zlib.crc32(f"{topic}#".encode())
