@@ -109,14 +109,19 @@ class AppendFeed:
 
     def add_messages(self, start: int, end: int, offsets: Sequence[int], store_timestamp: int,
                      messages: Sequence[Message]) -> None:
-        """A batch of local appends at ``offsets`` covering ``[start, end)``."""
+        """A batch of local appends at ``offsets`` covering ``[start, end)``. Every message
+        goes into the flat list, keyed or not, with three C-level slice writes: the index thread
+        sorts out the keyless ones in its passes over all of them (:func:`appended_entries`),
+        rather than the appending thread in a loop per message."""
+        if len(offsets) != len(messages):
+            raise ValueError(f"{len(offsets)} offsets for {len(messages)} messages")
         if self.end != start:
             self.restart(start)
         keyed = self.keyed
-        for offset, message in zip(offsets, messages, strict=True):
-            props = message[4]
-            if props and (KEYS in props or UNIQ_KEY in props):
-                keyed += (offset, store_timestamp, message)
+        at = len(keyed)
+        keyed += repeat(store_timestamp, 3 * len(messages))
+        keyed[at::3] = offsets
+        keyed[at + 2::3] = messages
         self.end = end
         if len(keyed) > MAX_KEYED:
             self.overflow()

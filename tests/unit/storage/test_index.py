@@ -482,3 +482,30 @@ def test_the_key_hash_is_crc32_of_topic_hash_key() -> None:
         assert indexkeys.key_hash(topic, key) == expected
         assert indexkeys.key_crc32(key.encode(), zlib.crc32(f"{topic}#".encode())) == expected
         assert indexkeys.topic_prefix(topic, {}) == zlib.crc32(f"{topic}#".encode())
+
+
+def test_a_batch_of_keyed_and_keyless_messages_indexes_only_the_keys(open_store: StoreFactory) -> None:
+    """A batch feeds all its messages to the index thread, which indexes only the keys: a
+    business key, a unique id, both, several keys in one value, none, an empty value."""
+    store = open_store()
+    assert store.index is not None
+    batch = []
+    for i in range(120):
+        kind = i % 6
+        props = ({"KEYS": f"b{i}"} if kind == 0 else {"UNIQ_KEY": f"U{i}"} if kind == 1 else
+                 {"KEYS": f"b{i}", "UNIQ_KEY": f"U{i}"} if kind == 2 else {"KEYS": f"b{i} c{i}"} if kind == 3
+                 else {"KEYS": ""} if kind == 4 else {"TAGS": "t"})
+        batch.append(msg(i, properties=props))
+    result = store.put_messages(batch[:60])
+    result2 = store.put_messages(batch[60:])
+    offsets = [*result.physical_offsets, *result2.physical_offsets]
+    indexed(store)
+    assert store.index.entries_written == 20 * (1 + 1 + 2 + 2)
+    for i in range(120):
+        kind = i % 6
+        found = [r.physical_offset for r in store.query_by_key("TopicA", f"b{i}")]
+        assert found == ([offsets[i]] if kind in (0, 2, 3) else []), i
+        unique = [r.physical_offset for r in store.query_by_key("TopicA", f"U{i}", unique=True)]
+        assert unique == ([offsets[i]] if kind in (1, 2) else []), i
+        if kind == 3:
+            assert [r.physical_offset for r in store.query_by_key("TopicA", f"c{i}")] == [offsets[i]]
