@@ -19,6 +19,7 @@ carry properties.
 from __future__ import annotations
 
 import struct
+import threading
 from collections.abc import Iterator
 from typing import NamedTuple
 
@@ -268,9 +269,11 @@ class BodyCrcs:
     fails, or is short, each record is checked on its own, so the first wrong one is found
     exactly."""
 
-    __slots__ = ("_work", "_work_view", "_zero_crcs")
+    __slots__ = ("_lock", "_work", "_work_view", "_zero_crcs")
 
     def __init__(self) -> None:
+        #: One check at a time in the work buffer (two threads in it could pass a wrong run).
+        self._lock = threading.Lock()
         buf = bytearray(CRC_CHUNK)
         self._work = np.frombuffer(buf, dtype=np.uint8)
         self._work_view = memoryview(buf)
@@ -314,15 +317,16 @@ class BodyCrcs:
         """Whether the ``rows`` records of ``size`` bytes from ``u8[start]``, each with a body of
         ``body_len`` bytes, all have their claimed body CRCs (see the class doc)."""
         span = rows * size
-        work = self._work[:span].reshape(rows, size)
         records = u8[start:start + span].reshape(rows, size)
         body_end = HEADER_SIZE + body_len
-        work[:, :HEADER_SIZE] = 0
-        work[:, HEADER_SIZE:body_end] = records[:, HEADER_SIZE:body_end]
         residues = (claimed ^ np.uint32(self._zero_crc(body_len))).astype("<u4")
-        work[:, body_end:body_end + 4] = residues.view(np.uint8).reshape(rows, 4)
-        work[:, body_end + 4:] = 0
-        return body_crc(self._work_view[:span]) == self._zero_crc(span)
+        with self._lock:
+            work = self._work[:span].reshape(rows, size)
+            work[:, :HEADER_SIZE] = 0
+            work[:, HEADER_SIZE:body_end] = records[:, HEADER_SIZE:body_end]
+            work[:, body_end:body_end + 4] = residues.view(np.uint8).reshape(rows, 4)
+            work[:, body_end + 4:] = 0
+            return body_crc(self._work_view[:span]) == self._zero_crc(span)
 
     def _zero_crc(self, size: int) -> int:
         """CRC of ``size`` zero bytes (at most :data:`CRC_CHUNK`)."""
