@@ -315,7 +315,8 @@ def catch_up(workdir: Path, size: int, runs: int) -> dict[str, float]:
                   f"all readable through its consume queues at {total / readable / MB:.0f} MB/s in "
                   f"{readable:.2f}s: dispatch ratio {elapsed / readable:.2f}; slave CPU "
                   f"{cpu_caught_up * 1e3 / (total / MB):.2f} ms per MB until caught up, "
-                  f"{cpu * 1e3 / (total / MB):.2f} until readable)", flush=True)
+                  f"{cpu * 1e3 / (total / MB):.2f} until readable; load {os.getloadavg()[0]:.2f})",
+                  flush=True)
             if not all(_same_file(a, slave.store / "commitlog" / a.name) for a in segments):
                 raise RuntimeError(f"run {run + 1}: the slave's commit log differs from the master's")
             if not run:
