@@ -25,7 +25,7 @@ from services.broker.longpoll import QueueNotifier
 from services.broker.metadata import TopicConfig, TopicConfigManager
 from services.broker.metrics import BrokerMetrics
 from services.broker.rewrite import is_special, rewrite_special
-from services.broker.storage import record
+from services.broker.storage import bulk, record
 from services.broker.storage.config import FlushDiskType, StoreConfig
 from services.broker.storage.status import PutMessageStatus, PutResult
 from services.broker.storage.store import MessageStore, refused
@@ -35,13 +35,6 @@ from services.common.errors import (
     NotFoundError,
     PermissionDeniedError,
 )
-
-try:  # (NumPy; without it, e.g. in the image, every batch takes the per-record path)
-    from services.broker.storage import bulk
-except ImportError:  # pragma: no cover - exercised by the image
-    HAVE_BULK = False
-else:
-    HAVE_BULK = True
 
 log = logging.getLogger(__name__)
 
@@ -317,7 +310,7 @@ class SendService:
             return await self._finish(refused(exc), queue_id, started, count, 0)
         bodies = [msg.body for msg in messages]
         lengths = list(map(len, bodies))
-        if HAVE_BULK and min(lengths) > 0 and max(lengths) <= max_size and bodies_only(request, lengths):
+        if min(lengths) > 0 and max(lengths) <= max_size and bodies_only(request, lengths):
             # Messages with a body and nothing else (the usual batch): one record encode for
             # the whole batch (services/broker/storage/bulk.py), no object per message.
             try:

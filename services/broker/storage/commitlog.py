@@ -31,7 +31,9 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from time import time_ns
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
+
+import numpy as np
 
 from pocketmq.wire.record import header_format
 from services.broker.storage.indexfeed import MAX_KEYED, AppendFeed
@@ -374,7 +376,6 @@ class CommitLog:
         #: :meth:`_keep_for_dispatch`; made on the first bulk append).
         self._ring: mmap.mmap | None = None
         self._ring_addr = 0
-        self._numpy: Any = None
         self._ring_from = 0
         self._ring_end = 0
         #: Bumped whenever the ring starts again somewhere else (a scan made in it outside the
@@ -906,24 +907,17 @@ class CommitLog:
         if self._ring is None:
             self._ring = mmap.mmap(-1, DISPATCH_RING)
             self._ring_addr = ctypes.addressof(ctypes.c_char.from_buffer(self._ring))
-            try:  # (the address of a read-only piece; without NumPy, copies hold the GIL)
-                import numpy
-
-                self._numpy = numpy
-            except ImportError:
-                self._numpy = None
             self._ring_from = start
         if self._ring_end != start:
             self._ring_from = start
             self._ring_restarts += 1
         ring = self._ring
-        np = self._numpy
         at = start % DISPATCH_RING
         for piece in pieces:
             view = memoryview(piece)
             while len(view):
                 n = min(len(view), DISPATCH_RING - at)
-                if n >= NOGIL_COPY_MIN and np is not None and view.contiguous:
+                if n >= NOGIL_COPY_MIN and view.contiguous:  # (NumPy: the address of a read-only piece)
                     source = np.frombuffer(view[:n], dtype=np.uint8).ctypes.data
                     ctypes.memmove(self._ring_addr + at, source, n)  # (releases the GIL)
                 else:
