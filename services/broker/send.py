@@ -76,6 +76,15 @@ _REMARKS = {
 }
 
 
+def offset_msg_ids(prefix: str, physical_offsets: Sequence[int]) -> list[str]:
+    """The offset message ids of records at ``physical_offsets`` of a store whose ids start
+    with ``prefix`` (the store host's 16 hex digits; see
+    :func:`~pocketmq.wire.msgid.offset_msg_id`): every offset in hex at once, a space between
+    them, the prefix put before each and the whole cut at the spaces (no step per message)."""
+    packed = struct.pack(f">{len(physical_offsets)}Q", *physical_offsets)
+    return (prefix + packed.hex(" ", 8).upper().replace(" ", " " + prefix)).split()
+
+
 def _varint_size(value: int) -> int:
     """Bytes of ``value`` as a protobuf varint (negative int32/int64 values take 10)."""
     return 10 if value < 0 else max(1, (value.bit_length() + 6) // 7)
@@ -154,9 +163,7 @@ class SendService:
         n = len(physical_offsets)
         if n < 4:
             return [f"{prefix}{offset:016X}" for offset in physical_offsets]
-        # A batch: every offset in hex at once (one pack and one hex() for the batch), then cut.
-        digits = struct.pack(f">{n}Q", *physical_offsets).hex().upper()
-        return [prefix + digits[i:i + 16] for i in range(0, 16 * n, 16)]
+        return offset_msg_ids(prefix, physical_offsets)
 
     # -- checks -----------------------------------------------------------------------------
 

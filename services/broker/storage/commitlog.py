@@ -36,6 +36,8 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 import numpy as np
 
 from pocketmq.wire.record import header_format
+from services.broker.storage import bulk
+from services.broker.storage.bulk import UniformBatch
 from services.broker.storage.indexfeed import MAX_KEYED, AppendFeed
 from services.broker.storage.record import (
     BLANK_MAGIC_CODE,
@@ -83,7 +85,6 @@ from services.broker.storage.segment_queue import SegmentQueue
 from services.broker.storage.status import PutMessageStatus, PutResult
 
 if TYPE_CHECKING:  # (the batch paths import their modules on first use)
-    from services.broker.storage.bulk import UniformBatch
     from services.broker.storage.dispatch import DispatchBatch, Scanner
 
 log = logging.getLogger(__name__)
@@ -696,14 +697,12 @@ class CommitLog:
         write and indexed with one consume queue write. All or nothing, as
         :meth:`append_batch`; a batch too large for one segment goes through it.
         ``messages``: as for :meth:`append_batch` (what the key index reads)."""
-        from services.broker.storage.bulk import encode_uniform, prepared_records, queue_entries
-
         n = len(batch)
         if batch.max_size > self._max_record:
             raise MessageTooLargeError(batch.max_size, self._max_record)
         total = batch.total
         if total + END_FILE_MIN_BLANK_LENGTH > self._segment_size:
-            return self.append_batch(prepared_records(batch), messages)
+            return self.append_batch(bulk.prepared_records(batch), messages)
         topic, queue_id = batch.topic, batch.queue_id
         with self.lock:
             ts = self._begin_batch_locked()
@@ -720,8 +719,8 @@ class CommitLog:
                 first = seg.start + pos
                 if pos + total > seg.refill_pos:
                     self._refill(seg, pos + total)
-                data, offsets = encode_uniform(batch, first_queue_offset, first, ts, self._store_ip,
-                                               self._store_port)
+                data, offsets = bulk.encode_uniform(batch, first_queue_offset, first, ts, self._store_ip,
+                                                    self._store_port)
                 if self._buffered:
                     self._append_buffered(seg, data)
                 else:
@@ -731,7 +730,7 @@ class CommitLog:
                     self._roll_back_batch_locked(rollback_to)
                 raise
             end = first + total
-            index.put_run(first_queue_offset, queue_entries(batch, offsets), end)
+            index.put_run(first_queue_offset, bulk.queue_entries(batch, offsets), end)
             self._dispatched = end
             physical_offsets = offsets.tolist()
             feed = self.index_feed
@@ -1413,7 +1412,7 @@ class CommitLog:
             self._wb_len = 0
         return wb, self._wb_len
 
-    def _append_buffered(self, seg: Segment, data: bytes) -> None:
+    def _append_buffered(self, seg: Segment, data: bytes | bytearray) -> None:
         """Append ``data`` (whole records) to the active ``seg`` through the write buffer."""
         pos = seg.write_pos
         n = len(data)
