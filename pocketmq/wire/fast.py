@@ -19,6 +19,7 @@ import socket
 import struct
 import weakref
 from collections.abc import Iterable
+from itertools import repeat
 from typing import Any
 
 from isal.isal_zlib import crc32
@@ -233,14 +234,12 @@ def _decode_uniform(data: bytes, broker_name: str, reply: Reply, out: Messages) 
         return False
     topic = topics[0].decode("utf-8", "replace")
     queue = MessageQueue(topic, broker_name, queue_id)
-    new = object.__new__
-    builder = MessageSlots
     received = ReceivedMessage
-    append = out.append
+    out.extend(map(object.__new__, repeat(MessageSlots, n)))  # allocated in one C loop
     pos = 0
-    for (_, _, _, _, queue_offset, physical_offset, born_ts, store_ts, reconsume, _, body, _, _,
-         _) in rows:
-        msg: Any = new(builder)
+    msg: Any
+    for msg, (_, _, _, _, queue_offset, physical_offset, born_ts, store_ts, reconsume, _, body, _, _,
+              _) in zip(out, rows, strict=True):
         msg.topic = topic
         msg.queue = queue
         msg.body = body
@@ -252,7 +251,6 @@ def _decode_uniform(data: bytes, broker_name: str, reply: Reply, out: Messages) 
         msg._source = reply
         msg._position = pos
         msg.__class__ = received
-        append(msg)
         pos += total
     return True
 
