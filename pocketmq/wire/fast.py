@@ -235,7 +235,8 @@ def _decode_uniform(data: bytes, broker_name: str, reply: Reply, out: Messages) 
     topic = topics[0].decode("utf-8", "replace")
     queue = MessageQueue(topic, broker_name, queue_id)
     received = ReceivedMessage
-    out.extend(map(object.__new__, repeat(MessageSlots, n)))  # allocated in one C loop
+    allocate: Any = object.__new__
+    out.extend(map(allocate, repeat(MessageSlots, n)))  # allocated in one C loop
     pos = 0
     msg: Any
     for msg, (_, _, _, _, queue_offset, physical_offset, born_ts, store_ts, reconsume, _, body, _, _,
