@@ -230,7 +230,7 @@ def _decode_uniform(data: bytes, broker_name: str, reply: Reply, out: Messages) 
     if (totals.count(total) != n or magics.count(MAGIC_CODE) != n or queue_ids.count(queue_id) != n
             or body_lens.count(body_lens[0]) != n or topic_lens.count(topic_lens[0]) != n
             or props_lens.count(total - HEADER_SIZE - body_lens[0] - 3 - topic_lens[0]) != n
-            or topics.count(topics[0]) != n or list(map(crc32, bodies)) != list(crcs)):
+            or topics.count(topics[0]) != n or tuple(map(crc32, bodies)) != crcs):
         return False
     topic = topics[0].decode("utf-8", "replace")
     queue = MessageQueue(topic, broker_name, queue_id)
@@ -267,10 +267,8 @@ def decode_received(data: bytes | bytearray | memoryview, broker_name: str,
     out = Messages()
     eager = hint is not None and hint.eager
     reply = Reply(data, out, hint)
-    if _decode_uniform(data, broker_name, reply, out):
-        if eager:
-            reply._fill(out)
-        return out
+    if not eager and _decode_uniform(data, broker_name, reply, out):
+        return out  # (a reader of every field is served best by one pass that decodes them all)
     hosts_at = _HOSTS.unpack_from
     hosts = _hosts
     property_sets = _property_sets
