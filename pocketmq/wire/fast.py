@@ -225,7 +225,7 @@ def _decode_uniform(data: bytes, broker_name: str, reply: Reply, out: Messages) 
     rows = list(layout.iter_unpack(data))
     n = len(rows)
     (totals, magics, crcs, queue_ids, _, _, _, _, _, body_lens, bodies, topic_lens, topics,
-     props_lens) = zip(*rows, strict=True)
+     props_lens) = zip(*rows)  # noqa: B905 - every row has every field
     total, _, _, queue_id, *_ = rows[0]
     if (totals.count(total) != n or magics.count(MAGIC_CODE) != n or queue_ids.count(queue_id) != n
             or body_lens.count(body_lens[0]) != n or topic_lens.count(topic_lens[0]) != n
