@@ -14,12 +14,16 @@ every round and the median:
 * ``own async``    - PocketMQ's client, ``--in-flight`` concurrent single sends.
 
 Every round and median line shows the CPU per message of the sending process and of the broker
-(sampled over the round only). Last line: ``sdk_send_msgs=<SDK async median msgs/s>
+(sampled over the round only), and the sending process's context switches per message (all its
+threads: how often one slept and was woken; the SDK hands every send between several threads).
+Last line: ``sdk_send_msgs=<SDK async median msgs/s>
 sdk_vs_own=<SDK async / own async>``, the sync figures (``sdk_sync_msgs``, ``sdk_sync_vs_own``),
 the async CPU per message of each side (``sdk_client_us``, ``own_client_us``, ``sdk_broker_us``,
 ``own_broker_us``), and the ratio CPU alone allows: ``cpu_ratio`` = own total / SDK total CPU per
 message (client and broker contending for the same cores), ``core_ratio`` = the same with each
-side's busier process instead of the total (a free core each). Target: sdk_vs_own >= 0.8.
+side's busier process instead of the total (a free core each), and the async context switches per
+message of each sending process (``sdk_client_switches``, ``own_client_switches``). Target:
+sdk_vs_own >= 0.8.
 
     python benchmarks/bench_sdk.py [--rounds 3] [--seconds 3] [--size 1024] [--in-flight 64]
 """
@@ -37,7 +41,7 @@ import threading
 import time
 from typing import NamedTuple
 
-from benchlib import ROOT, cpu_seconds, free_port, wait_port
+from benchlib import ROOT, context_switches, cpu_seconds, free_port, wait_port
 
 from pocketmq.client.message import Message
 from pocketmq.client.producer import AsyncProducer
@@ -55,17 +59,18 @@ class Round(NamedTuple):
     rate: float  # msgs/s
     client_us: float  # the sending process's CPU per message
     broker_us: float  # the broker's CPU per message, over the round only
-
+    client_switches: float  # the sending process's context switches per message
 
     def show(self, label: str) -> None:
         print(f"{label}: {self.rate:9.0f} msgs/s   (CPU per message: client {self.client_us:.0f} us + "
-              f"broker {self.broker_us:.0f} us = {self.client_us + self.broker_us:.0f} us)", flush=True)
+              f"broker {self.broker_us:.0f} us = {self.client_us + self.broker_us:.0f} us; "
+              f"client switches per message {self.client_switches:.1f})", flush=True)
 
 
 def report(who: str, mode: str, i: int, messages: int, seconds: float, client_cpu: float,
-           broker_cpu: float) -> Round:
+           broker_cpu: float, client_switches: int) -> Round:
     n = max(messages, 1)
-    r = Round(messages / seconds, client_cpu / n * 1e6, broker_cpu / n * 1e6)
+    r = Round(messages / seconds, client_cpu / n * 1e6, broker_cpu / n * 1e6, client_switches / n)
     r.show(f"{who} {mode:5s} round {i}")
     return r
 
@@ -111,7 +116,7 @@ class SdkSender:
         doc = self._next()
         broker_cpu = cpu_seconds(self.broker_pid) - broker_before
         return report("sdk", self.mode, int(doc["round"]), int(doc["messages"]), doc["seconds"], doc["cpu"],
-                      broker_cpu)
+                      broker_cpu, int(doc["switches"]))
 
     def close(self) -> None:
         try:
@@ -133,6 +138,7 @@ async def own_round(producer: AsyncProducer, mode: str, i: int, args: argparse.N
     broker_before = cpu_seconds(broker_pid)
     start = time.perf_counter()
     cpu = time.process_time()
+    switches = context_switches()
     count = 0
 
     async def loop(end: float) -> None:
@@ -143,7 +149,8 @@ async def own_round(producer: AsyncProducer, mode: str, i: int, args: argparse.N
 
     await asyncio.gather(*(loop(end) for _ in range(1 if mode == "sync" else args.in_flight)))
     broker_cpu = cpu_seconds(broker_pid) - broker_before
-    return report("own", mode, i, count, time.perf_counter() - start, time.process_time() - cpu, broker_cpu)
+    return report("own", mode, i, count, time.perf_counter() - start, time.process_time() - cpu, broker_cpu,
+                  context_switches() - switches)
 
 
 async def interleaved(namesrv: str, mode: str, args: argparse.Namespace,
@@ -239,7 +246,8 @@ def main() -> int:
         f"sdk_sync_msgs={sdk_sync.rate:.0f} sdk_sync_vs_own={sdk_sync.rate / own_sync.rate:.2f} "
         f"sdk_client_us={sdk.client_us:.0f} own_client_us={own.client_us:.0f} "
         f"sdk_broker_us={sdk.broker_us:.0f} own_broker_us={own.broker_us:.0f} "
-        f"cpu_ratio={own_cpu / sdk_cpu:.2f} core_ratio={core_ratio:.2f}"
+        f"cpu_ratio={own_cpu / sdk_cpu:.2f} core_ratio={core_ratio:.2f} "
+        f"sdk_client_switches={sdk.client_switches:.1f} own_client_switches={own.client_switches:.1f}"
     )
     return 0
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import resource
 import socket
 import time
 from collections.abc import Callable, Sequence
@@ -54,6 +55,13 @@ def cpu_seconds(pid: int) -> float:
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def context_switches() -> int:
+    """This process's context switches so far: voluntary + involuntary, of every thread it had
+    (how often one of its threads slept and was woken)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_nvcsw + usage.ru_nivcsw
 
 
 #: Channel factories of addresses that need more than a plaintext channel (TLS, signed

@@ -1,15 +1,17 @@
 """The official RocketMQ 5 Python SDK's send loop for bench_sdk.py: runs in .venv-sdk (never in
 PocketMQ's process). Sends ``--size``-byte NORMAL messages for ``--seconds`` per round, either
 one at a time (``sync``) or with ``--in-flight`` outstanding ``send_async`` calls, and prints
-one JSON line per round: ``{"mode", "round", "messages", "seconds", "cpu"}`` (the SDK process's
-CPU seconds in the round), preceded by ``{"start": <round>}`` just before the round begins (the
-caller samples the broker's CPU between the two). With ``--wait`` each round begins only when a
-line arrives on stdin (the caller interleaves other rounds with these); EOF ends the run."""
+one JSON line per round: ``{"mode", "round", "messages", "seconds", "cpu", "switches"}`` (the SDK
+process's CPU seconds and context switches in the round), preceded by ``{"start": <round>}``
+just before the round begins (the caller samples the broker's CPU between the two). With
+``--wait`` each round begins only when a line arrives on stdin (the caller interleaves other
+rounds with these); EOF ends the run."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import resource
 import sys
 import threading
 import time
@@ -65,6 +67,13 @@ def run_async(
     return done, time.perf_counter() - start
 
 
+def context_switches() -> int:
+    """This process's context switches so far (voluntary + involuntary, every thread it had); as
+    benchlib.context_switches, which this script cannot import (it runs in the SDK's venv)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_nvcsw + usage.ru_nivcsw
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--endpoint", required=True)
@@ -86,13 +95,15 @@ def main() -> None:
                 break
             print(json.dumps({"start": i}), flush=True)
             cpu = time.process_time()
+            switches = context_switches()
             if args.mode == "sync":
                 n, secs = run_sync(producer, args.topic, body, args.seconds)
             else:
                 n, secs = run_async(producer, args.topic, body, args.seconds, args.in_flight)
             cpu = time.process_time() - cpu
-            print(json.dumps({"mode": args.mode, "round": i, "messages": n, "seconds": secs, "cpu": cpu}),
-                  flush=True)
+            switches = context_switches() - switches
+            print(json.dumps({"mode": args.mode, "round": i, "messages": n, "seconds": secs, "cpu": cpu,
+                              "switches": switches}), flush=True)
     finally:
         producer.shutdown()
 
