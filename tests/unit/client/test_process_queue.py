@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pocketmq.client.consumer import AsyncConsumer, ConsumeFrom
 from pocketmq.client.message import MessageQueue, ReceivedMessage
@@ -225,3 +227,31 @@ async def test_a_waiting_receive_wakes_for_a_batch_and_gives_up_at_its_own_deadl
     c._ready.put_nowait(None)
     c._wake()
     assert await asyncio.wait_for(waiting, 5) is None
+
+
+@settings(max_examples=300)
+@given(st.data())
+def test_acks_one_by_one_or_several_at_once_commit_the_first_unprocessed_offset(data: st.DataObject) -> None:
+    """However acks come (each message in order, as a handler acks; a batch's last, as
+    receive_batch() does; or anywhere, even backwards), the offset to commit is the first
+    delivered offset above the highest ack, or where the next pull starts."""
+    pq = ProcessQueue(MessageQueue("t", "b", 0), 2)
+    offset = data.draw(st.integers(0, 2**40))
+    delivered: list[int] = []
+    for _ in range(data.draw(st.integers(1, 5))):
+        gaps = data.draw(st.lists(st.integers(1, 3), min_size=1, max_size=6))
+        batch = []
+        for gap in gaps:
+            batch.append(offset)
+            offset += gap
+        pq.add_inflight(range(batch[0], batch[-1] + 1) if gaps.count(1) == len(gaps) else batch)
+        delivered += batch
+    pq.next_offset = offset
+    acked = -1
+    for _ in range(data.draw(st.integers(0, 12))):
+        ack = data.draw(st.one_of(st.sampled_from(delivered), st.integers(delivered[0] - 2, offset + 2)))
+        if data.draw(st.booleans()):  # most often the next message in order
+            ack = next((o for o in delivered if o > acked), ack)
+        pq.ack(ack)
+        acked = max(acked, ack)
+        assert pq.commit_offset() == next((o for o in delivered if o > acked), offset)
