@@ -9,8 +9,10 @@ messages of a queue). The fields that cost most to build and that many consumers
 decodes them, once, from the reply (:class:`Reply`), for every message of the reply still in the
 list the decoder returned (a consumer that reads one such field usually reads it of every
 message), and tells the reader's :class:`DecodeHint`: its next replies are decoded whole at once.
-A message gives what the reference decoder (:func:`pocketmq.wire.record.decode_record`) gives; a
-property test checks that they agree.
+A reply of like records (one body, topic and properties size: one producer's batch) is read in
+one ``struct.iter_unpack`` pass and checked on whole columns (:func:`_decode_uniform`); others
+record by record. A message gives what the reference decoder
+(:func:`pocketmq.wire.record.decode_record`) gives; a property test checks that they agree.
 """
 
 from __future__ import annotations
