@@ -24,13 +24,17 @@ temporary directory, ASYNC_FLUSH, no NameServer: slaves get ``--ha-master-addres
     the protocol but discards the data (what the replication channel itself moves, without the
     slave's store; best of ``--runs``).
   - ``store append_data``: the slave store alone, in this process, appending the same bytes in
-    2 MiB pieces (no network), and the same until its reput thread has dispatched them all.
+    2 MiB pieces (no network), and the same until its reput thread has dispatched them all (the
+    source store is opened without a message index: its keyless log would otherwise be
+    scanned again by an index thread of its own, in this process).
   The slave receives into four 2 MiB buffers in turn and writes the body bytes of each read with
   one ``append_data`` (into the commit log, unparsed; reads of 64 KiB or more queue on a writer
   thread while the next reads go on, their whole 4 KiB blocks with ``O_DIRECT``:
   replicaDirectWrite);
-  the reput thread validates (CRC32 of the body) and dispatches every record (consume queue
-  entry) in place in the ring, right behind the writer, which waits when it gets a ring ahead:
+  the reput thread validates (framing as NumPy columns; body CRCs with one CRC-32 per run of
+  same-sized records, see docs/replication.md) and dispatches every record (consume queue
+  entries: one write per queue and slice) in place in the ring, right behind the writer, which
+  waits when it gets a ring ahead:
   the ack (and so catch-up) counts the commit log, as RocketMQ's slave does, but the consume
   queues keep up with it, and the "... and dispatched" row shows when the index caught up.
   Each round prints the slave's CPU per MB until it caught up and until all was readable.
@@ -311,7 +315,8 @@ def catch_up(workdir: Path, size: int, runs: int) -> dict[str, float]:
                   f"all readable through its consume queues at {total / readable / MB:.0f} MB/s in "
                   f"{readable:.2f}s: dispatch ratio {elapsed / readable:.2f}; slave CPU "
                   f"{cpu_caught_up * 1e3 / (total / MB):.2f} ms per MB until caught up, "
-                  f"{cpu * 1e3 / (total / MB):.2f} until readable)", flush=True)
+                  f"{cpu * 1e3 / (total / MB):.2f} until readable; load {os.getloadavg()[0]:.2f})",
+                  flush=True)
             if not all(_same_file(a, slave.store / "commitlog" / a.name) for a in segments):
                 raise RuntimeError(f"run {run + 1}: the slave's commit log differs from the master's")
             if not run:
@@ -413,7 +418,8 @@ def append_data_mbps(source: Path, target: Path, total: int,
     """The slave store's own ceiling: ``append_data`` of the same bytes in ``chunk``-sized pieces
     (what one socket read of the slave holds at most), in this process, no network; and the
     same until every record is dispatched (the reput thread runs alongside)."""
-    src = MessageStore(StoreConfig(store_path_root_dir=str(source)))
+    # (the source is only read: no message index thread of its own competing with the slave's)
+    src = MessageStore(StoreConfig(store_path_root_dir=str(source), message_index_enable=False))
     dst = MessageStore(StoreConfig(store_path_root_dir=str(target)))
     src.start()
     dst.start()

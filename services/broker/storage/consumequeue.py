@@ -192,14 +192,14 @@ class ConsumeQueue:
         if not n:
             return 0
         first = int(queue_offsets[0])
-        if first != self.max_offset or not dispatch.consecutive(queue_offsets) or self._active is None:
-            # Re-dispatch after recovery, a gap, or the queue's first file: one by one.
+        if first != self.max_offset or not dispatch.consecutive(queue_offsets):
+            # Re-dispatch after recovery, or a gap: one by one.
             return sum(self.put(int(q), int(p), int(s), int(t)) for q, p, s, t in zip(
                 queue_offsets.tolist(), physical_offsets.tolist(), sizes.tolist(), tags_codes.tolist(),
                 strict=True))
-        self._write_run(first * CQ_ENTRY_SIZE, dispatch.queue_entries(physical_offsets, sizes, tags_codes))
-        self.max_offset = first + n
-        self.last_physical_end = int(physical_offsets[-1] + sizes[-1])
+        # (the queue's in-memory first file included: put_run appends to it)
+        self.put_run(first, dispatch.queue_entries(physical_offsets, sizes, tags_codes),
+                     int(physical_offsets[-1] + sizes[-1]))
         return n
 
     def put_run(self, queue_offset: int, entries: bytes, physical_end: int) -> None:

@@ -19,6 +19,7 @@ carry properties.
 from __future__ import annotations
 
 import struct
+import threading
 from collections.abc import Iterator
 from typing import NamedTuple
 
@@ -51,6 +52,11 @@ _WALK_AFTER_MISS = 64
 _TAGS_KEY = PROPERTY_TAGS.encode() + b"\x01"
 _UNIQ_KEY = PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX.encode() + b"\x01"
 _CACHE_MAX = 4096
+#: Records of one size checked with one CRC call at least (see :class:`BodyCrcs`), and the
+#: bytes one such call covers at most.
+CRC_RUN_MIN = 16
+CRC_CHUNK = 1 << 20
+_ZEROS = bytes(CRC_CHUNK)
 _PREFIX = PREFIX.unpack_from
 
 _NUMPY_CODES = {"i": ">i4", "I": ">u4", "q": ">i8", "4si": "V8"}
@@ -130,11 +136,12 @@ def consecutive(values: I64Array) -> bool:
 class Scanner:
     """Per-log caches for :func:`scan_batch` (topic names, tag codes of property strings)."""
 
-    __slots__ = ("tags", "topics")
+    __slots__ = ("_crcs", "tags", "topics")
 
     def __init__(self) -> None:
         self.topics: dict[bytes, str] = {}
         self.tags: dict[bytes, int] = {}
+        self._crcs = BodyCrcs()
 
     def scan(self, data: memoryview, base: int, end: int, room: int, max_records: int,
              check_crc: bool) -> DispatchBatch | None:
@@ -162,12 +169,8 @@ class Scanner:
         ok &= props_at + 2 + props_len == rec_end
         n = len(positions) if ok.all() else int(np.argmin(ok))
         if check_crc and n:
-            starts = (positions[:n] + HEADER_SIZE).tolist()
-            bodies = map(data.__getitem__, map(slice, starts, body_end[:n].tolist()))
-            computed = np.fromiter(map(body_crc, bodies), dtype=np.uint32, count=n)
-            wrong = computed != header["body_crc"][:n]
-            if wrong.any():
-                n = int(np.argmax(wrong))
+            n = self._crcs.first_mismatch(u8, data, positions[:n], total[:n], body_len[:n],
+                                          header["body_crc"][:n])
         if not n:
             return None
         header = header[:n]
@@ -213,27 +216,139 @@ class Scanner:
         UTF-8 as the last item."""
         width = int(lengths.max())
         cols = np.arange(width, dtype=np.int64)
+        if width == int(lengths.min()):
+            # One topic length (the common case): one gather, and one topic if every row
+            # equals the first (no sort).
+            same = u8[starts[:, None] + cols[None, :]]
+            if (same == same[0]).all():
+                name = self._topic_name(bytes(same[0]))
+                zeros = np.zeros(len(starts), dtype=np.int64)
+                return (zeros, [], 0) if name is None else (zeros, [name], -1)
         inside = cols[None, :] < lengths[:, None]
         raw = np.where(inside, u8[np.where(inside, starts[:, None] + cols[None, :], 0)], 0).astype(np.uint8)
         keyed = np.ascontiguousarray(raw).view(np.dtype((np.void, width))).ravel()
         _, first, inverse = np.unique(keyed, return_index=True, return_inverse=True)
         inverse = inverse.reshape(-1).astype(np.int64)
         names: list[str] = []
-        cache = self.topics
         for i, row in enumerate(first.tolist()):
             a = int(starts[row])
-            key = bytes(data[a:a + int(lengths[row])])
-            name = cache.get(key)
+            name = self._topic_name(bytes(data[a:a + int(lengths[row])]))
             if name is None:
-                try:
-                    name = key.decode()
-                except UnicodeDecodeError:
-                    return inverse, names, int(np.flatnonzero(inverse == i)[0])
-                if len(cache) >= _CACHE_MAX:
-                    cache.clear()
-                cache[key] = name
+                return inverse, names, int(np.flatnonzero(inverse == i)[0])
             names.append(name)
         return inverse, names, -1
+
+    def _topic_name(self, raw: bytes) -> str | None:
+        """The topic name of these bytes (cached), or None if they are not UTF-8."""
+        cache = self.topics
+        name = cache.get(raw)
+        if name is None:
+            try:
+                name = raw.decode()
+            except UnicodeDecodeError:
+                return None
+            if len(cache) >= _CACHE_MAX:
+                cache.clear()
+            cache[raw] = name
+        return name
+
+
+class BodyCrcs:
+    """Checks the body CRCs of a run of records with one CRC call per run of equal-sized
+    records (up to :data:`CRC_CHUNK` bytes), not one call per record.
+
+    CRC-32 without its final inversion is linear, and a message followed by its own CRC
+    (little-endian, with the CRC of as many zero bytes taken out, which undoes the initial
+    value) leaves the register at zero. So a buffer holding each body followed by its claimed
+    CRC so corrected, with zeros everywhere else (headers, topics, properties), has the CRC of
+    a zero buffer of its length exactly when every claimed CRC is right: one record with a
+    wrong CRC always shows (each record's error is multiplied by a different power of x, an
+    invertible map); wrong ones cancelling out takes the same 2^-32 chance as a corrupted body
+    keeping its CRC. The buffer is built with NumPy strided copies over the records as rows of
+    a matrix, and both the copy and the CRC of a large buffer run without the GIL. Where a run
+    fails, or is short, each record is checked on its own, so the first wrong one is found
+    exactly."""
+
+    __slots__ = ("_lock", "_work", "_work_view", "_zero_crcs")
+
+    def __init__(self) -> None:
+        #: One check at a time in the work buffer (two threads in it could pass a wrong run).
+        self._lock = threading.Lock()
+        buf = bytearray(CRC_CHUNK)
+        self._work = np.frombuffer(buf, dtype=np.uint8)
+        self._work_view = memoryview(buf)
+        self._zero_crcs: dict[int, int] = {}
+
+    def first_mismatch(self, u8: npt.NDArray[np.uint8], data: memoryview, positions: I64Array,
+                       totals: I64Array, body_lens: I64Array, claimed: npt.NDArray[np.uint32]) -> int:
+        """Row of the first record whose body (``body_lens[i]`` bytes at ``positions[i] +
+        HEADER_SIZE``) does not have the CRC ``claimed[i]``, or ``len(positions)``. Records
+        are back to back (each ``totals[i]`` long) and have at least 4 bytes after the body."""
+        n = len(positions)
+        key = totals * (1 << 32) + body_lens
+        bounds = np.concatenate(([0], np.flatnonzero(key[1:] != key[:-1]) + 1, [n]))
+        lengths = np.diff(bounds)
+        long_runs = np.flatnonzero(lengths >= CRC_RUN_MIN)
+        first_bad = n
+        if len(long_runs) < len(lengths):  # records of short runs: one call each
+            rows = np.flatnonzero(np.repeat(lengths < CRC_RUN_MIN, lengths))
+            bad = _first_bad(data, positions[rows], body_lens[rows], claimed[rows])
+            if bad < len(rows):
+                first_bad = int(rows[bad])
+        for run in long_runs.tolist():
+            start, end = int(bounds[run]), int(bounds[run + 1])
+            if start >= first_bad:
+                break
+            size, body_len = int(totals[start]), int(body_lens[start])
+            step = max(1, CRC_CHUNK // size)
+            for a in range(start, min(end, first_bad), step):
+                b = min(end, a + step)
+                if b - a >= CRC_RUN_MIN and self._rows_ok(u8, int(positions[a]), b - a, size, body_len,
+                                                           claimed[a:b]):
+                    continue
+                bad = _first_bad(data, positions[a:b], body_lens[a:b], claimed[a:b])
+                if bad < b - a:
+                    first_bad = min(first_bad, a + bad)
+                    break
+        return first_bad
+
+    def _rows_ok(self, u8: npt.NDArray[np.uint8], start: int, rows: int, size: int, body_len: int,
+                 claimed: npt.NDArray[np.uint32]) -> bool:
+        """Whether the ``rows`` records of ``size`` bytes from ``u8[start]``, each with a body of
+        ``body_len`` bytes, all have their claimed body CRCs (see the class doc)."""
+        span = rows * size
+        records = u8[start:start + span].reshape(rows, size)
+        body_end = HEADER_SIZE + body_len
+        residues = (claimed ^ np.uint32(self._zero_crc(body_len))).astype("<u4")
+        with self._lock:
+            work = self._work[:span].reshape(rows, size)
+            work[:, :HEADER_SIZE] = 0
+            work[:, HEADER_SIZE:body_end] = records[:, HEADER_SIZE:body_end]
+            work[:, body_end:body_end + 4] = residues.view(np.uint8).reshape(rows, 4)
+            work[:, body_end + 4:] = 0
+            return body_crc(self._work_view[:span]) == self._zero_crc(span)
+
+    def _zero_crc(self, size: int) -> int:
+        """CRC of ``size`` zero bytes (at most :data:`CRC_CHUNK`)."""
+        crc = self._zero_crcs.get(size)
+        if crc is None:
+            if len(self._zero_crcs) >= _CACHE_MAX:
+                self._zero_crcs.clear()
+            crc = self._zero_crcs[size] = body_crc(memoryview(_ZEROS)[:size])
+        return crc
+
+
+def _first_bad(data: memoryview, positions: I64Array, body_lens: I64Array,
+               claimed: npt.NDArray[np.uint32]) -> int:
+    """Row of the first record whose body CRC is not ``claimed`` (one CRC call per record), or
+    ``len(positions)``."""
+    n = len(positions)
+    if not n:
+        return 0
+    starts = positions + HEADER_SIZE
+    bodies = map(data.__getitem__, map(slice, starts.tolist(), (starts + body_lens).tolist()))
+    wrong = np.fromiter(map(body_crc, bodies), dtype=np.uint32, count=n) != claimed
+    return int(np.argmax(wrong)) if wrong.any() else n
 
 
 def _chain(u8: npt.NDArray[np.uint8], data: memoryview, end: int,

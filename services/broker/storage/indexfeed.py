@@ -44,8 +44,11 @@ if TYPE_CHECKING:
 #: Keyed appends a run holds at most (3 list items each); past it the run is dropped and its
 #: records are read back from the log (the index thread is far behind or stopped).
 MAX_KEYED = 3 * 800_000
-#: Log bytes the closed runs may cover (replicated batches hold their properties).
+#: Memory the closed runs may hold: the log bytes a run of local appends covers (its keyed
+#: messages), or what a replicated batch holds (:func:`batch_weight`).
 MAX_CLOSED_BYTES = 64 * 1024 * 1024
+#: Bytes a replicated batch holds per record besides its properties (its NumPy columns).
+BATCH_ROW_BYTES = 80
 
 KEYS = PROPERTY_KEYS
 UNIQ_KEY = PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
@@ -125,12 +128,16 @@ class AppendFeed:
             self.wake()
 
     def add_batch(self, batch: DispatchBatch) -> None:
-        """Replicated records dispatched as one batch (a run of their own)."""
+        """Replicated records dispatched as one batch (a run of their own). It counts what it
+        holds, not the log bytes it covers: a slave catching up feeds hundreds of MB per
+        second, and a dropped batch makes the index thread read those records back from the
+        log, which costs more than the batch dispatch itself."""
         start, end = int(batch.physical_offsets[0]), batch.end_offset
         self.restart(start)
-        if self._closed_bytes + end - start <= MAX_CLOSED_BYTES:
+        weight = batch_weight(batch)
+        if self._closed_bytes + weight <= MAX_CLOSED_BYTES:
             self.closed.append(Run(start, end, [], batch))
-            self._closed_bytes += end - start
+            self._closed_bytes += weight
         self.start = self.end = end
         if self.idle:
             self.wake()
@@ -151,6 +158,11 @@ class AppendFeed:
         self._closed_bytes = 0
         self.keyed = []
         self.start = self.end = -1
+
+
+def batch_weight(batch: DispatchBatch) -> int:
+    """Bytes a fed replicated batch holds (its columns and the properties it cut out)."""
+    return len(batch) * BATCH_ROW_BYTES + sum(map(len, batch.props))
 
 
 def appended_entries(keyed: list[Any], prefixes: dict[bytes, int]) -> Entries:

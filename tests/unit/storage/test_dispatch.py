@@ -6,13 +6,16 @@ from __future__ import annotations
 import random
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from services.broker.storage import commitlog
+from pocketmq.wire.record import field_offset
+from services.broker.storage import commitlog, dispatch, indexfeed
 from services.broker.storage import store as store_module
-from services.broker.storage.consumequeue import ConsumeQueueStore
-from services.broker.storage.dispatch import DispatchBatch
+from services.broker.storage.consumequeue import ConsumeQueue, ConsumeQueueStore
+from services.broker.storage.dispatch import DispatchBatch, Scanner
+from services.broker.storage.indexfeed import AppendFeed
 from services.broker.storage.record import HEADER_SIZE, TRANSACTION_PREPARED_TYPE, Message
 from services.broker.storage.segment import Segment
 from services.broker.storage.store import MessageStore
@@ -242,3 +245,109 @@ def test_a_writer_that_waits_too_long_goes_on_and_the_dispatcher_reads_the_file(
     for store in (master, slave):
         store.flush()
     assert queue_files(tmp_path / "slave") == queue_files(tmp_path / "master")
+
+
+BODY_CRC_AT = field_offset("body_crc")
+
+
+def scanned_rows(data: bytes | bytearray, check_crc: bool = True) -> int:
+    """Records the batch scan accepts from the start of ``data`` (log offset 0)."""
+    batch = Scanner().scan(memoryview(data), 0, len(data), 1 << 40, 1 << 30, check_crc)
+    return 0 if batch is None else len(batch)
+
+
+@pytest.mark.parametrize("chunk", [dispatch.CRC_CHUNK, 8 * 1024])
+def test_body_crcs_are_checked_per_run_and_the_first_wrong_record_is_found(
+        open_store: StoreFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
+    """One CRC call per run of same-sized records (BodyCrcs) must refuse exactly the records a
+    CRC per record refuses: a wrong body in a long run, at a chunk's edge, in a run of mixed
+    sizes, an empty body, two wrong ones (the first counts)."""
+    monkeypatch.setattr(dispatch, "CRC_CHUNK", chunk)
+    combined: list[bool] = []
+    rows_ok = dispatch.BodyCrcs._rows_ok
+
+    def counting(self: dispatch.BodyCrcs, *args: Any) -> bool:
+        combined.append(rows_ok(self, *args))
+        return combined[-1]
+
+    monkeypatch.setattr(dispatch.BodyCrcs, "_rows_ok", counting)
+    master = open_store(tmp_path / "master", mapped_file_size_commit_log=64 * SEGMENT)
+    sent: list[tuple[Message, int]] = []
+    for round_, (count, size) in enumerate([(100, 300), (40, 0), (60, 1000), (17, 5), (90, 64)]):
+        sent += put_varied(master, 150, seed=11 + round_)  # mixed sizes between the runs
+        batch = [msg(len(sent) + i, size=size, queue_id=i % 4) for i in range(count)]
+        result = master.put_messages(batch)
+        assert result.ok
+        sent += zip(batch, result.physical_offsets, strict=True)
+    with master.get_data(0, master.max_offset) as piece:  # type: ignore[union-attr]
+        data = bytes(piece.data)
+    assert scanned_rows(data) == len(sent)
+    assert combined and all(combined)  # (the one-call check ran, and passed)
+    offsets = [p for _, p in sent]
+    sizes = [b - a for a, b in zip(offsets, [*offsets[1:], len(data)], strict=True)]
+    runs = [i for i in range(1, len(sent) - 1) if sizes[i - 1] == sizes[i] == sizes[i + 1]]
+    mixed = [i for i in range(1, len(sent) - 1) if len({sizes[i - 1], sizes[i], sizes[i + 1]}) == 3]
+    empty = [i for i, (m, _) in enumerate(sent) if not m.body]
+    assert len(runs) > 250 and mixed and empty
+    rng = random.Random(1)
+    picks = [0, len(sent) - 1, *rng.sample(runs, 6), *rng.sample(mixed, 3)]
+    for bad in picks:
+        message, at = sent[bad]
+        spoiled = bytearray(data)
+        if message.body:
+            spoiled[at + HEADER_SIZE + rng.randrange(len(message.body))] ^= 1 << rng.randrange(8)
+        else:
+            spoiled[at + BODY_CRC_AT] ^= 0x01  # (an empty body's CRC is 0)
+        combined.clear()
+        assert scanned_rows(spoiled) == bad, (bad, sizes[bad])
+        assert bad not in runs or False in combined  # (its run's one-call check failed)
+        assert scanned_rows(spoiled, check_crc=False) == len(sent)
+        later = rng.choice([i for i in runs if i > bad] or [len(sent) - 1])
+        spoiled[offsets[later] + BODY_CRC_AT] ^= 0x10  # a second wrong CRC, after it
+        assert scanned_rows(spoiled) == bad
+    bad = empty[0]
+    spoiled = bytearray(data)
+    spoiled[offsets[bad] + BODY_CRC_AT] ^= 0x01
+    assert scanned_rows(spoiled) == bad
+
+
+def test_a_replicated_batch_appends_to_a_new_queues_first_file_in_one_piece(
+        open_store: StoreFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        batched_rows: list[int]) -> None:
+    """A queue's first file lives in memory until the consume queue flush: batches go there
+    with one append per queue, not one entry at a time."""
+    puts: list[int] = []
+    put = ConsumeQueue.put
+
+    def counting(self: ConsumeQueue, *args: int) -> bool:
+        puts.append(1)
+        return put(self, *args)
+
+    master = open_store(tmp_path / "master", mapped_file_size_commit_log=32 * SEGMENT)
+    sent = put_kib(master, 4 * SEGMENT)
+    monkeypatch.setattr(ConsumeQueue, "put", counting)
+    slave = open_store(tmp_path / "slave", mapped_file_size_commit_log=32 * SEGMENT)
+    replicate(master, slave, 1024 * 1024)
+    assert sum(batched_rows) > sent * 0.9
+    assert len(puts) < sent - sum(batched_rows) + 4 * len(batched_rows)
+    for store in (master, slave):
+        store.flush()
+    assert queue_files(tmp_path / "slave") == queue_files(tmp_path / "master")
+
+
+def test_the_index_keeps_replicated_batches_by_what_they_hold(open_store: StoreFactory,
+                                                              tmp_path: Path) -> None:
+    """A batch of keyless records holds a few bytes a record: many MB of such batches stay
+    fed to the index (it does not read them back from the log)."""
+    master = open_store(tmp_path / "master", mapped_file_size_commit_log=32 * SEGMENT)
+    put_kib(master, 2 * SEGMENT)
+    with master.get_data(0, master.max_offset) as piece:  # type: ignore[union-attr]
+        batch = Scanner().scan(piece.data, 0, piece.size, 1 << 40, 1 << 30, True)
+    assert batch is not None
+    feed = AppendFeed(lambda: None)
+    fed = 0
+    while fed < 2 * indexfeed.MAX_CLOSED_BYTES:  # (the same batch again: only its size counts)
+        feed.add_batch(batch)
+        fed += batch.end_offset
+    assert len(feed.take()) == fed // batch.end_offset
+    assert indexfeed.batch_weight(batch) < batch.end_offset // 10
