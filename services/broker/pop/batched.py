@@ -137,6 +137,7 @@ async def serve_stream(service: PopService, requests: AsyncIterator[pb.PopStream
     try:
         while (reply := await out.get()) is not None:
             yield reply
+        await reader  # (a failed read, e.g. a request refused by access control: its error)
     finally:
         reader.cancel()
         for task in list(tasks):

@@ -217,7 +217,11 @@ class AclInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 if rule is not None and rule.per_message and not (first and first_checked):
                     denied = check(request, context)
                     if denied is not None:
-                        await gate._deny_v1(context, denied)
+                        # Raised, not aborted here: a handler may read its requests in another
+                        # task than the one writing its replies, and an abort from there would
+                        # race a reply being written. The wrapper aborts from the call's own
+                        # task once the handler has answered what came before.
+                        raise denied
                 first = False
                 yield request
 
@@ -234,11 +238,14 @@ class AclInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                             return
                         await gate._deny_v1(context, denied)
                 result = inner_ss(checked(requests, context, False), context)
-                if hasattr(result, "__aiter__"):
-                    async for item in result:
-                        yield item
-                else:
-                    await result
+                try:
+                    if hasattr(result, "__aiter__"):
+                        async for item in result:
+                            yield item
+                    else:
+                        await result
+                except AclDeniedError as denied:
+                    await gate._deny_v1(context, denied)
 
             return grpc.stream_stream_rpc_method_handler(stream_stream, **kwargs)
         inner_su = handler.stream_unary
@@ -249,6 +256,10 @@ class AclInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 if denied is not None:
                     await gate._deny_v1(context, denied)
             result = inner_su(checked(requests, context, False), context)
-            return await result if inspect.isawaitable(result) else result
+            try:
+                return await result if inspect.isawaitable(result) else result
+            except AclDeniedError as denied:
+                await gate._deny_v1(context, denied)
+                raise  # (abort raises; for the type checker)
 
         return grpc.stream_unary_rpc_method_handler(stream_unary, **kwargs)
