@@ -22,6 +22,7 @@ import os
 import struct
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -75,6 +76,12 @@ POPULATE_STEP = 4 * 1024 * 1024
 #: pass (and one vectorised put) per this much time, not per append.
 GATHER_S = 0.05
 _PREFIX = PREFIX.unpack_from
+#: ``progress`` (in the index directory, only while no index file exists: a store whose records
+#: carry no keys yet): where indexing had got to at the last flush, 8-byte offset + CRC-32, so
+#: such a store does not read its whole commit log again at every start. Once a file exists its
+#: ``endPhyOffset`` says it and the progress file is removed.
+PROGRESS = struct.Struct(">qI")
+PROGRESS_FILE = "progress"
 #: (Re-exported: the query side hashes keys the same way.)
 __all__ = ["IndexFile", "IndexService", "key_hash", "record_keys"]
 
@@ -313,9 +320,35 @@ class IndexService:
             except (OSError, ValueError) as exc:
                 log.warning("index: dropping unreadable index file %s (%s)", path, exc)
                 os.unlink(path)
-        end = self._files[-1].end_offset if self._files else min_offset
+        end = self._files[-1].end_offset if self._files else self._load_progress(min_offset)
         self.indexed_offset = min(max(end, min_offset), max_offset)
         log.info("index loaded: %d file(s), indexing resumes at %d", len(self._files), self.indexed_offset)
+
+    def _load_progress(self, default: int) -> int:
+        try:
+            with open(os.path.join(self.directory, PROGRESS_FILE), "rb") as f:
+                data = f.read(PROGRESS.size)
+        except FileNotFoundError:
+            return default
+        if len(data) == PROGRESS.size:
+            offset, crc = PROGRESS.unpack(data)
+            if zlib.crc32(data[:8]) == crc:
+                return int(offset)
+        log.warning("index: ignoring a damaged progress file; indexing from %d", default)
+        return default
+
+    def _save_progress(self) -> None:
+        """Called with :attr:`_lock` held, only while no index file exists."""
+        offset = self.indexed_offset.to_bytes(8, "big", signed=True)
+        try:
+            fd = os.open(os.path.join(self.directory, PROGRESS_FILE), os.O_WRONLY | os.O_CREAT, 0o644)
+            try:
+                os.pwrite(fd, PROGRESS.pack(self.indexed_offset, zlib.crc32(offset)), 0)
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:  # (only costs a scan of the keyless records at the next start)
+            log.warning("index: cannot save the indexing progress: %s", exc)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="IndexService", daemon=True)
@@ -336,6 +369,8 @@ class IndexService:
             for f in self._files:
                 f.flush()
                 f.close()
+            if not self._files:
+                self._save_progress()
             self._files = []
 
     def _run(self) -> None:
@@ -483,6 +518,9 @@ class IndexService:
                     current.flush()
                 path = os.path.join(self.directory, f"{first:020d}")
                 current = IndexFile(path, self.slots, self.capacity, create_at=(first, int(stamps[i])))
+                if not self._files:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(os.path.join(self.directory, PROGRESS_FILE))
                 self._files.append(current)
                 log.info("index: new index file %s", path)
             i = current.put(hashes, offsets, stamps, i)
@@ -520,6 +558,8 @@ class IndexService:
         with self._lock:
             for f in self._files:
                 f.flush()
+            if not self._files:
+                self._save_progress()
 
     def truncate(self, offset: int) -> None:
         """The commit log was cut back to ``offset``: index again from there (entries past it
@@ -532,6 +572,8 @@ class IndexService:
                 self.indexed_offset = offset
                 if self._files:
                     self._files[-1].end_offset = offset
+                else:  # (at once: a crash must not leave it claiming the cut records)
+                    self._save_progress()
 
     def delete_below(self, min_offset: int) -> int:
         """Delete the index files whose records all lie below ``min_offset`` (never the newest);

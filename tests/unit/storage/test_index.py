@@ -110,6 +110,36 @@ def test_recovery_resumes_and_rebuilds(open_store: StoreFactory, tmp_path: Path)
     assert [r.keys for r in rebuilt.query_by_key("TopicA", "a79")] == [["a79"]]
 
 
+def test_a_store_without_keys_resumes_indexing_where_it_stopped(
+        open_store: StoreFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No index file exists until a message carries a key: the progress file keeps the place."""
+    root = tmp_path / "store"
+    store = MessageStore(small_config(root, **SMALL_INDEX))
+    store.start()
+    for i in range(40):
+        store.put_message(msg(i))
+    indexed(store)
+    store.shutdown()
+    assert os.listdir(root / "index") == [index_module.PROGRESS_FILE]
+    read_back = count_read_backs(monkeypatch)
+    again = open_store(root, **SMALL_INDEX)
+    assert again.index is not None and again.index.indexed_offset == again.max_offset
+    again.put_message(msg(40, keys="first-key"))  # the first index file replaces the progress file
+    indexed(again)
+    assert read_back == []
+    assert [r.keys for r in again.query_by_key("TopicA", "first-key")] == [["first-key"]]
+    assert index_module.PROGRESS_FILE not in os.listdir(root / "index")
+    again.shutdown()
+    # A damaged progress file is ignored: everything is read back, nothing is lost.
+    monkeypatch.undo()
+    for name in os.listdir(root / "index"):
+        os.unlink(root / "index" / name)
+    (root / "index" / index_module.PROGRESS_FILE).write_bytes(b"\x00" * 5)
+    rebuilt = open_store(root, **SMALL_INDEX)
+    indexed(rebuilt)
+    assert [r.keys for r in rebuilt.query_by_key("TopicA", "first-key")] == [["first-key"]]
+
+
 def test_reindexing_after_a_crash_shows_each_message_once(open_store: StoreFactory, tmp_path: Path) -> None:
     root = tmp_path / "store"
     store = MessageStore(small_config(root, max_hash_slot_num=64, max_index_num=1000))
