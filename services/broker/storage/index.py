@@ -23,11 +23,14 @@ import struct
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+import numpy as np
 
 from services.broker.storage.indexfeed import AppendFeed, Run, appended_entries
 from services.broker.storage.indexkeys import (
+    Column,
     Entries,
     batch_keys,
     key_hash,
@@ -41,12 +44,6 @@ from services.broker.storage.segment import (
     SegmentSlice,
     default_sync,
 )
-
-_np: Any
-try:  # vectorised index-file writes where NumPy is installed (it is not in the container image)
-    import numpy as _np
-except ImportError:  # pragma: no cover - exercised by the image
-    _np = None
 
 if TYPE_CHECKING:
     from services.broker.storage.dispatch import DispatchBatch
@@ -159,7 +156,7 @@ class IndexFile:
         FILE_HEADER.pack_into(self.mm, 0, self.begin_ts, self.end_ts, self.begin_offset, self.end_offset,
                               self.slots, self.count)
 
-    def put(self, hashes: Sequence[int], offsets: Sequence[int], stamps: Sequence[int], start: int) -> int:
+    def put(self, hashes: Column, offsets: Column, stamps: Column, start: int) -> int:
         """Append entries ``start..`` of the parallel lists (key hashes, commit log offsets,
         store timestamps in ms) until the file is full; returns the index of the first one not
         written. Every entry is written before the slot that points to it."""
@@ -170,10 +167,10 @@ class IndexFile:
         entries_end = self._entries_at + (n0 + k) * ENTRY.size
         if entries_end > self._populated:
             self._populate(entries_end)
-        if _np is not None and k >= VECTOR_MIN:
+        if k >= VECTOR_MIN:
             self._put_vector(hashes[start:start + k], offsets[start:start + k], stamps[start:start + k])
         else:
-            if _np is not None and isinstance(hashes, _np.ndarray):  # (plain ints for the loop)
+            if isinstance(hashes, np.ndarray):  # (plain ints for the loop)
                 hashes, offsets, stamps = (list(map(int, x)) for x in (hashes, offsets, stamps))
             self._put_loop(hashes, offsets, stamps, start, k)
         self.end_ts = max(self.end_ts, int(stamps[start + k - 1]))
@@ -181,7 +178,7 @@ class IndexFile:
         self.dirty = True
         return start + k
 
-    def _put_loop(self, hashes: Sequence[int], offsets: Sequence[int], stamps: Sequence[int], start: int,
+    def _put_loop(self, hashes: Column, offsets: Column, stamps: Column, start: int,
                   k: int) -> None:
         mm = self.mm
         n = self.count
@@ -198,14 +195,12 @@ class IndexFile:
             pack_slot(mm, pos, n)
             n += 1
 
-    def _put_vector(self, hashes: Sequence[int], offsets: Sequence[int], stamps: Sequence[int]) -> None:
+    def _put_vector(self, hashes: Column, offsets: Column, stamps: Column) -> None:
         """:meth:`_put_loop` in one pass: every entry links to what its slot held, then the
         slots point at the entries. Entries of the batch that share a slot (rare: a batch is
         small next to the slot count; found by sorting the slot numbers, cheaper than another
         pass over the randomly placed slots) are linked to each other in order, the slot to
         the last. Entries are complete before a slot points at them."""
-        np = _np
-        assert np is not None
         k = len(hashes)
         n0 = self.count
         h = np.asarray(hashes, dtype=np.uint32)
@@ -451,13 +446,9 @@ class IndexService:
             return (), (), ()
         if len(parts) == 1:
             return parts[0]
-        np = _np
-        if np is not None:
-            return (np.concatenate([np.asarray(p[0], dtype=np.uint32) for p in parts]),
-                    np.concatenate([np.asarray(p[1], dtype=np.int64) for p in parts]),
-                    np.concatenate([np.asarray(p[2], dtype=np.int64) for p in parts]))
-        return ([int(h) for p in parts for h in p[0]], [int(o) for p in parts for o in p[1]],
-                [int(t) for p in parts for t in p[2]])
+        return (np.concatenate([np.asarray(p[0], dtype=np.uint32) for p in parts]),
+                np.concatenate([np.asarray(p[1], dtype=np.int64) for p in parts]),
+                np.concatenate([np.asarray(p[2], dtype=np.int64) for p in parts]))
 
     def index_pending(self, max_bytes: int = READ_CHUNK) -> int:
         """Index the next whole dispatched records after :attr:`indexed_offset`: the fed runs
@@ -506,7 +497,7 @@ class IndexService:
                 data.release()
         return start + pos, hashes, offsets, stamps
 
-    def _append(self, hashes: Sequence[int], offsets: Sequence[int], stamps: Sequence[int]) -> None:
+    def _append(self, hashes: Column, offsets: Column, stamps: Column) -> None:
         i = 0
         n = len(hashes)
         while i < n:

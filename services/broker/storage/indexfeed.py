@@ -24,18 +24,14 @@ from itertools import repeat
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+import numpy as np
+
 from services.broker.storage.indexkeys import Entries, key_crc32, message_keys, topic_prefix
 from services.broker.storage.record import (
     PROPERTY_KEYS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     Message,
 )
-
-_np: Any
-try:
-    import numpy as _np
-except ImportError:  # pragma: no cover - exercised by the image
-    _np = None
 
 if TYPE_CHECKING:
     from services.broker.storage.dispatch import DispatchBatch
@@ -172,13 +168,12 @@ def batch_weight(batch: DispatchBatch) -> int:
 def appended_entries(keyed: list[Any], prefixes: dict[bytes, int]) -> Entries:
     """Index entries (key hashes, offsets, store times; commit log order) of the flat keyed
     list of a run: a few C-level passes over all the messages; a Python loop only where a
-    ``KEYS`` value holds several keys, or without NumPy."""
+    ``KEYS`` value holds several keys."""
     messages: list[Message] = keyed[2::3]
     offsets: list[int] = keyed[0::3]
     stamps: list[int] = keyed[1::3]
-    np = _np
     n = len(messages)
-    if np is None or not n:
+    if not n:
         return _loop_entries(messages, offsets, stamps, prefixes)
     props = list(map(_properties, messages))
     try:

@@ -12,6 +12,8 @@ from collections.abc import Callable, Iterable, MutableSequence, Sequence
 from itertools import chain, repeat
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+import numpy.typing as npt
 from isal.isal_zlib import crc32 as _isal_crc32
 
 from pocketmq.wire.record import header_format
@@ -25,12 +27,6 @@ from services.broker.storage.record import (
     Message,
     ReadableBuffer,
 )
-
-_np: Any
-try:  # the batch path (replicated records) needs NumPy, as the batch dispatcher does
-    import numpy as _np
-except ImportError:  # pragma: no cover - exercised by the image
-    _np = None
 
 if TYPE_CHECKING:
     from services.broker.storage.dispatch import DispatchBatch
@@ -118,7 +114,9 @@ def topic_prefix(topic: str, prefixes: dict[bytes, int]) -> int:
 
 
 #: Index entries as parallel sequences: key hashes, commit log offsets, store timestamps (ms).
-Entries = tuple[Sequence[int], Sequence[int], Sequence[int]]
+#: A column: a list of ints or a NumPy integer array (both index and slice alike).
+Column = Sequence[int] | npt.NDArray[Any]
+Entries = tuple[Column, Column, Column]
 
 
 def batch_keys(batches: Sequence[DispatchBatch], prefixes: dict[bytes, int]) -> Entries:
@@ -127,8 +125,6 @@ def batch_keys(batches: Sequence[DispatchBatch], prefixes: dict[bytes, int]) -> 
     in one vectorised pass over all of them: the properties are joined, pair starts found
     where a ``\x02`` precedes, the two key names matched at pair starts, each value's end
     found by a sorted search; only the CRC of each key is a call per key."""
-    np = _np
-    assert np is not None
     props: list[bytes] = []
     row_prefix, row_offset, row_stamp = [], [], []
     for batch in batches:

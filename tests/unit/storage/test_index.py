@@ -335,25 +335,6 @@ def test_a_slave_indexes_replicated_batches_without_reading_them_back(
     assert slave.query_by_key("TopicA", "not5") == [] and slave.query_by_key("TopicA", "nor") == []
 
 
-def test_without_numpy_the_plain_paths_index_the_same(open_store: StoreFactory,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    """The container image has no NumPy: fed appends (single and batched) and the log
-    read-back are indexed by the plain-Python paths."""
-    monkeypatch.setattr(index_module, "_np", None)
-    monkeypatch.setattr(indexkeys, "_np", None)
-    store = open_store(max_hash_slot_num=64, max_index_num=200)
-    store.put_messages([msg(i, properties=_odd_properties(i)) for i in range(200)])
-    for i in range(200, 400):
-        store.put_message(msg(i, properties=_odd_properties(i)))
-    indexed(store)
-    assert store.index is not None and len(list(store.index.files())) > 1
-    for i in (1, 7, 200, 201, 399):
-        props = _odd_properties(i)
-        for key in [*props.get("KEYS", "").split(" "), props.get("UNIQ_KEY", "")]:
-            if key:
-                assert [r.body for r in store.query_by_key("TopicA", key)] == [msg(i).body], key
-
-
 def test_single_appends_of_several_threads_are_each_indexed_once(open_store: StoreFactory) -> None:
     """Single appends of several threads are recorded for the index under the commit log lock,
     in log order: each is indexed exactly once."""
