@@ -42,6 +42,7 @@ from benchlib import ROOT, cpu_seconds, free_port
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from pocketmq.broker.v1 import broker_pb2, broker_pb2_grpc
+from pocketmq.cli.bench import CPU_SAMPLE_S
 
 
 def wait_healthy(addr: str, proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
@@ -84,10 +85,10 @@ async def raw_pull(broker: str, topic: str, messages: int) -> dict[str, Any]:
         got = nbytes = 0
         first: float | None = None
         last = 0.0
-        first_cpu = last_cpu = 0.0
+        first_cpu = last_cpu = cpu_at = 0.0
 
         async def follow(queue_id: int) -> None:
-            nonlocal got, nbytes, first, last, first_cpu, last_cpu
+            nonlocal got, nbytes, first, last, first_cpu, last_cpu, cpu_at
             call = stub.PullMessageStream(broker_pb2.PullMessageRequest(
                 consumer_group="bench-raw-pull", topic=topic, queue_id=queue_id, queue_offset=0,
                 max_msg_nums=256, subscription="*", raw_records=True, suspend_timeout_ms=2000))
@@ -98,10 +99,12 @@ async def raw_pull(broker: str, topic: str, messages: int) -> dict[str, Any]:
                     if reply is grpc.aio.EOF or reply.status != broker_pb2.FOUND:
                         return
                     last = time.perf_counter()
-                    last_cpu = time.process_time()
-                    if first is None:
-                        first, first_cpu = last, last_cpu
                     got += reply.next_begin_offset - offset
+                    if first is None:
+                        first, first_cpu = last, time.process_time()
+                        last_cpu, cpu_at = first_cpu, last
+                    elif last - cpu_at >= CPU_SAMPLE_S or got >= messages:
+                        last_cpu, cpu_at = time.process_time(), last  # as bench consume samples it
                     nbytes += len(reply.records)
                     offset = reply.next_begin_offset
             finally:

@@ -161,6 +161,13 @@ class AsyncConsumer:
         self._handler: MessageHandler | None = None
         #: Iterator mode: pulled batches of every owned queue, each with its queue's state.
         self._ready: asyncio.Queue[tuple[ProcessQueue, list[ReceivedMessage]] | None] | None = None
+        #: A receive() waiting for ``_ready`` to fill (woken by whoever fills it), the time it
+        #: gives up and the timer that checks that time. The timer is not set again per wait: it
+        #: is moved only to an earlier time, and when it fires late waits are re-armed (a wait per
+        #: pulled batch is the common case; a timer per wait cost more than the wait itself).
+        self._waiter: asyncio.Future[None] | None = None
+        self._wait_until = 0.0
+        self._wait_timer: asyncio.TimerHandle | None = None
         #: The rest of the batch receive() is handing out, and its queue.
         self._current: collections.deque[ReceivedMessage] = collections.deque()
         self._current_pq: ProcessQueue | None = None
@@ -288,6 +295,10 @@ class AsyncConsumer:
         if self._ready is not None:
             with contextlib.suppress(asyncio.QueueFull):
                 self._ready.put_nowait(None)
+            self._wake()
+        if self._wait_timer is not None:
+            self._wait_timer.cancel()
+            self._wait_timer = None
         await self._coordinator.unregister_all()
         if self._redelivery is not None:
             await self._redelivery.close()
@@ -413,24 +424,60 @@ class AsyncConsumer:
                           ) -> tuple[ProcessQueue, list[ReceivedMessage], float | None] | None:
         """The next pulled batch (waiting up to the deadline set from ``timeout`` on the first
         wait), with the deadline; None on timeout or close."""
+        while ready.empty():
+            if self._closed:
+                return None
+            loop = asyncio.get_running_loop()
+            if deadline is None and timeout is not None:
+                deadline = loop.time() + timeout
+            if deadline is not None and deadline <= loop.time():
+                return None
+            if self._waiter is not None:  # another receive() waits: wait as the queue's getter
+                try:
+                    async with asyncio.timeout_at(deadline):
+                        item = await ready.get()
+                except TimeoutError:
+                    return None
+                return None if item is None else (item[0], item[1], deadline)
+            waiter = self._waiter = loop.create_future()
+            if deadline is not None:
+                self._wait_until = deadline
+                timer = self._wait_timer
+                if timer is None or timer.when() > deadline:
+                    if timer is not None:
+                        timer.cancel()
+                    self._wait_timer = loop.call_at(deadline, self._wait_timer_fired)
+            try:
+                await waiter
+            finally:
+                if self._waiter is waiter:
+                    self._waiter = None
+            if deadline is not None and ready.empty() and loop.time() >= deadline:
+                return None
         if self._closed:
             return None
-        if ready.empty():
-            if deadline is None and timeout is not None:
-                deadline = time.monotonic() + timeout
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                return None
-            try:
-                async with asyncio.timeout(remaining):  # no task per wait, as wait_for makes
-                    item = await ready.get()
-            except TimeoutError:
-                return None
-        else:
-            item = ready.get_nowait()
+        item = ready.get_nowait()
         if item is None:
             return None
         return item[0], item[1], deadline
+
+    def _wake(self) -> None:
+        """``_ready`` has something (or the consumer closed): the waiting receive() goes on."""
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def _wait_timer_fired(self) -> None:
+        self._wait_timer = None
+        if self._waiter is None:
+            return
+        loop = asyncio.get_running_loop()
+        if loop.time() >= self._wait_until:
+            self._wake()
+        else:
+            self._wait_timer = loop.call_at(self._wait_until, self._wait_timer_fired)
 
     def _ack_last(self) -> None:
         msg, pq = self._last_yielded, self._last_pq
@@ -518,6 +565,7 @@ class AsyncConsumer:
             else:
                 assert self._ready is not None
                 self._ready.put_nowait((pq, messages))
+                self._wake()
         except asyncio.QueueFull:
             return False
         return True
@@ -530,6 +578,7 @@ class AsyncConsumer:
         else:
             assert self._ready is not None
             await self._ready.put((pq, messages))
+            self._wake()
 
     def pull_sources(self) -> dict[MessageQueue, str]:
         """The broker address each owned queue was last read from (master, or a slave)."""

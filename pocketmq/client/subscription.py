@@ -98,6 +98,16 @@ class ProcessQueue:
     def ack(self, offset: int) -> None:
         """Every delivered message up to ``offset`` is processed."""
         inflight = self.inflight
+        if inflight:
+            batch = inflight[0]
+            done = self.done
+            if batch[done] == offset:  # the next message in order (a handler's ack per message)
+                done += 1
+                if done == len(batch):
+                    inflight.popleft()
+                    done = 0
+                self.done = done
+                return
         while inflight:
             batch = inflight[0]
             if batch[-1] <= offset:

@@ -9,8 +9,10 @@ messages of a queue). The fields that cost most to build and that many consumers
 decodes them, once, from the reply (:class:`Reply`), for every message of the reply still in the
 list the decoder returned (a consumer that reads one such field usually reads it of every
 message), and tells the reader's :class:`DecodeHint`: its next replies are decoded whole at once.
-A message gives what the reference decoder (:func:`pocketmq.wire.record.decode_record`) gives; a
-property test checks that they agree.
+A reply of like records (one body, topic and properties size: one producer's batch) is read in
+one ``struct.iter_unpack`` pass and checked on whole columns (:func:`_decode_uniform`); others
+record by record. A message gives what the reference decoder
+(:func:`pocketmq.wire.record.decode_record`) gives; a property test checks that they agree.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import socket
 import struct
 import weakref
 from collections.abc import Iterable
+from itertools import repeat
 from typing import Any
 
 from isal.isal_zlib import crc32
@@ -54,6 +57,12 @@ _POS_BORN_HOST = field_offset("born_host")
 assert field_offset("store_host") == _POS_BORN_HOST + 16
 _U64 = 0xFFFF_FFFF_FFFF_FFFF
 _CACHE_MAX = 4096
+#: The header integers a uniform reply's message needs, then BODYLENGTH (see _uniform_layout).
+_UNIFORM_HEADER = header_format(
+    ("total_size", "magic", "body_crc", "queue_id", "queue_offset", "physical_offset", "born_timestamp",
+     "store_timestamp", "reconsume_times", "body_length"))
+#: (body length, topic length, properties length) -> the struct of one whole record of that layout.
+_layouts: dict[tuple[int, int, int], struct.Struct] = {}
 
 #: raw host -> ("ip:port", the upper-case hex of the raw bytes: the first half of an offset
 #: message id).
@@ -183,6 +192,72 @@ def _corrupt(data: bytes, pos: int) -> RecordError:
     return RecordError(f"at byte {pos}: not a valid record")  # pragma: no cover
 
 
+def _uniform_layout(data: bytes) -> struct.Struct | None:
+    """The struct of the first record, if every record of ``data`` may have its layout (the
+    reply's length is a multiple of its size): header integers, BODY, TOPICLENGTH, TOPIC,
+    PROPERTIESLENGTH, properties skipped. None if not, or if the first record is not sane."""
+    try:
+        total, magic, *_, body_len = _HEADER.unpack_from(data)
+    except struct.error:
+        return None
+    body_end = HEADER_SIZE + body_len
+    if magic != MAGIC_CODE or body_len < 0 or total < body_end + 3 or len(data) % total:
+        return None
+    topic_len = data[body_end]
+    props_len = total - body_end - 3 - topic_len
+    if props_len < 0:
+        return None
+    key = (body_len, topic_len, props_len)
+    layout = _layouts.get(key)
+    if layout is None:
+        if len(_layouts) >= _CACHE_MAX:
+            _layouts.clear()
+        layout = _layouts[key] = struct.Struct(f"{_UNIFORM_HEADER}{body_len}sB{topic_len}sH{props_len}x")
+    return layout
+
+
+def _decode_uniform(data: bytes, broker_name: str, reply: Reply, out: Messages) -> bool:
+    """Decode a reply whose records all have one layout (one body, topic and properties size: a
+    batch of like messages, the common case) in one ``struct.iter_unpack`` pass, every check
+    made on whole columns, into ``out``. False (``out`` untouched) when the reply is not like
+    that, or fails a check: the record-by-record decoder then decodes it or names the fault."""
+    layout = _uniform_layout(data)
+    if layout is None:
+        return False
+    rows = list(layout.iter_unpack(data))
+    n = len(rows)
+    (totals, magics, crcs, queue_ids, _, _, _, _, _, body_lens, bodies, topic_lens, topics,
+     props_lens) = zip(*rows)  # noqa: B905 - every row has every field
+    total, _, _, queue_id, *_ = rows[0]
+    if (totals.count(total) != n or magics.count(MAGIC_CODE) != n or queue_ids.count(queue_id) != n
+            or body_lens.count(body_lens[0]) != n or topic_lens.count(topic_lens[0]) != n
+            or props_lens.count(total - HEADER_SIZE - body_lens[0] - 3 - topic_lens[0]) != n
+            or topics.count(topics[0]) != n or tuple(map(crc32, bodies)) != crcs):
+        return False
+    topic = topics[0].decode("utf-8", "replace")
+    queue = MessageQueue(topic, broker_name, queue_id)
+    received = ReceivedMessage
+    allocate: Any = object.__new__
+    out.extend(map(allocate, repeat(MessageSlots, n)))  # allocated in one C loop
+    pos = 0
+    msg: Any
+    for msg, (_, _, _, _, queue_offset, physical_offset, born_ts, store_ts, reconsume, _, body, _, _,
+              _) in zip(out, rows, strict=True):
+        msg.topic = topic
+        msg.queue = queue
+        msg.body = body
+        msg.queue_offset = queue_offset
+        msg.commit_log_offset = physical_offset
+        msg.born_timestamp = born_ts
+        msg.store_timestamp = store_ts
+        msg.reconsume_times = reconsume
+        msg._source = reply
+        msg._position = pos
+        msg.__class__ = received
+        pos += total
+    return True
+
+
 def decode_received(data: bytes | bytearray | memoryview, broker_name: str,
                     hint: DecodeHint | None = None) -> Messages:
     """Messages from a ``raw_records`` pull reply: concatenated commit-log records (the broker's
@@ -194,6 +269,8 @@ def decode_received(data: bytes | bytearray | memoryview, broker_name: str,
     out = Messages()
     eager = hint is not None and hint.eager
     reply = Reply(data, out, hint)
+    if not eager and _decode_uniform(data, broker_name, reply, out):
+        return out  # (a reader of every field is served best by one pass that decodes them all)
     hosts_at = _HOSTS.unpack_from
     hosts = _hosts
     property_sets = _property_sets

@@ -36,6 +36,10 @@ def test_small_helpers() -> None:
     s = Summary("produce", messages=1000, bytes=2_000_000, seconds=2.0, latencies_ms=[1.0, 2.0, 3.0])
     d = s.to_dict()
     assert (d["msgs_per_s"], d["mb_per_s"], d["p50_ms"], d["max_ms"]) == (500.0, 1.0, 2.0, 3.0)
+    # An end-to-end latency below 0 (another host's clock ahead) counts as 0.
+    skewed = Summary("consume", messages=3, seconds=1.0, latencies_ms=[-4.0, -2.0, 1.0]).to_dict()
+    assert (skewed["p50_ms"], skewed["p99_ms"], skewed["max_ms"]) == (0.0, 1.0, 1.0)
+    assert Summary("consume", latencies_ms=[-3.0]).to_dict()["max_ms"] == 0.0
     assert ms_to_iso(0) == "-" and ms_to_iso(1_700_000_000_123) == "2023-11-14T22:13:20.123Z"
     assert human_bytes(512) == "512 B" and human_bytes(3 * 1024 * 1024) == "3.0 MiB"
     assert (_perm("RW"), _perm("r"), _perm("6"), _perm("RWX")) == (6, 4, 6, 7)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pocketmq.client.consumer import AsyncConsumer, ConsumeFrom
 from pocketmq.client.message import MessageQueue, ReceivedMessage
@@ -182,3 +184,74 @@ async def test_receive_batch_hands_out_pulled_batches_and_acks_them_at_the_next_
     assert await c.receive_batch(None, 0.05) == []
     ready.put_nowait(None)  # close() wakes receivers
     assert await c.receive_batch(None, 1.0) == []
+
+
+@pytest.mark.asyncio
+async def test_a_waiting_receive_wakes_for_a_batch_and_gives_up_at_its_own_deadline() -> None:
+    """receive() waits for pulled batches without a timer of its own per wait: the batch wakes
+    it, a short wait after a long one still ends on time, a long wait after a short one is not
+    ended by the short one's timer, and two receivers waiting at once each get a batch."""
+    c = AsyncConsumer("g", "127.0.0.1:1")
+    c._started = True
+    c._ready = asyncio.Queue(8)
+    q = MessageQueue("t", "b", 0)
+    pq = ProcessQueue(q, 4)
+    loop = asyncio.get_running_loop()
+
+    waiting = asyncio.ensure_future(c.receive_batch(None, 30))
+    await asyncio.sleep(0.01)
+    assert not waiting.done()
+    assert c._offer(pq, [_msg(q, 0), _msg(q, 1)])
+    assert [m.queue_offset for m in await asyncio.wait_for(waiting, 5)] == [0, 1]
+
+    started = loop.time()  # the timer of the 30 s wait is still set: this one ends first
+    assert await c.receive_batch(None, 0.1) == []
+    assert 0.09 <= loop.time() - started < 2
+
+    waiting = asyncio.ensure_future(c.receive_batch(None, 1.0))
+    await asyncio.sleep(0.3)  # past the 0.1 s wait's timer
+    assert not waiting.done()
+    assert c._offer(pq, [_msg(q, 2)])
+    assert [m.queue_offset for m in await asyncio.wait_for(waiting, 5)] == [2]
+
+    both = [asyncio.ensure_future(c.receive_batch(None, 5)) for _ in range(2)]
+    await asyncio.sleep(0.01)
+    assert c._offer(pq, [_msg(q, 3)]) and c._offer(pq, [_msg(q, 4)])
+    got = await asyncio.wait_for(asyncio.gather(*both), 5)
+    assert sorted(m.queue_offset for batch in got for m in batch) == [3, 4]
+
+    waiting = asyncio.ensure_future(c.receive(None))  # no deadline: only a batch or close ends it
+    await asyncio.sleep(0.05)
+    assert not waiting.done()
+    c._closed = True  # what close() does to the buffer, without a cluster to leave
+    c._ready.put_nowait(None)
+    c._wake()
+    assert await asyncio.wait_for(waiting, 5) is None
+
+
+@settings(max_examples=300)
+@given(st.data())
+def test_acks_one_by_one_or_several_at_once_commit_the_first_unprocessed_offset(data: st.DataObject) -> None:
+    """However acks come (each message in order, as a handler acks; a batch's last, as
+    receive_batch() does; or anywhere, even backwards), the offset to commit is the first
+    delivered offset above the highest ack, or where the next pull starts."""
+    pq = ProcessQueue(MessageQueue("t", "b", 0), 2)
+    offset = data.draw(st.integers(0, 2**40))
+    delivered: list[int] = []
+    for _ in range(data.draw(st.integers(1, 5))):
+        gaps = data.draw(st.lists(st.integers(1, 3), min_size=1, max_size=6))
+        batch = []
+        for gap in gaps:
+            batch.append(offset)
+            offset += gap
+        pq.add_inflight(range(batch[0], batch[-1] + 1) if gaps.count(1) == len(gaps) else batch)
+        delivered += batch
+    pq.next_offset = offset
+    acked = -1
+    for _ in range(data.draw(st.integers(0, 12))):
+        ack = data.draw(st.one_of(st.sampled_from(delivered), st.integers(delivered[0] - 2, offset + 2)))
+        if data.draw(st.booleans()):  # most often the next message in order
+            ack = next((o for o in delivered if o > acked), ack)
+        pq.ack(ack)
+        acked = max(acked, ack)
+        assert pq.commit_offset() == next((o for o in delivered if o > acked), offset)
