@@ -27,8 +27,15 @@ COPY apache apache
 # Runtime dependencies plus the k8s extra (pod self-labelling) at the lock file's exact versions;
 # all of them ship binary wheels, so no build tools are needed even here. The Kubernetes client's
 # asyncio copy (kubernetes/aio, about 70 MB) is removed: self-labelling uses the blocking client.
+# NumPy (the broker's vectorised store paths) keeps what `import numpy` loads: its test suites,
+# C headers, SIMD test module, f2py, distutils and type stubs (about 26 MB) are removed.
 RUN /opt/pocketmq/bin/pip install --prefer-binary --constraint requirements/lock.txt ".[k8s]" \
  && rm -rf /opt/pocketmq/lib/python3*/site-packages/kubernetes/aio \
+ && cd /opt/pocketmq/lib/python3*/site-packages/numpy \
+ && find . -depth -type d -name tests -exec rm -rf {} + \
+ && rm -rf f2py distutils _pyinstaller random/_examples _core/include _core/_simd.*.so \
+ && find . -name '*.pyi' -delete \
+ && cd / \
  && /opt/pocketmq/bin/python -m compileall -q -j 0 /opt/pocketmq/lib \
  && /opt/pocketmq/bin/python -m pip uninstall --yes pip setuptools
 

@@ -112,18 +112,49 @@ class BrokerServicer(AclAdminMixin, OpsMethods, broker_pb2_grpc.BrokerServicer):
         context: Ctx,
     ) -> AsyncIterator[pb.SendMessageBatchResponse]:
         """Each batch is appended as soon as it arrives (so batches of one stream share group
-        commits); replies are written in request order. A request error (bad topic, ...) ends
-        the stream with that error's status after the replies before it."""
+        commits); replies are written in request order, and (without access control) the next
+        requests are read while a reply is written. A request error (bad topic, ...) ends the
+        stream with that error's status after the replies before it."""
         born_host = peer_host(context)
         send = self.app.send
-        if not send.waits_for_durability:
-            # Nothing to wait for: store and answer each batch in turn (no task per batch).
+        if not send.waits_for_durability and self.cfg.acl_enable:
+            # Nothing to wait for: store and answer each batch in turn (no task per batch). Read
+            # in this task: the access check of each batch aborts the call from where it reads,
+            # and an abort sends the status at once, which must not race a reply being written.
             async for request in request_iterator:
                 try:
                     outcome = await send.send_batch(request, born_host)
                 except ServiceError as exc:
                     await context.abort(exc.code, f"request {request.request_id}: {exc}")
                 yield outcome.to_batch(request.request_id)
+            return
+        if not send.waits_for_durability:
+            # The same, while a reader takes the next requests off the stream as the replies
+            # are written.
+            ahead: asyncio.Queue[pb.SendMessageBatchRequest | None] = asyncio.Queue(STREAM_WINDOW)
+
+            async def read_ahead() -> None:
+                try:
+                    async for request in request_iterator:
+                        await ahead.put(request)
+                except Exception:
+                    await ahead.put(None)  # (the batches before it are answered, then it is raised)
+                    raise
+                await ahead.put(None)
+
+            reading = asyncio.create_task(read_ahead())
+            try:
+                while (batch := await ahead.get()) is not None:
+                    try:
+                        outcome = await send.send_batch(batch, born_host)
+                    except ServiceError as exc:
+                        await context.abort(exc.code, f"request {batch.request_id}: {exc}")
+                    yield outcome.to_batch(batch.request_id)
+                await reading  # (a failed read: its error)
+            finally:
+                reading.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await reading
             return
         pending: asyncio.Queue[asyncio.Task[SendOutcome] | None] = asyncio.Queue(STREAM_WINDOW)
         ids: asyncio.Queue[int] = asyncio.Queue()

@@ -25,7 +25,7 @@ from services.broker.longpoll import QueueNotifier
 from services.broker.metadata import TopicConfig, TopicConfigManager
 from services.broker.metrics import BrokerMetrics
 from services.broker.rewrite import is_special, rewrite_special
-from services.broker.storage import record
+from services.broker.storage import bulk, record
 from services.broker.storage.config import FlushDiskType, StoreConfig
 from services.broker.storage.status import PutMessageStatus, PutResult
 from services.broker.storage.store import MessageStore, refused
@@ -35,13 +35,6 @@ from services.common.errors import (
     NotFoundError,
     PermissionDeniedError,
 )
-
-try:  # (NumPy; without it, e.g. in the image, every batch takes the per-record path)
-    from services.broker.storage import bulk
-except ImportError:  # pragma: no cover - exercised by the image
-    HAVE_BULK = False
-else:
-    HAVE_BULK = True
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +74,15 @@ _REMARKS = {
     PutMessageStatus.SLAVE_NOT_AVAILABLE:
         "stored on the master, but no slave is connected or in sync, so it is not replicated yet",
 }
+
+
+def offset_msg_ids(prefix: str, physical_offsets: Sequence[int]) -> list[str]:
+    """The offset message ids of records at ``physical_offsets`` of a store whose ids start
+    with ``prefix`` (the store host's 16 hex digits; see
+    :func:`~pocketmq.wire.msgid.offset_msg_id`): every offset in hex at once, a space between
+    them, the prefix put before each and the whole cut at the spaces (no step per message)."""
+    packed = struct.pack(f">{len(physical_offsets)}Q", *physical_offsets)
+    return (prefix + packed.hex(" ", 8).upper().replace(" ", " " + prefix)).split()
 
 
 def _varint_size(value: int) -> int:
@@ -161,9 +163,7 @@ class SendService:
         n = len(physical_offsets)
         if n < 4:
             return [f"{prefix}{offset:016X}" for offset in physical_offsets]
-        # A batch: every offset in hex at once (one pack and one hex() for the batch), then cut.
-        digits = struct.pack(f">{n}Q", *physical_offsets).hex().upper()
-        return [prefix + digits[i:i + 16] for i in range(0, 16 * n, 16)]
+        return offset_msg_ids(prefix, physical_offsets)
 
     # -- checks -----------------------------------------------------------------------------
 
@@ -317,7 +317,7 @@ class SendService:
             return await self._finish(refused(exc), queue_id, started, count, 0)
         bodies = [msg.body for msg in messages]
         lengths = list(map(len, bodies))
-        if HAVE_BULK and min(lengths) > 0 and max(lengths) <= max_size and bodies_only(request, lengths):
+        if min(lengths) > 0 and max(lengths) <= max_size and bodies_only(request, lengths):
             # Messages with a body and nothing else (the usual batch): one record encode for
             # the whole batch (services/broker/storage/bulk.py), no object per message.
             try:

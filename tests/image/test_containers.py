@@ -42,7 +42,9 @@ VALUES: dict[str, Any] = {"namesrv": {"replicas": 1, "readinessWarmUpSeconds": 0
 TOPIC = "ImageE2E"
 MESSAGES = 200
 QUEUES = 4
-SIZE_TARGET_BYTES = 250_000_000
+#: 250 MB until issue 19 made NumPy a runtime dependency of the broker (its vectorised store paths);
+#: NumPy adds about 50 MB even trimmed (28 MB of it the OpenBLAS its core module links).
+SIZE_TARGET_BYTES = 320_000_000
 
 
 def chart_image() -> str:
@@ -105,7 +107,8 @@ def test_the_image_is_small_and_runs_as_the_charts_user(built: tuple[image.Engin
     engine, result = built
     assert result.ref == chart_image()
     size = result.size_bytes
-    assert size < SIZE_TARGET_BYTES, f"{result.ref} is {size / 1e6:.0f} MB (target < 250 MB)"
+    target_mb = SIZE_TARGET_BYTES / 1e6
+    assert size < SIZE_TARGET_BYTES, f"{result.ref} is {size / 1e6:.0f} MB (target < {target_mb:.0f} MB)"
     security = render(VALUES).pod_templates()[0].spec["securityContext"]
     user = engine.run("image", "inspect", "--format", "{{.Config.User}}", result.ref).stdout.strip()
     assert user == f"{security['runAsUser']}:{security['runAsGroup']}", "runAsNonRoot needs a numeric USER"

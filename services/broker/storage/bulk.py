@@ -108,7 +108,7 @@ def uniform_batch(
 def encode_uniform(
     batch: UniformBatch, first_queue_offset: int, physical_offset: int, store_timestamp: int,
     store_ip: bytes, store_port: int,
-) -> tuple[bytes, I64Array]:
+) -> tuple[bytes | bytearray, I64Array]:
     """The batch's records back to back, record ``i`` with queue offset ``first_queue_offset +
     i`` at ``physical_offset`` + the sizes before it; and those physical offsets. The same bytes
     :func:`~services.broker.storage.record.encode_batch` makes of the batch's prepared records.
@@ -122,24 +122,38 @@ def encode_uniform(
         batch.same_size, MAGIC_CODE, 0, batch.queue_id, batch.flag, 0, 0, 0,
         batch.born_timestamp or store_timestamp, batch.born_ip, batch.born_port, store_timestamp,
         store_ip, store_port, 0, 0, batch.body_lengths[0])
-    headers = np.frombuffer(bytearray(template * n), dtype=HEADER_DTYPE)
     if batch.same_size:
-        offsets = np.arange(physical_offset, physical_offset + batch.total, batch.same_size, dtype=np.int64)
-    else:  # bodies of different lengths
-        sizes = batch.sizes()
-        offsets = np.cumsum(sizes)
-        offsets -= sizes
-        offsets += physical_offset
-        headers["total_size"] = sizes
-        headers["body_length"] = batch.body_lengths
+        # Records of one size: template · body · tail · template · ... · tail joined into one
+        # buffer, then the varying fields written through a view of its headers (stride: the
+        # record size). No object per message.
+        size = batch.same_size
+        parts: list[bytes] = [batch.tail + template] * (2 * n + 1)
+        parts[0] = template
+        parts[1::2] = batch.bodies
+        parts[-1] = batch.tail
+        buffer = bytearray().join(parts)
+        view = np.ndarray((n,), dtype=HEADER_DTYPE, buffer=buffer, strides=(size,))
+        view["body_crc"] = batch.body_crcs
+        view["queue_offset"] = np.arange(first_queue_offset, first_queue_offset + n, dtype=np.int64)
+        offsets = np.arange(physical_offset, physical_offset + batch.total, size, dtype=np.int64)
+        view["physical_offset"] = offsets
+        return buffer, offsets
+    # Bodies of different lengths: the headers as one array, cut and joined with the bodies.
+    headers = np.frombuffer(bytearray(template * n), dtype=HEADER_DTYPE)
+    sizes = batch.sizes()
+    offsets = np.cumsum(sizes)
+    offsets -= sizes
+    offsets += physical_offset
+    headers["total_size"] = sizes
+    headers["body_length"] = batch.body_lengths
     headers["body_crc"] = batch.body_crcs
     headers["queue_offset"] = np.arange(first_queue_offset, first_queue_offset + n, dtype=np.int64)
     headers["physical_offset"] = offsets
     raw = headers.tobytes()
-    parts: list[bytes] = [batch.tail] * (3 * n)
-    parts[0::3] = [raw[i:i + HEADER_SIZE] for i in range(0, n * HEADER_SIZE, HEADER_SIZE)]
-    parts[1::3] = batch.bodies
-    return b"".join(parts), offsets
+    pieces: list[bytes] = [batch.tail] * (3 * n)
+    pieces[0::3] = [raw[i:i + HEADER_SIZE] for i in range(0, n * HEADER_SIZE, HEADER_SIZE)]
+    pieces[1::3] = batch.bodies
+    return b"".join(pieces), offsets
 
 
 def queue_entries(batch: UniformBatch, physical_offsets: I64Array) -> bytes:

@@ -31,9 +31,13 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from time import time_ns
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
+
+import numpy as np
 
 from pocketmq.wire.record import header_format
+from services.broker.storage import bulk
+from services.broker.storage.bulk import UniformBatch
 from services.broker.storage.indexfeed import MAX_KEYED, AppendFeed
 from services.broker.storage.record import (
     BLANK_MAGIC_CODE,
@@ -81,7 +85,6 @@ from services.broker.storage.segment_queue import SegmentQueue
 from services.broker.storage.status import PutMessageStatus, PutResult
 
 if TYPE_CHECKING:  # (the batch paths import their modules on first use)
-    from services.broker.storage.bulk import UniformBatch
     from services.broker.storage.dispatch import DispatchBatch, Scanner
 
 log = logging.getLogger(__name__)
@@ -374,7 +377,6 @@ class CommitLog:
         #: :meth:`_keep_for_dispatch`; made on the first bulk append).
         self._ring: mmap.mmap | None = None
         self._ring_addr = 0
-        self._numpy: Any = None
         self._ring_from = 0
         self._ring_end = 0
         #: Bumped whenever the ring starts again somewhere else (a scan made in it outside the
@@ -695,14 +697,12 @@ class CommitLog:
         write and indexed with one consume queue write. All or nothing, as
         :meth:`append_batch`; a batch too large for one segment goes through it.
         ``messages``: as for :meth:`append_batch` (what the key index reads)."""
-        from services.broker.storage.bulk import encode_uniform, prepared_records, queue_entries
-
         n = len(batch)
         if batch.max_size > self._max_record:
             raise MessageTooLargeError(batch.max_size, self._max_record)
         total = batch.total
         if total + END_FILE_MIN_BLANK_LENGTH > self._segment_size:
-            return self.append_batch(prepared_records(batch), messages)
+            return self.append_batch(bulk.prepared_records(batch), messages)
         topic, queue_id = batch.topic, batch.queue_id
         with self.lock:
             ts = self._begin_batch_locked()
@@ -719,8 +719,8 @@ class CommitLog:
                 first = seg.start + pos
                 if pos + total > seg.refill_pos:
                     self._refill(seg, pos + total)
-                data, offsets = encode_uniform(batch, first_queue_offset, first, ts, self._store_ip,
-                                               self._store_port)
+                data, offsets = bulk.encode_uniform(batch, first_queue_offset, first, ts, self._store_ip,
+                                                    self._store_port)
                 if self._buffered:
                     self._append_buffered(seg, data)
                 else:
@@ -730,7 +730,7 @@ class CommitLog:
                     self._roll_back_batch_locked(rollback_to)
                 raise
             end = first + total
-            index.put_run(first_queue_offset, queue_entries(batch, offsets), end)
+            index.put_run(first_queue_offset, bulk.queue_entries(batch, offsets), end)
             self._dispatched = end
             physical_offsets = offsets.tolist()
             feed = self.index_feed
@@ -906,24 +906,17 @@ class CommitLog:
         if self._ring is None:
             self._ring = mmap.mmap(-1, DISPATCH_RING)
             self._ring_addr = ctypes.addressof(ctypes.c_char.from_buffer(self._ring))
-            try:  # (the address of a read-only piece; without NumPy, copies hold the GIL)
-                import numpy
-
-                self._numpy = numpy
-            except ImportError:
-                self._numpy = None
             self._ring_from = start
         if self._ring_end != start:
             self._ring_from = start
             self._ring_restarts += 1
         ring = self._ring
-        np = self._numpy
         at = start % DISPATCH_RING
         for piece in pieces:
             view = memoryview(piece)
             while len(view):
                 n = min(len(view), DISPATCH_RING - at)
-                if n >= NOGIL_COPY_MIN and np is not None and view.contiguous:
+                if n >= NOGIL_COPY_MIN and view.contiguous:  # (NumPy: the address of a read-only piece)
                     source = np.frombuffer(view[:n], dtype=np.uint8).ctypes.data
                     ctypes.memmove(self._ring_addr + at, source, n)  # (releases the GIL)
                 else:
@@ -1419,7 +1412,7 @@ class CommitLog:
             self._wb_len = 0
         return wb, self._wb_len
 
-    def _append_buffered(self, seg: Segment, data: bytes) -> None:
+    def _append_buffered(self, seg: Segment, data: bytes | bytearray) -> None:
         """Append ``data`` (whole records) to the active ``seg`` through the write buffer."""
         pos = seg.write_pos
         n = len(data)

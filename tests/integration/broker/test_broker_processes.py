@@ -140,6 +140,22 @@ def test_long_polling_and_streams(start_broker: StartBroker) -> None:
     assert bodies[0] == b"wake up" and bodies[-1] == b"s4-9" and len(bodies) == 51
     stream.cancel()  # type: ignore[attr-defined]
 
+    # A bad request ends the stream with its status after the replies before it; the requests
+    # after it (read ahead already, perhaps) are not stored.
+    def batch(request_id: int, topic: str = "lp") -> pb.SendMessageBatchRequest:
+        return pb.SendMessageBatchRequest(topic=topic, queue_id=0, request_id=request_id,
+                                          messages=[pb.Message(body=b"r%d" % request_id)] * 4)
+
+    call = c.stub.SendMessageStream(iter([batch(200), batch(201), batch(202, "bad topic!"), batch(203)]),
+                                    timeout=10)
+    got: list[int] = []
+    with pytest.raises(grpc.RpcError) as info:
+        for reply in call:
+            got.append(reply.request_id)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "request 202" in str(info.value.details())
+    assert got == [200, 201] and c.max_offset("lp", 0) == 59
+
 
 def test_offsets_topics_and_messages_survive_a_restart(start_broker: StartBroker) -> None:
     broker = start_broker()

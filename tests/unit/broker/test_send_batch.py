@@ -1,13 +1,15 @@
 """Which SendMessageBatch requests take the bulk path (every message a body and nothing else):
 ``bodies_only`` must say yes exactly for those, whatever the batch's own fields and the body
-sizes (varint boundaries), and no as soon as one message carries anything else."""
+sizes (varint boundaries), and no as soon as one message carries anything else; and the ids a
+batch's reply carries."""
 
 from __future__ import annotations
 
 import pytest
 
 from pocketmq.broker.v1 import broker_pb2 as pb
-from services.broker.send import bodies_only
+from pocketmq.wire.msgid import offset_msg_id, parse_offset_msg_id
+from services.broker.send import bodies_only, offset_msg_ids
 
 SIZES = [1, 100, 125, 126, 127, 128, 16_370, 16_380, 16_400, 2_097_000, 2_097_200]
 
@@ -52,3 +54,12 @@ def test_a_field_this_broker_does_not_know_takes_the_general_path() -> None:
         pb.SendMessageBatchRequest(topic="o", messages=[pb.Message(body=b"z")]).SerializeToString()
         + b"\xf8\x01\x07")
     assert not bodies_only(unknown_top, lengths(unknown_top))
+
+
+@pytest.mark.parametrize("host", [("127.0.0.1", 10911), ("10.200.3.4", 65535), ("0.0.0.0", 0)])
+def test_the_ids_of_a_batch_are_the_offset_message_ids(host: tuple[str, int]) -> None:
+    prefix = offset_msg_id(host, 0)[:16]
+    for offsets in ([0], [7, 8, 9, 10], list(range(123, 123 + 32 * 1100, 1100)), [2**63 - 1, 2**40, 255]):
+        ids = offset_msg_ids(prefix, offsets)
+        assert ids == [offset_msg_id(host, o) for o in offsets]
+        assert [parse_offset_msg_id(i) for i in ids] == [(host, o) for o in offsets]
