@@ -196,6 +196,68 @@ class TestStreamBodies:
         assert proto.buffered == 0 and proto.frame_remaining == 0
 
 
+class TestManyFramesPerRead:
+    """The slave reads what the socket holds (up to a 2 MiB buffer) and decodes every whole
+    frame of it in one call: each read gives the bytes it carries as contiguous data events
+    (one append per read), whatever the read boundaries."""
+
+    STREAM_ITEMS: tuple[bytes | None, ...] = (b"a", None, b"bcdefgh", b"ij", None, None, b"klmnopqrstu", b"v")
+
+    @staticmethod
+    def read_all(proto: SlaveConnectionProtocol, stream: bytes,
+                 bounds: list[int]) -> list[tuple[str, int, bytes]]:
+        buf = bytearray(len(stream))  # one reused receive buffer, as the slave's
+        events: list[tuple[str, int, bytes]] = []
+        for lo, hi in itertools.pairwise(bounds):
+            buf[: hi - lo] = stream[lo:hi]
+            got = proto.receive_data(memoryview(buf)[: hi - lo])
+            data = [e for e in got if isinstance(e, DataReceived)]
+            # One read = one run of the log: the pieces continue each other, as the slave
+            # appends them with a single append_data(first offset, bodies).
+            for before, after in itertools.pairwise(data):
+                assert after.offset == before.end_offset
+            if data:
+                assert data[-1].end_offset == proto.next_offset
+            events += normalized(got)  # consumed before the buffer is reused
+            buf[: hi - lo] = bytes(hi - lo)
+        return events
+
+    def test_two_reads_split_at_every_byte(self) -> None:
+        stream, expected, end = build_stream(40, list(self.STREAM_ITEMS))
+        for cut in range(len(stream) + 1):
+            proto = SlaveConnectionProtocol(40)
+            events = self.read_all(proto, stream, sorted({0, cut, len(stream)}))
+            assert merged(events) == merged(expected), cut
+            assert proto.next_offset == end and proto.buffered == 0 and proto.frame_remaining == 0
+
+    def test_three_reads_split_at_every_pair_of_bytes(self) -> None:
+        stream, expected, end = build_stream(0, list(self.STREAM_ITEMS))
+        for first, second in itertools.combinations_with_replacement(range(len(stream) + 1), 2):
+            proto = SlaveConnectionProtocol(0)
+            events = self.read_all(proto, stream, sorted({0, first, second, len(stream)}))
+            assert merged(events) == merged(expected), (first, second)
+            assert proto.next_offset == end and proto.buffered == 0
+
+    @settings(max_examples=100)
+    @given(
+        sizes=st.lists(st.integers(0, 300), min_size=1, max_size=40),
+        reads=st.lists(st.integers(1, 4000), min_size=1, max_size=8),
+    )
+    def test_catch_up_sized_frames_in_reads_of_any_size(self, sizes: list[int], reads: list[int]) -> None:
+        # Many frames per read (size 0 = a heartbeat), reads of varying sizes cycling until
+        # the stream is consumed: the log bytes come out once each, in order.
+        items = [None if n == 0 else bytes((i + j) % 251 for j in range(n)) for i, n in enumerate(sizes)]
+        stream, expected, end = build_stream(1 << 33, items)
+        bounds = [0]
+        for size in itertools.cycle(reads):
+            if bounds[-1] >= len(stream):
+                break
+            bounds.append(min(len(stream), bounds[-1] + size))
+        proto = SlaveConnectionProtocol(1 << 33, max_body_size=300)
+        assert merged(self.read_all(proto, stream, bounds)) == merged(expected)
+        assert proto.next_offset == end and proto.buffered == 0 and proto.frame_remaining == 0
+
+
 def merged(items: list[tuple[str, int, bytes]]) -> list[tuple[str, int, bytes]]:
     """Data events with the contiguous pieces joined (streamed frames split anywhere)."""
     out: list[tuple[str, int, bytes]] = []
