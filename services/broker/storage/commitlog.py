@@ -31,7 +31,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from time import time_ns
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
@@ -40,6 +40,7 @@ from services.broker.storage import bulk
 from services.broker.storage.bulk import UniformBatch
 from services.broker.storage.config import CQ_ENTRY_SIZE
 from services.broker.storage.consumequeue import ENTRY as CQ_ENTRY
+from services.broker.storage.dispatch import DispatchBatch, Scanner
 from services.broker.storage.indexfeed import MAX_KEYED, AppendFeed
 from services.broker.storage.record import (
     BLANK_MAGIC_CODE,
@@ -85,9 +86,6 @@ from services.broker.storage.segment import (
 )
 from services.broker.storage.segment_queue import SegmentQueue
 from services.broker.storage.status import PutMessageStatus, PutResult
-
-if TYPE_CHECKING:  # (the batch paths import their modules on first use)
-    from services.broker.storage.dispatch import DispatchBatch, Scanner
 
 log = logging.getLogger(__name__)
 
@@ -376,7 +374,6 @@ class CommitLog:
         self._dispatch_waiters = 0
         self._topic_names: dict[bytes, str] = {}
         self._scanner_: Scanner | None = None
-        self._batch_ok = True
         #: Batch dispatch reads the records it validates into this buffer (see
         #: :meth:`_read_undispatched`), at most :data:`SCAN_BYTES` per batch (page-aligned,
         #: with room for a direct read's first partial block) ...
@@ -1141,16 +1138,9 @@ class CommitLog:
             listener(self._dispatched)
 
     @property
-    def _scanner(self) -> Scanner | None:
-        """The batch validator, or None where NumPy is not installed (then every record goes
-        one at a time)."""
-        if self._scanner_ is None and self._batch_ok:
-            try:
-                from services.broker.storage.dispatch import Scanner
-            except ImportError:
-                log.info("NumPy is not installed: replicated records are dispatched one at a time")
-                self._batch_ok = False
-                return None
+    def _scanner(self) -> Scanner:
+        """The batch validator (made on first use: a master needs it only to recover)."""
+        if self._scanner_ is None:
             self._scanner_ = Scanner()
         return self._scanner_
 
@@ -1172,11 +1162,9 @@ class CommitLog:
             available = seg.write_pos - pos
             if available < BATCH_DISPATCH_MIN:
                 return 0
-            scanner = self._scanner
-            if scanner is None:
-                return 0
             data = self._read_undispatched(seg, offset, self._reput_buf, available)
-            batch = scanner.scan(data, offset, len(data), seg.size - pos, max_records, self.reput_check_crc)
+            batch = self._scanner.scan(data, offset, len(data), seg.size - pos, max_records,
+                                       self.reput_check_crc)
         finally:
             seg.release()
         if batch is None:

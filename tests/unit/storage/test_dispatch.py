@@ -4,7 +4,6 @@ one-record-at-a-time path, and the same refusal, at the same record, of anything
 from __future__ import annotations
 
 import random
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -153,21 +152,6 @@ def test_an_invalid_record_inside_a_batch_stops_it_there(open_store: StoreFactor
     assert sum(batched_rows) >= BAD - store_module.REPUT_BATCH_STREAMING
     got = slave.get_messages("TopicA", 0, BAD - 1, 10)
     assert [m.body for m in got.messages] == [msg(BAD - 1, size=300).body]
-
-
-def test_without_numpy_records_go_one_at_a_time(open_store: StoreFactory, tmp_path: Path,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    """The container image has no NumPy: the slave then dispatches every record one by one."""
-    monkeypatch.setitem(sys.modules, "services.broker.storage.dispatch", None)  # import fails
-    config = {"mapped_file_size_commit_log": SEGMENT}
-    master = open_store(tmp_path / "master", **config)
-    sent = put_varied(master, 1500, seed=5)
-    slave = open_store(tmp_path / "slave", **config)
-    replicate(master, slave, 700_000)
-    assert slave._log._scanner is None
-    indexed = sum(1 for m, _ in sent if not m.sys_flag & TRANSACTION_PREPARED_TYPE)
-    assert sum(slave.max_queue_offset(t, q) for t in ("TopicA", "TopicB", "Töpic") for q in range(4)) \
-        == indexed
 
 
 def put_kib(store: MessageStore, size: int) -> int:
