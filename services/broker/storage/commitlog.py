@@ -17,6 +17,11 @@ advances over whole, validated records; an invalid one stops it (:attr:`dispatch
 
 Recovery helpers (:meth:`recover_from_checkpoint`, :meth:`recover_by_scan`) are driven by
 :class:`services.broker.storage.store.MessageStore` at start-up.
+
+This module is far over the project's usual size: local appends, replicated appends (the
+dispatch ring), the reput and the write buffer share one lock and about forty fields on the
+hot path. The framing, batch encoding, batch validation, index feed and segment files already
+live in their own modules; the replicated-append and reput sections are the next to move out.
 """
 
 from __future__ import annotations
