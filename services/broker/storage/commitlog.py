@@ -18,55 +18,61 @@ advances over whole, validated records; an invalid one stops it (:attr:`dispatch
 Recovery helpers (:meth:`recover_from_checkpoint`, :meth:`recover_by_scan`) are driven by
 :class:`services.broker.storage.store.MessageStore` at start-up.
 
-This module is far over the project's usual size: local appends, replicated appends (the
-dispatch ring), the reput and the write buffer share one lock and about forty fields on the
-hot path. The framing, batch encoding, batch validation, index feed and segment files already
-live in their own modules; the replicated-append and reput sections are the next to move out.
+The replicated appends (with the dispatch ring and the warming around the writer) are
+:class:`~services.broker.storage.replica.ReplicaAppends` and the reput is
+:class:`~services.broker.storage.reput.Reput`, both bases of :class:`CommitLog` in modules of
+their own; they share the one lock and the state set up here. The errors are in
+:mod:`.logerrors`. The framing, batch encoding, batch validation, index feed and segment files
+live in their own modules too. This module keeps local appends, reading, the write buffer,
+truncation and recovery, still over the project's usual size: they share one lock and about
+forty fields on the hot path.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import logging
 import mmap
 import os
 import struct
+import sys
 import threading
 import time
+import types
 from collections.abc import Callable, Iterable, Sequence
 from time import time_ns
 from typing import NamedTuple, Protocol
 
-import numpy as np
-
 from pocketmq.wire.record import header_format
-from services.broker.storage import bulk
+from services.broker.storage import bulk, replica, reput
 from services.broker.storage.bulk import UniformBatch
 from services.broker.storage.config import CQ_ENTRY_SIZE
 from services.broker.storage.consumequeue import ENTRY as CQ_ENTRY
 from services.broker.storage.dispatch import DispatchBatch, Scanner
 from services.broker.storage.indexfeed import MAX_KEYED, AppendFeed
+from services.broker.storage.logerrors import (
+    CommitLogError,
+    CorruptDataError,
+    CreateSegmentError,
+    OffsetMismatchError,
+    StoreClosedError,
+)
 from services.broker.storage.record import (
     BLANK_MAGIC_CODE,
     END_FILE_MIN_BLANK_LENGTH,
     HEADER_SIZE,
     HOST_V6_FLAGS,
     MAGIC_CODE,
-    MIN_RECORD_SIZE,
     PREFIX,
     PROPERTY_KEYS,
-    PROPERTY_TAGS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     TRANSACTION_PREPARED_TYPE,
-    U16,
     CheckKind,
     Host,
     Message,
     MessageRecord,
     MessageTooLargeError,
     PreparedRecord,
-    ReadableBuffer,
     RecordError,
     body_crc,
     check_record,
@@ -75,14 +81,29 @@ from services.broker.storage.record import (
     encode_batch,
     encode_tail,
     host_bytes,
-    property_value,
     read_store_timestamp,
-    tag_hash_code,
+)
+from services.broker.storage.replica import (
+    BULK_WINDOW_S,
+    DIRECT_STAGE,
+    DISPATCH_RING,
+    NOGIL_COPY_MIN,
+    POPULATE_STEP,
+    PREFETCH_SIZE,
+    RING_WAIT_S,
+    WARM_CHUNK,
+    ReplicaAppends,
+)
+from services.broker.storage.reput import (
+    BATCH_DISPATCH_MIN,
+    BATCH_RECORDS_MIN,
+    REPUT_BATCH,
+    SCAN_BYTES,
+    Reput,
 )
 from services.broker.storage.segment import (
     ALL_IN_FILE,
     DIRECT_ALIGN,
-    DIRECT_MIN,
     PAGE_SIZE,
     Segment,
     SegmentSlice,
@@ -92,43 +113,56 @@ from services.broker.storage.segment import (
 from services.broker.storage.segment_queue import SegmentQueue
 from services.broker.storage.status import PutMessageStatus, PutResult
 
+# (the errors and the tunables of the bases live in modules of their own; importable from here too)
+__all__ = [
+    "BATCH_COMMIT_CHUNK",
+    "BATCH_DISPATCH_MIN",
+    "BATCH_RECORDS_MIN",
+    "BULK_WINDOW_S",
+    "COMMIT_CHUNK",
+    "DIRECT_STAGE",
+    "DISPATCH_RING",
+    "MAX_RECORD_SIZE",
+    "NOGIL_COPY_MIN",
+    "POPULATE_STEP",
+    "PREFETCH_SIZE",
+    "REPUT_BATCH",
+    "RING_WAIT_S",
+    "SCAN_BYTES",
+    "WARM_CHUNK",
+    "WRITE_BUFFER_SIZE",
+    "CommitLog",
+    "CommitLogError",
+    "CorruptDataError",
+    "CreateSegmentError",
+    "Dispatcher",
+    "OffsetMismatchError",
+    "QueueIndex",
+    "ScanResult",
+    "StoreClosedError",
+    "now_ms",
+]
+
+
+class _Module(types.ModuleType):
+    """This module: setting a name it takes from :mod:`.replica` or :mod:`.reput` (a tunable:
+    tests scale the dispatch ring down so) sets it there too, where it is read."""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        super().__setattr__(name, value)
+        if name in __all__:
+            for module in (replica, reput):
+                if name in vars(module):
+                    setattr(module, name, value)
+
+
+sys.modules[__name__].__class__ = _Module
+
 log = logging.getLogger(__name__)
 
 _BLANK_HEADER = PREFIX
 #: Largest record the format allows (TOTALSIZE is a signed 32-bit int).
 MAX_RECORD_SIZE = 2**31 - 1
-#: Bytes per ``posix_fadvise`` call of :meth:`CommitLog.warm_ahead`.
-WARM_CHUNK = 4 * 1024 * 1024
-#: At most this many bytes are populated (``madvise``) ahead of the writer per append: one call
-#: mapping 4 MiB writable holds the writer (and the GIL) for ~10 ms; 256 KiB steps bound it to
-#: well under a millisecond (the total work is the same).
-POPULATE_STEP = 256 * 1024
-#: Bytes per direct write of :meth:`CommitLog.append_data` (the staging buffer's size).
-DIRECT_STAGE = 2 * 1024 * 1024
-#: Bytes :meth:`CommitLog.prefetch_undispatched` keeps in the page cache past the dispatcher.
-PREFETCH_SIZE = 4 * 1024 * 1024
-#: The log is :meth:`~CommitLog.receiving_in_bulk` for this long after an append of at least
-#: ``DIRECT_MIN`` bytes (a slave catching up).
-BULK_WINDOW_S = 0.05
-#: Records the reput dispatcher indexes per lock acquisition before it lets others run.
-REPUT_BATCH = 256
-#: The dispatcher validates and indexes records a batch at a time (:mod:`.dispatch`) when at
-#: least this many undispatched bytes are there (a slave catching up, recovery); below, one at
-#: a time: a batch has a fixed cost of about 0.15 ms, which the few records of a steady
-#: stream do not pay back.
-BATCH_DISPATCH_MIN = 256 * 1024
-#: ... and when at least this many records may be dispatched in the call.
-BATCH_RECORDS_MIN = 128
-#: Bytes one dispatch batch reads and validates at most.
-SCAN_BYTES = 2 * 1024 * 1024
-#: A slave keeps the last this many replicated bytes in memory for its dispatcher.
-DISPATCH_RING = 32 * 1024 * 1024
-#: Pieces of at least this many bytes are copied into the dispatch ring with the GIL released
-#: (``ctypes.memmove``: the dispatcher and the event loop run meanwhile).
-NOGIL_COPY_MIN = 64 * 1024
-#: A bulk append waits at most this long for the dispatcher to free ring space (then the ring
-#: starts again past it, and the dispatcher reads the bytes in between from the file).
-RING_WAIT_S = 0.5
 #: Size of each of the two write buffers of a master's appends (``write_buffer``: RocketMQ's
 #: transient store pool); a larger record is written through the mapping.
 WRITE_BUFFER_SIZE = 4 * 1024 * 1024
@@ -139,21 +173,10 @@ COMMIT_CHUNK = 128 * 1024
 #: still leaves the 4 MiB buffer far from full).
 BATCH_COMMIT_CHUNK = 512 * 1024
 
-# TOTALSIZE and MAGICCODE: the dispatcher's first look at a record.
-_PREFIX = PREFIX.unpack_from
-# Record fields the dispatcher needs (one unpack that skips the others).
-_DISPATCH = struct.Struct(header_format((
-    "total_size", "magic", "body_crc", "queue_id", "queue_offset", "physical_offset", "sys_flag",
-    "store_timestamp", "body_length")))
-assert _DISPATCH.size == HEADER_SIZE
-_DISPATCH_UNPACK = _DISPATCH.unpack_from
-_U16 = U16.unpack_from
-_TAGS_KEY = PROPERTY_TAGS.encode() + b"\x01"
 _KEYS_NAME = PROPERTY_KEYS
 _UNIQ_NAME = PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
 _MAGIC_BYTES = struct.pack(">I", MAGIC_CODE)
 _MARK = struct.Struct(">q")
-_TOPICS_MAX = 8192
 
 
 class QueueIndex(Protocol):
@@ -198,37 +221,6 @@ class Dispatcher(Protocol):
         """Index a run of validated records at once (replicated data, recovery): the same
         effect as ``put`` on each dispatchable row's queue, in commit log order."""
         ...
-
-
-class CommitLogError(Exception):
-    """Base of the commit log's own errors."""
-
-
-class StoreClosedError(CommitLogError):
-    """The commit log was closed."""
-
-
-class OffsetMismatchError(CommitLogError, ValueError):
-    """Replicated data does not start at this log's max offset."""
-
-    def __init__(self, start_offset: int, max_offset: int, detail: str = "") -> None:
-        super().__init__(detail or f"replicated data starts at {start_offset} but the commit log ends at "
-                         f"{max_offset}; data must be appended contiguously")
-        self.start_offset = start_offset
-        self.max_offset = max_offset
-
-
-class CorruptDataError(CommitLogError, ValueError):
-    """Replicated data contained an invalid record; the log was cut back to before it."""
-
-    def __init__(self, offset: int, reason: str) -> None:
-        super().__init__(f"invalid record at commit log offset {offset}: {reason}")
-        self.offset = offset
-        self.reason = reason
-
-
-class CreateSegmentError(CommitLogError, OSError):
-    """A new segment file could not be created (disk full, permissions)."""
 
 
 class ScanResult(NamedTuple):
@@ -303,12 +295,7 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def _within_bulk_window(stamp: float) -> bool:
-    """Whether the ``time.monotonic()`` ``stamp`` is less than :data:`BULK_WINDOW_S` ago."""
-    return time.monotonic() - stamp < BULK_WINDOW_S
-
-
-class CommitLog:
+class CommitLog(ReplicaAppends, Reput):
     def __init__(self, directory: str, segment_size: int, *, store_host: Host, dispatcher: Dispatcher,
                  sync: SyncFn = default_sync, populate_size: int = 0, populate_write: bool = False,
                  warm_size: int = 0, direct_write: bool = False, write_buffer: bool = False,
@@ -763,575 +750,6 @@ class CommitLog:
         queue_offsets = range(first_queue_offset, first_queue_offset + n)
         return _new_result(PutResult, (PutMessageStatus.PUT_OK, queue_offsets, physical_offsets, total, end,
                                        ts, self.store_host, ""))
-
-    # -- appending (slave) ---------------------------------------------------------------------
-
-    def append_data(self, start_offset: int, data: ReadableBuffer | Sequence[ReadableBuffer]) -> int:
-        """Append replicated bytes as they are (one buffer, or several back to back); the reput
-        dispatcher (:meth:`reput`) validates and indexes the whole records later (RocketMQ's
-        slave: the commit log is acked, the consume queues follow).
-
-        ``start_offset`` must equal :attr:`max_offset` (an empty log accepts any offset at a
-        segment boundary). A buffer must not cross a segment boundary (master and slave use
-        the same segment size); the buffers of one call may fill a segment and go on in the
-        next. The bytes are written with ``pwritev`` into the page cache, unparsed: this is
-        the slave's hot path. Returns the new max offset. Raises :class:`OffsetMismatchError`,
-        or :class:`CorruptDataError` when the dispatcher found an invalid record in earlier
-        data (the log is then cut back to it, and nothing of this call is written).
-        """
-        pieces = (data,) if isinstance(data, (bytes, bytearray, memoryview)) else data
-        with self._append_data_lock:
-            if self._ring is not None and self.reput_wakeup is not None:
-                total = sum(len(piece) for piece in pieces)
-                if total >= DIRECT_MIN:  # (only bulk appends go through the ring)
-                    self._await_dispatcher(start_offset + total)
-            return self._append_data(start_offset, pieces)
-
-    def _append_data(self, start_offset: int, pieces: Sequence[ReadableBuffer]) -> int:
-        size = self._segment_size
-        writes: list[memoryview] | None = None
-        with self.lock:
-            if self.closed:
-                raise StoreClosedError("commit log is closed")
-            error = self._dispatch_error
-            if error is not None:
-                self._dispatch_error = None
-                self.truncate_locked(error[0])
-                raise CorruptDataError(*error)
-            if self._wb_seg is not None:  # (appended as a master before)
-                self._commit_locked()
-            last = self._queue.last
-            if last is None:
-                if start_offset % size:
-                    raise OffsetMismatchError(start_offset, 0, (
-                        f"an empty commit log can only start at a segment boundary "
-                        f"(multiple of {size}), not {start_offset}"))
-            elif start_offset != last.start + last.write_pos:
-                raise OffsetMismatchError(start_offset, last.start + last.write_pos)
-            # Split into one run per segment; check everything before writing anything.
-            runs: list[tuple[int, list[ReadableBuffer]]] = []
-            end = start_offset
-            for piece in pieces:
-                n = len(piece)
-                if not n:
-                    continue
-                if end // size != (end + n - 1) // size:
-                    raise OffsetMismatchError(start_offset, start_offset, (
-                        f"{n} bytes at {end} cross the end of the segment at {end - end % size + size}: "
-                        "do master and slave use the same mappedFileSizeCommitLog?"))
-                if not runs or end % size == 0:
-                    runs.append((end, []))
-                runs[-1][1].append(piece)
-                end += n
-            bulk = end - start_offset >= DIRECT_MIN
-            if bulk:
-                self._last_bulk_append = time.monotonic()
-            # Bulk bytes go through the dispatch ring (they are written from there, direct
-            # where they can be, and the dispatcher reads them there), else through ``stage``.
-            in_ring = bulk and self._keep_for_dispatch(start_offset, pieces, end)
-            stage = self._staging() if self._direct_write and bulk and not in_ring else None
-            direct = 0
-            if (in_ring and self._direct_write and len(runs) == 1 and last is not None
-                    and start_offset < last.end):
-                # The bytes are safe in the ring: write them outside the lock (below).
-                writes = self._ring_views(start_offset, end)
-                self._writing = True
-                runs = []
-            for i, (run_start, run) in enumerate(runs):
-                seg = last if last is not None and run_start < last.end else self._new_segment(run_start)
-                if last is None:
-                    self._dispatched = run_start
-                if in_ring:
-                    run_end = runs[i + 1][0] if i + 1 < len(runs) else end
-                    direct += seg.write_at(run_start - seg.start, self._ring_views(run_start, run_end),
-                                           aligned=self._direct_write)
-                else:
-                    direct += seg.write_at(run_start - seg.start, run, stage)
-                last = seg
-            if direct:
-                self._last_direct_append = self._last_bulk_append
-            new_max = self.max_offset
-            # Keep the warmer ahead of the writer, so pwritev finds the pages allocated (not
-            # while appends go direct: their pages would only be dropped again).
-            warm = (bool(runs) and not direct and last is not None
-                    and last.warmed_pos < last.write_pos + self._warm_size // 2)
-        if writes is not None:
-            assert last is not None
-            new_max = self._write_outside_lock(last, start_offset, writes)
-            runs = [(start_offset, [])]
-        if runs:
-            wakeup = self.reput_wakeup
-            if wakeup is not None:
-                wakeup()
-            if warm and (wakeup := self.warm_wakeup) is not None:
-                wakeup()
-        return new_max
-
-    def _write_outside_lock(self, seg: Segment, start: int, views: list[memoryview]) -> int:
-        """Write ring bytes at log offset ``start`` of ``seg`` direct, without :attr:`lock`
-        (:attr:`_writing` is set): a direct write waits for the disk, and meanwhile the
-        dispatcher indexes what came before and readers read. The segment's write position
-        moves once the bytes are in the file, so no reader sees them earlier. Returns the new
-        max offset."""
-        try:
-            if seg.write_at(start - seg.start, views, aligned=True):
-                self._last_direct_append = self._last_bulk_append
-        finally:
-            with self._writes_done:
-                self._writing = False
-                self._writes_done.notify_all()
-        return self.max_offset
-
-    def wait_writes(self) -> None:
-        """Wait until no :meth:`append_data` writes outside the lock (hold :attr:`lock`: no
-        new one starts meanwhile)."""
-        if self._writing:
-            with self._writes_done:
-                while self._writing:
-                    self._writes_done.wait()
-
-    def _await_dispatcher(self, end: int) -> None:
-        """Before a bulk append up to ``end`` that would overwrite ring bytes the dispatcher
-        has not read: wait (at most :data:`RING_WAIT_S`) until it has. So while a slave catches
-        up, the dispatcher validates everything from memory, right behind the writer, instead
-        of falling behind and reading the log back from the disk at the end (slower than the
-        catch-up itself); the catch-up goes at the pace of the slower of the two."""
-        room = DISPATCH_RING - SCAN_BYTES
-        if (end - self._dispatched <= room or end - self._ring_end > room
-                or self._ring_from > self._dispatched):  # (it reads the file: do not wait for it)
-            return
-        wakeup = self.reput_wakeup
-        if wakeup is not None:
-            wakeup()
-        deadline = time.monotonic() + RING_WAIT_S
-        cond = self._dispatch_cond
-        with cond:
-            self._dispatch_waiters += 1
-            try:
-                while (end - self._dispatched > room and self._dispatch_error is None
-                       and not self.closed):
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        return
-                    cond.wait(min(left, 0.01))
-            finally:
-                self._dispatch_waiters -= 1
-
-    def _keep_for_dispatch(self, start: int, pieces: Sequence[ReadableBuffer], end: int) -> bool:
-        """Copy replicated bytes ``[start, end)`` into the dispatch ring (hold the lock; the
-        slave's transient store), so the reput thread validates them from memory instead of
-        reading back what went to the disk direct (see :meth:`_read_undispatched`), and the
-        direct writes take them from there (page-aligned: no staging copy). Only while the
-        dispatcher is less than the ring's size behind: bytes it has not read yet are never
-        overwritten. Returns whether the bytes are in the ring."""
-        if end - self._dispatched > DISPATCH_RING - SCAN_BYTES:
-            self._ring_from = end  # too far behind: the ring starts again later
-            return False
-        if self._ring is None:
-            self._ring = mmap.mmap(-1, DISPATCH_RING)
-            self._ring_addr = ctypes.addressof(ctypes.c_char.from_buffer(self._ring))
-            self._ring_from = start
-        if self._ring_end != start:
-            self._ring_from = start
-            self._ring_restarts += 1
-        ring = self._ring
-        at = start % DISPATCH_RING
-        for piece in pieces:
-            view = memoryview(piece)
-            while len(view):
-                n = min(len(view), DISPATCH_RING - at)
-                if n >= NOGIL_COPY_MIN and view.contiguous:  # (NumPy: the address of a read-only piece)
-                    source = np.frombuffer(view[:n], dtype=np.uint8).ctypes.data
-                    ctypes.memmove(self._ring_addr + at, source, n)  # (releases the GIL)
-                else:
-                    ring[at:at + n] = view[:n]
-                view = view[n:]
-                at = (at + n) % DISPATCH_RING
-        self._ring_end = end
-        return True
-
-    def _ring_views(self, start: int, end: int) -> list[memoryview]:
-        """Views of the ring holding log bytes ``[start, end)`` (two where it wraps)."""
-        assert self._ring is not None
-        view = memoryview(self._ring)
-        at = start % DISPATCH_RING
-        first = min(end - start, DISPATCH_RING - at)
-        views = [view[at:at + first]]
-        if first < end - start:
-            views.append(view[:end - start - first])
-        return views
-
-    def _read_undispatched(self, seg: Segment, offset: int, buf: memoryview, size: int) -> memoryview:
-        """Up to ``size`` bytes from ``offset`` (at most to the segment's write position) in
-        ``buf`` (one of the scan buffers): from the dispatch ring if it holds them, else from
-        the file, with ``O_DIRECT`` under replicaDirectWrite (what went to the disk direct is
-        read back without filling the page cache, which costs more than the scan itself on a
-        VM). Returns the view of ``buf`` holding them."""
-        n = min(size, len(buf) - DIRECT_ALIGN, seg.write_pos - (offset - seg.start))
-        ring = self._ring
-        if ring is not None and self._ring_from <= offset < self._ring_end:
-            n = min(n, self._ring_end - offset)  # (what the ring holds; the rest next time)
-            at = offset % DISPATCH_RING
-            first = min(n, DISPATCH_RING - at)
-            if first == n:
-                # Validated in place: the writer never overwrites ring bytes less than a ring
-                # ahead of the dispatcher, which moves only after this scan (a ring restart
-                # voids a scan made outside the lock: see _reput_batch).
-                return memoryview(ring)[at:at + n]
-            buf[:first] = ring[at:at + first]
-            if first < n:
-                buf[first:n] = ring[:n - first]
-            # (the writer only overwrites bytes more than a ring behind the dispatcher)
-            if self._ring_from <= offset:
-                return buf[:n]
-        if self._direct_write:
-            view = seg.read_direct_into(offset - seg.start, n, buf)
-            if view is not None:
-                return view
-        return buf[:seg.read_into(offset - seg.start, buf[:n])]
-
-    def _staging(self) -> memoryview:
-        if self._stage is None:
-            self._stage = mmap.mmap(-1, DIRECT_STAGE)
-        return memoryview(self._stage)
-
-    def _refill(self, seg: Segment, end: int) -> None:
-        """The writer is about to write up to ``end``, past ``seg.refill_pos``: wake the warmer
-        to map more pages ahead (:meth:`warm_ahead`), or, if it fell behind (``end`` is past
-        the mapped pages), map the next chunk on this thread. Hold the lock."""
-        if not self._populate_size:
-            seg.refill_pos = seg.size
-            return
-        if end > seg.populated_pos:
-            self._populate(seg, end)
-        elif self._prefault_ok:
-            wakeup = self.warm_wakeup
-            if wakeup is not None:
-                wakeup()
-        self._prefault_wanted = self._prefault_ok
-        seg.refill_pos = seg.populated_pos
-
-    def _populate(self, seg: Segment, end: int) -> None:
-        if not seg.populate(end, min(self._populate_size, POPULATE_STEP), write=self._populate_write):
-            log.info("madvise(MADV_POPULATE_%s) is not supported here; pages fault in one by one",
-                     "WRITE" if self._populate_write else "READ")
-            self._populate_size = 0
-        wakeup = self.warm_wakeup
-        if wakeup is not None:
-            wakeup()
-
-    def batch_pending(self) -> bool:
-        """Whether a batch's worth of replicated bytes (:data:`BATCH_DISPATCH_MIN`) waits for
-        the dispatcher."""
-        return self._queue.max_offset - self._dispatched >= BATCH_DISPATCH_MIN
-
-    def receiving_in_bulk(self) -> bool:
-        """Whether an :meth:`append_data` of at least ``DIRECT_MIN`` bytes came in the last
-        :data:`BULK_WINDOW_S` (a slave catching up)."""
-        return _within_bulk_window(self._last_bulk_append)
-
-    def warm_ahead(self) -> None:
-        """For a background thread (takes no lock, and releases the GIL while the kernel
-        works): map the pages of the next ``populate_size`` bytes past a master's writer into
-        the process (:meth:`Segment.prefault`: the writer then takes no page fault and makes no
-        ``madvise`` call itself; it only wakes this thread when it gets within half of that of
-        the end), and put the pages of the next ``warm_size`` bytes in the page cache
-        (:meth:`Segment.warm`), so mapping finds them allocated and zeroed. No warming while
-        bulk appends go direct: the direct writes would only drop those pages again."""
-        seg = self._queue.active
-        if seg is None or self.closed:
-            return
-        populate = self._populate_size
-        if populate and self._prefault_wanted:
-            if seg.prefault(seg.write_pos + populate, write=self._populate_write):
-                seg.refill_pos = seg.populated_pos - populate // 2
-            else:
-                log.info("madvise through ctypes is not available here; the writer maps pages itself")
-                self._prefault_ok = self._prefault_wanted = False
-        size = self._warm_size
-        if not size:
-            return
-        if _within_bulk_window(self._last_direct_append):
-            return
-        if not seg.warm(seg.write_pos + size, min(size, WARM_CHUNK)):
-            log.info("posix_fadvise(POSIX_FADV_WILLNEED) is not supported here; no warming ahead")
-            self._warm_size = 0
-
-    def prefetch_undispatched(self) -> None:
-        """Keep :data:`PREFETCH_SIZE` bytes past the dispatcher in the page cache
-        (:meth:`Segment.prefetch`): what a slave wrote direct is only on disk, and the reput
-        must not wait for the disk while it holds the GIL. For the reput thread: no lock."""
-        offset = self._dispatched
-        if self._prefetched >= offset + PREFETCH_SIZE // 2 or offset >= self._queue.max_offset:
-            return
-        if self._ring is not None and self._ring_from <= offset < self._ring_end:
-            return  # (it reads the dispatch ring)
-        seg = self._queue.find(offset)
-        if seg is None:
-            return
-        pos = max(self._prefetched, offset) - seg.start
-        end = min(seg.size, offset - seg.start + PREFETCH_SIZE)
-        if pos < end and seg.prefetch(pos, end - pos):
-            self._prefetched = seg.start + end
-
-    def _new_segment(self, start: int) -> Segment:
-        try:
-            return self._queue.create(start)
-        except OSError as exc:
-            raise CreateSegmentError(exc.errno, f"cannot create commit log segment at {start}: {exc}") \
-                from exc
-
-    # -- dispatching (reput) ---------------------------------------------------------------------
-
-    def set_dispatched_offset(self, offset: int) -> None:
-        """Where :meth:`dispatch_pending` resumes (recovery; a record boundary)."""
-        self._dispatched = offset
-
-    def dispatch_pending(self) -> tuple[int, str, int]:
-        """Dispatch whole records from :attr:`dispatched_offset` to the end of the data, body
-        CRCs checked (recovery). Returns (records dispatched, reason if an invalid record
-        stopped it, its offset)."""
-        with self.lock:
-            count, reason = self._dispatch_locked(None, True)
-            return count, reason, self._dispatched
-
-    def reput(self, max_records: int = REPUT_BATCH, *, batch_only: bool = False) -> int:
-        """Dispatch up to ``max_records`` whole records from :attr:`dispatched_offset` (batches
-        outside the lock, then one lock acquisition for the rest: call it in a loop, letting
-        other threads run in between; ``batch_only``: not the rest, e.g. while the writer is
-        just ahead). An invalid record stops dispatching for good: it is logged, reported in
-        :attr:`dispatch_error` and never indexed. Returns the records dispatched (0: nothing
-        more to do for now)."""
-        before = self._dispatched
-        count = 0
-        if max_records >= BATCH_RECORDS_MIN:
-            # Batches outside the lock for as long as they go (the locked path below would
-            # hold the appending thread up for its reads and scans).
-            while count < max_records:
-                more = self._reput_batch(max_records - count)
-                if not more:
-                    break
-                count += more
-        if batch_only:
-            if count:
-                self._dispatched_to(before)
-            return count
-        with self.lock:
-            if self.closed or self._dispatch_error is not None:
-                return count
-            reason = ""
-            if count < max_records:
-                more, reason = self._dispatch_locked(max_records - count, self.reput_check_crc)
-                count += more
-            offset = self._dispatched
-            if reason:
-                self._dispatch_error = (offset, reason)
-                log.error("commit log: INVALID RECORD at %d (%s): dispatching stopped, nothing from "
-                          "there on is served; the next replicated append cuts the log back there",
-                          offset, reason)
-        if offset != before:
-            self._dispatched_to(before)
-        return count
-
-    def _dispatched_to(self, before: int) -> None:
-        """The dispatcher moved on from ``before``: wake its waiters and tell the listener."""
-        if self._dispatch_waiters:
-            with self._dispatch_cond:
-                self._dispatch_cond.notify_all()
-        listener = self.on_dispatched
-        if listener is not None:
-            listener(self._dispatched)
-
-    @property
-    def _scanner(self) -> Scanner:
-        """The batch validator (made on first use: a master needs it only to recover)."""
-        if self._scanner_ is None:
-            self._scanner_ = Scanner()
-        return self._scanner_
-
-    def _reput_batch(self, max_records: int) -> int:
-        """The batch path of :meth:`reput` with the expensive part outside the lock: read and
-        validate the records past :attr:`dispatched_offset` (immutable bytes: a slave only
-        appends past them, and a truncation bumps ``_generation``), then, under the lock and
-        only if nothing moved meanwhile, index them. So the appending thread is not held up
-        while the records are checked. Returns the records dispatched (0: the locked path
-        takes over, e.g. for a blank, an incomplete or an invalid record)."""
-        offset = self._dispatched
-        generation = self._generation
-        restarts = self._ring_restarts
-        seg = self._queue.find(offset)
-        if seg is None or self.closed or self._dispatch_error is not None or not seg.hold():
-            return 0
-        try:
-            pos = offset - seg.start
-            available = seg.write_pos - pos
-            if available < BATCH_DISPATCH_MIN:
-                return 0
-            data = self._read_undispatched(seg, offset, self._reput_buf, available)
-            batch = self._scanner.scan(data, offset, len(data), seg.size - pos, max_records,
-                                       self.reput_check_crc)
-        finally:
-            seg.release()
-        if batch is None:
-            return 0
-        with self.lock:
-            if (self.closed or self._dispatched != offset or self._generation != generation
-                    or self._ring_restarts != restarts):
-                return 0
-            self._dispatcher.dispatch_batch(batch)
-            self._dispatched = batch.end_offset
-            if batch.max_store_timestamp > self._last_store_ts:
-                self._last_store_ts = batch.max_store_timestamp
-        return len(batch)
-
-    def wait_dispatched(self, offset: int, timeout: float) -> bool:
-        """Block until :attr:`dispatched_offset` reaches ``offset`` (True) or ``timeout``
-        seconds pass or the dispatcher stopped before it (False)."""
-        if self._dispatched >= offset:
-            return True
-        deadline = time.monotonic() + timeout
-        cond = self._dispatch_cond
-        with cond:
-            self._dispatch_waiters += 1
-            try:
-                while self._dispatched < offset:
-                    if self._dispatch_error is not None or self.closed:
-                        return False
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        return False
-                    cond.wait(min(left, 0.05))  # (a wake-up lost to a race costs 50 ms at most)
-                return True
-            finally:
-                self._dispatch_waiters -= 1
-
-    def _dispatch_locked(self, max_records: int | None, check_crc: bool) -> tuple[int, str]:
-        """Dispatch whole records from :attr:`dispatched_offset` (hold the lock), at most
-        ``max_records`` (None: all). Validates each record as
-        :func:`~services.broker.storage.record.check_record` does (inlined: this is the
-        slave's hot loop). Returns (records dispatched, reason if an invalid record stopped
-        it at the new :attr:`dispatched_offset`)."""
-        offset = self._dispatched
-        queue = self._queue
-        end = queue.max_offset
-        count = 0
-        limit = max_records if max_records is not None else -1
-        reason = ""
-        find, create = self._find, self._create
-        topics = self._topic_names
-        dispatch_batch = self._dispatcher.dispatch_batch
-        scan_buf = self._scan_buf
-        last_ts = self._last_store_ts
-        crc32 = body_crc
-        while offset < end and count != limit:
-            seg = queue.find(offset)
-            if seg is None:
-                if offset < queue.min_offset:
-                    offset = queue.min_offset
-                    continue
-                break
-            base = seg.start
-            pos = offset - base
-            write_pos = seg.write_pos
-            if pos >= write_pos:
-                if seg.is_full:
-                    offset = seg.end
-                    continue
-                break
-            size = seg.size
-            mm = seg.mm
-            view = seg.view
-            try_batch = True
-            while pos < write_pos and count != limit:
-                available = write_pos - pos
-                scanner = self._scanner if try_batch and available >= BATCH_DISPATCH_MIN and (
-                    limit < 0 or limit - count >= BATCH_RECORDS_MIN) else None
-                if scanner is not None:
-                    data = self._read_undispatched(seg, base + pos, scan_buf, available)
-                    batch = scanner.scan(data, base + pos, len(data), size - pos,
-                                         limit - count if limit > 0 else len(data), check_crc)
-                    if batch is not None:
-                        dispatch_batch(batch)
-                        count += len(batch)
-                        pos = batch.end_offset - base
-                        if batch.max_store_timestamp > last_ts:
-                            last_ts = batch.max_store_timestamp
-                        continue
-                    try_batch = False  # this record goes one at a time (it may be the last)
-                    continue
-                try_batch = True
-                if available < END_FILE_MIN_BLANK_LENGTH:
-                    break
-                total, magic = _PREFIX(mm, pos)
-                if magic != MAGIC_CODE:
-                    if magic == BLANK_MAGIC_CODE:
-                        if total != size - pos:
-                            reason = f"blank record of bad size {total}"
-                        elif total <= available:
-                            pos = size
-                        break
-                    reason = "end of data" if total == 0 and magic == 0 else f"bad magic code 0x{magic:08x}"
-                    break
-                if total < MIN_RECORD_SIZE or total + END_FILE_MIN_BLANK_LENGTH > size - pos:
-                    reason = f"bad record size {total}"
-                    break
-                if total > available:
-                    break
-                (_, _, crc, queue_id, queue_offset, physical, sys_flag, store_ts,
-                 body_len) = _DISPATCH_UNPACK(mm, pos)
-                if physical != base + pos:
-                    reason = f"PHYSICALOFFSET {physical} != position {base + pos}"
-                    break
-                body_end = pos + HEADER_SIZE + body_len
-                rec_end = pos + total
-                if body_len < 0 or body_end + 3 > rec_end:
-                    reason = "body length overruns the record"
-                    break
-                topic_len = mm[body_end]
-                props_at = body_end + 1 + topic_len
-                if topic_len == 0 or props_at + 2 > rec_end:
-                    reason = "bad topic length"
-                    break
-                (props_len,) = _U16(mm, props_at)
-                if props_at + 2 + props_len != rec_end:
-                    reason = "field sizes do not add up to TOTALSIZE"
-                    break
-                if check_crc and crc32(view[pos + HEADER_SIZE:body_end]) != crc:
-                    reason = "body CRC mismatch"
-                    break
-                raw_topic = mm[body_end + 1:props_at]
-                topic = topics.get(raw_topic)
-                if topic is None:
-                    try:
-                        topic = raw_topic.decode()
-                    except UnicodeDecodeError:
-                        reason = "topic is not UTF-8"
-                        break
-                    if len(topics) >= _TOPICS_MAX:
-                        topics.clear()
-                    topics[raw_topic] = topic
-                if not sys_flag & TRANSACTION_PREPARED_TYPE:
-                    tags_code = 0
-                    if props_len:
-                        props = mm[props_at + 2:rec_end]
-                        if _TAGS_KEY in props:
-                            tags = property_value(props, PROPERTY_TAGS)
-                            if tags:
-                                tags_code = tag_hash_code(tags)
-                    index = find((topic, queue_id)) or create(topic, queue_id)
-                    index.put(queue_offset, base + pos, total, tags_code)
-                if store_ts > last_ts:
-                    last_ts = store_ts
-                pos = rec_end
-                count += 1
-            offset = base + pos
-            if reason or (pos < write_pos and pos < size and count != limit):
-                break  # invalid, or an incomplete record at the end of the data
-        self._dispatched = offset
-        self._last_store_ts = last_ts
-        if reason:
-            log.error("commit log: invalid record at %d (%s); dispatch stopped", offset, reason)
-        return count, reason
 
     # -- reading -------------------------------------------------------------------------------
 
