@@ -52,8 +52,8 @@ from services.broker.replication.hello import (
 from services.broker.replication.protocol import SlaveConnectionProtocol
 from services.broker.replication.repair import DivergenceRepair, is_record_boundary
 from services.broker.replication.tls import HaTls, connect_tls, ha_tls
-from services.broker.storage.commitlog import CommitLogError
 from services.broker.storage.config import StoreConfig
+from services.broker.storage.logerrors import CommitLogError
 from services.broker.storage.store import MessageStore
 from services.common.config import ConfigError, parse_address
 

@@ -7,8 +7,8 @@ Layering follows Apache RocketMQ's ``store/``: :mod:`.segment` (one mapped file)
 broker uses).
 """
 
-from services.broker.storage.commitlog import CorruptDataError, OffsetMismatchError, StoreClosedError
 from services.broker.storage.config import FlushDiskType, StoreConfig
+from services.broker.storage.logerrors import CorruptDataError, OffsetMismatchError, StoreClosedError
 from services.broker.storage.record import Message, MessageRecord, tag_hash_code
 from services.broker.storage.segment import SegmentSlice
 from services.broker.storage.status import (

@@ -35,16 +35,14 @@ import logging
 import mmap
 import os
 import struct
-import sys
 import threading
 import time
-import types
 from collections.abc import Callable, Iterable, Sequence
 from time import time_ns
 from typing import NamedTuple, Protocol
 
 from pocketmq.wire.record import header_format
-from services.broker.storage import bulk, replica, reput
+from services.broker.storage import bulk
 from services.broker.storage.bulk import UniformBatch
 from services.broker.storage.config import CQ_ENTRY_SIZE
 from services.broker.storage.consumequeue import ENTRY as CQ_ENTRY
@@ -52,9 +50,6 @@ from services.broker.storage.dispatch import DispatchBatch, Scanner
 from services.broker.storage.indexfeed import MAX_KEYED, AppendFeed
 from services.broker.storage.logerrors import (
     CommitLogError,
-    CorruptDataError,
-    CreateSegmentError,
-    OffsetMismatchError,
     StoreClosedError,
 )
 from services.broker.storage.record import (
@@ -84,20 +79,9 @@ from services.broker.storage.record import (
     read_store_timestamp,
 )
 from services.broker.storage.replica import (
-    BULK_WINDOW_S,
-    DIRECT_STAGE,
-    DISPATCH_RING,
-    NOGIL_COPY_MIN,
-    POPULATE_STEP,
-    PREFETCH_SIZE,
-    RING_WAIT_S,
-    WARM_CHUNK,
     ReplicaAppends,
 )
 from services.broker.storage.reput import (
-    BATCH_DISPATCH_MIN,
-    BATCH_RECORDS_MIN,
-    REPUT_BATCH,
     SCAN_BYTES,
     Reput,
 )
@@ -112,51 +96,6 @@ from services.broker.storage.segment import (
 )
 from services.broker.storage.segment_queue import SegmentQueue
 from services.broker.storage.status import PutMessageStatus, PutResult
-
-# (the errors and the tunables of the bases live in modules of their own; importable from here too)
-__all__ = [
-    "BATCH_COMMIT_CHUNK",
-    "BATCH_DISPATCH_MIN",
-    "BATCH_RECORDS_MIN",
-    "BULK_WINDOW_S",
-    "COMMIT_CHUNK",
-    "DIRECT_STAGE",
-    "DISPATCH_RING",
-    "MAX_RECORD_SIZE",
-    "NOGIL_COPY_MIN",
-    "POPULATE_STEP",
-    "PREFETCH_SIZE",
-    "REPUT_BATCH",
-    "RING_WAIT_S",
-    "SCAN_BYTES",
-    "WARM_CHUNK",
-    "WRITE_BUFFER_SIZE",
-    "CommitLog",
-    "CommitLogError",
-    "CorruptDataError",
-    "CreateSegmentError",
-    "Dispatcher",
-    "OffsetMismatchError",
-    "QueueIndex",
-    "ScanResult",
-    "StoreClosedError",
-    "now_ms",
-]
-
-
-class _Module(types.ModuleType):
-    """This module: setting a name it takes from :mod:`.replica` or :mod:`.reput` (a tunable:
-    tests scale the dispatch ring down so) sets it there too, where it is read."""
-
-    def __setattr__(self, name: str, value: object) -> None:
-        super().__setattr__(name, value)
-        if name in __all__:
-            for module in (replica, reput):
-                if name in vars(module):
-                    setattr(module, name, value)
-
-
-sys.modules[__name__].__class__ = _Module
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,4 @@
-"""The commit log's own errors (raised by :mod:`.commitlog`, :mod:`.replica` and the store;
-re-exported by :mod:`.commitlog`)."""
+"""The commit log's own errors (raised by :mod:`.commitlog`, :mod:`.replica` and the store)."""
 
 from __future__ import annotations
 

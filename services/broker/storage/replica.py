@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from services.broker.storage import reput
 from services.broker.storage.logerrors import (
     CorruptDataError,
     CreateSegmentError,
@@ -26,7 +27,7 @@ from services.broker.storage.logerrors import (
     StoreClosedError,
 )
 from services.broker.storage.record import ReadableBuffer
-from services.broker.storage.reput import BATCH_DISPATCH_MIN, SCAN_BYTES
+from services.broker.storage.reput import SCAN_BYTES
 from services.broker.storage.segment import DIRECT_ALIGN, DIRECT_MIN, Segment
 from services.broker.storage.segment_queue import SegmentQueue
 
@@ -363,9 +364,9 @@ class ReplicaAppends:
             wakeup()
 
     def batch_pending(self) -> bool:
-        """Whether a batch's worth of replicated bytes (:data:`BATCH_DISPATCH_MIN`) waits for
+        """Whether a batch's worth of replicated bytes (`reput.BATCH_DISPATCH_MIN`) waits for
         the dispatcher."""
-        return self._queue.max_offset - self._dispatched >= BATCH_DISPATCH_MIN
+        return self._queue.max_offset - self._dispatched >= reput.BATCH_DISPATCH_MIN
 
     def receiving_in_bulk(self) -> bool:
         """Whether an :meth:`append_data` of at least ``DIRECT_MIN`` bytes came in the last

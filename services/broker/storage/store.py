@@ -28,16 +28,12 @@ from services.broker.storage.checkpoint import (
     create_abort_file,
     remove_abort_file,
 )
-from services.broker.storage.commitlog import (
-    CommitLog,
-    CreateSegmentError,
-    StoreClosedError,
-    now_ms,
-)
+from services.broker.storage.commitlog import CommitLog, now_ms
 from services.broker.storage.config import FlushDiskType, StoreConfig
 from services.broker.storage.consumequeue import FILLER_SIZE, ConsumeQueueStore
 from services.broker.storage.flush import FlushRealTimeService, GroupCommitService, ServiceThread
 from services.broker.storage.index import IndexService
+from services.broker.storage.logerrors import CreateSegmentError, StoreClosedError
 from services.broker.storage.record import (
     Host,
     Message,
@@ -773,8 +769,8 @@ class MessageStore:
         or several back to back. The bytes are in the commit log when this returns; the reput
         thread validates and dispatches the whole records soon after (see
         :meth:`wait_dispatched`). Returns the new max offset. Raises
-        :class:`~services.broker.storage.commitlog.OffsetMismatchError` or
-        :class:`~services.broker.storage.commitlog.CorruptDataError` (an invalid record the
+        :class:`~services.broker.storage.logerrors.OffsetMismatchError` or
+        :class:`~services.broker.storage.logerrors.CorruptDataError` (an invalid record the
         dispatcher found in earlier data: the log is cut back to it)."""
         if not self._running:
             raise StoreClosedError("message store is not running")

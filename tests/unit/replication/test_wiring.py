@@ -22,7 +22,7 @@ from services.broker.replication import (
     encode_transfer_header,
 )
 from services.broker.replication.waiter import SlaveAckTracker
-from services.broker.storage.commitlog import OffsetMismatchError
+from services.broker.storage.logerrors import OffsetMismatchError
 from services.broker.storage.store import MessageStore
 from tests.unit.replication.test_ha_io import BODY, SEGMENT, fill, make_store
 

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from services.broker.storage.commitlog import CommitLog, CorruptDataError, OffsetMismatchError
+from services.broker.storage.commitlog import CommitLog
 from services.broker.storage.consumequeue import ConsumeQueueStore
+from services.broker.storage.logerrors import CorruptDataError, OffsetMismatchError
 from services.broker.storage.record import (
     BLANK_MAGIC_CODE,
     MAGIC_CODE,

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from pocketmq.wire.record import field_offset
-from services.broker.storage import commitlog, dispatch, indexfeed
+from services.broker.storage import dispatch, indexfeed, replica, reput
 from services.broker.storage import store as store_module
 from services.broker.storage.consumequeue import ConsumeQueue, ConsumeQueueStore
 from services.broker.storage.dispatch import DispatchBatch, Scanner
@@ -88,7 +88,7 @@ def test_batches_index_exactly_as_one_by_one(open_store: StoreFactory, tmp_path:
     batched = open_store(tmp_path / "batched", **config)
     replicate(master, batched, 700_000)
     assert sum(batched_rows) > len(sent) * 0.9
-    monkeypatch.setattr(commitlog, "BATCH_DISPATCH_MIN", 1 << 62)  # one record at a time
+    monkeypatch.setattr(reput, "BATCH_DISPATCH_MIN", 1 << 62)  # one record at a time
     single = open_store(tmp_path / "single", **config)
     replicate(master, single, 700_000)
     for store in (master, batched, single):
@@ -121,7 +121,7 @@ def test_an_invalid_record_inside_a_batch_stops_it_there(open_store: StoreFactor
                                                          where: int | str, reason: str,
                                                          batched_rows: list[int],
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(commitlog, "BATCH_DISPATCH_MIN", 16 * 1024)
+    monkeypatch.setattr(reput, "BATCH_DISPATCH_MIN", 16 * 1024)
     master = open_store(tmp_path / "master", mapped_file_size_commit_log=SEGMENT)
     slave = open_store(tmp_path / "slave", mapped_file_size_commit_log=SEGMENT)
     results = [master.put_message(msg(i, size=300, tags="t")) for i in range(300)]
@@ -141,7 +141,7 @@ def test_an_invalid_record_inside_a_batch_stops_it_there(open_store: StoreFactor
     else:
         assert isinstance(where, int)
         data[bad_at + where] ^= 0x7F
-    assert len(data) > commitlog.BATCH_DISPATCH_MIN
+    assert len(data) > reput.BATCH_DISPATCH_MIN
     assert slave.append_data(0, data) == total
     assert not slave.wait_dispatched(total, 3)
     error = slave.dispatch_error
@@ -188,8 +188,8 @@ def test_a_catch_up_is_validated_in_the_ring_right_behind_the_writer(
         batched_rows: list[int], file_reads: list[int]) -> None:
     """Bulk appends wait for the dispatcher whenever they would overwrite ring bytes it has not
     read, so it validates everything in the ring: nothing is read back from the file."""
-    monkeypatch.setattr(commitlog, "DISPATCH_RING", 4 * 1024 * 1024)  # many laps of the ring
-    monkeypatch.setattr(commitlog, "RING_WAIT_S", 60.0)  # (never gives up here)
+    monkeypatch.setattr(replica, "DISPATCH_RING", 4 * 1024 * 1024)  # many laps of the ring
+    monkeypatch.setattr(replica, "RING_WAIT_S", 60.0)  # (never gives up here)
     config = {"mapped_file_size_commit_log": 32 * SEGMENT}
     master = open_store(tmp_path / "master", **config)
     sent = put_kib(master, 24 * SEGMENT)
@@ -211,8 +211,8 @@ def log_bytes(store: MessageStore) -> bytes:
 def test_a_writer_that_waits_too_long_goes_on_and_the_dispatcher_reads_the_file(
         open_store: StoreFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         file_reads: list[int]) -> None:
-    monkeypatch.setattr(commitlog, "DISPATCH_RING", 4 * 1024 * 1024)
-    monkeypatch.setattr(commitlog, "RING_WAIT_S", 0.05)
+    monkeypatch.setattr(replica, "DISPATCH_RING", 4 * 1024 * 1024)
+    monkeypatch.setattr(replica, "RING_WAIT_S", 0.05)
     config = {"mapped_file_size_commit_log": 32 * SEGMENT}
     master = open_store(tmp_path / "master", **config)
     put_kib(master, 12 * SEGMENT)

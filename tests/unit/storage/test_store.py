@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from services.broker.storage import commitlog
+from services.broker.storage import replica
 from services.broker.storage import segment as segment_module
 from services.broker.storage.config import FlushDiskType, StoreConfig
 from services.broker.storage.flush import GroupCommitService
@@ -417,9 +417,9 @@ def test_warmer_rests_while_bulk_appends_go_direct(open_store: StoreFactory, tmp
     assert (log._last_direct_append > 0) == direct  # (a file system without O_DIRECT fails here)
     segment = log.segments[-1]
     before = segment.warmed_pos
-    monkeypatch.setattr(commitlog, "BULK_WINDOW_S", 60.0)  # still streaming
+    monkeypatch.setattr(replica, "BULK_WINDOW_S", 60.0)  # still streaming
     log.warm_ahead()
     assert (segment.warmed_pos == before) == direct
-    monkeypatch.setattr(commitlog, "BULK_WINDOW_S", 0.0)  # the stream stopped
+    monkeypatch.setattr(replica, "BULK_WINDOW_S", 0.0)  # the stream stopped
     log.warm_ahead()
     assert segment.warmed_pos >= segment.write_pos + 128 * 1024
