@@ -71,6 +71,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import bisect
+import collections
 import contextlib
 import os
 import shutil
@@ -83,6 +84,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future
 from pathlib import Path
 
 import grpc
@@ -415,8 +417,9 @@ def _dispatched(master: Broker, slave: Broker, expected: list[int], started_ms: 
 
 def append_data_mbps(source: Path, target: Path, total: int,
                      chunk: int = 2 * 1024 * 1024) -> tuple[float, float]:
-    """The slave store's own ceiling: ``append_data`` of the same bytes in ``chunk``-sized pieces
-    (what one socket read of the slave holds at most), in this process, no network; and the
+    """The slave store's own ceiling: ``queue_data`` of the same bytes in ``chunk``-sized pieces
+    (what one socket read of the slave holds at most), in this process, no network, each
+    copied into the dispatch ring while the previous one is written; and the
     same until every record is dispatched (the reput thread runs alongside)."""
     # (the source is only read: no message index thread of its own competing with the slave's)
     src = MessageStore(StoreConfig(store_path_root_dir=str(source), message_index_enable=False))
@@ -426,13 +429,18 @@ def append_data_mbps(source: Path, target: Path, total: int,
     try:
         start = time.perf_counter()
         offset = src.min_offset
+        written: collections.deque[Future[int]] = collections.deque()
         while offset < total:
             data = src.get_data(offset, chunk)
             if data is None:
                 break
-            with data:
-                dst.append_data(offset, data.data)
+            with data:  # (as the slave: the next append goes on while this one is written)
+                written.append(dst.queue_data(offset, data.data))
                 offset += data.size
+            while written and written[0].done():
+                written.popleft().result()
+        for done in written:
+            done.result()
         appended = time.perf_counter() - start
         if not dst.wait_dispatched(offset, 600):
             raise RuntimeError(f"slave store did not dispatch up to {offset}: {dst.dispatch_error}")

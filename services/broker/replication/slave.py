@@ -21,7 +21,7 @@ import socket
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from services.broker.config import BrokerConfig
 from services.broker.replication.auth import SlaveAuthenticator, handshake_timeout_s
@@ -71,7 +71,8 @@ _RECV_BUFFERS: Final = 4
 #: A read of at least this many bytes is appended on the writer thread, while the next read
 #: goes on (smaller ones, the steady state, are appended and acked at once).
 _THREADED_APPEND: Final = 64 * 1024
-#: An append running on the writer thread (the bytes it appended).
+#: An append handed to the writer thread (done with the bytes it appended once they are in
+#: the commit log).
 _Write = concurrent.futures.Future[int]
 
 
@@ -467,8 +468,8 @@ class HASlave:
         appends = _Appends(_RECV_BUFFERS, _RECV_SIZE)
         try:
             while True:
-                if not appends.free:  # every buffer waits for its append
-                    await self._settle(appends, sock, state, loop, wait=True)
+                if not appends.free:  # every buffer waits for the writer thread to take its bytes
+                    await self._settle(appends, sock, state, loop, appends.oldest_taken())
                 view = appends.free[0]
                 n = await self._recv_into(sock, view, appends, state, loop)
                 state.anything_read = True
@@ -478,7 +479,7 @@ class HASlave:
                     events = proto.receive_data(view[:n])
                 except (ContinuityError, ProtocolError) as exc:
                     while appends.running:  # keep what came before, in order
-                        await self._settle(appends, sock, state, loop, wait=True)
+                        await self._settle(appends, sock, state, loop, appends.oldest_done())
                     self._count(self._append(exc.events), state)
                     if isinstance(exc, ContinuityError):
                         self._continuity_failed(exc, state)
@@ -486,7 +487,7 @@ class HASlave:
                 if not any(type(event) is DataReceived for event in events):
                     continue
                 if n >= _THREADED_APPEND or appends.running:  # (appends stay in order)
-                    appends.submit(self._writer(), self._append, events)
+                    appends.submit(self._writer(), self._queue_append, events)
                 else:
                     self._count(self._append(events), state)
                     await self._send_ack(sock, self.store.max_offset, state, loop)
@@ -521,12 +522,12 @@ class HASlave:
         return n
 
     async def _settle(self, appends: _Appends, sock: socket.socket, state: _SessionState,
-                      loop: asyncio.AbstractEventLoop, wait: bool = False) -> None:
-        """Count and ack the appends the writer thread finished (with ``wait``, at least the
-        oldest one); raises what an append raised."""
-        if wait:
+                      loop: asyncio.AbstractEventLoop, wait: asyncio.Future[int] | None = None) -> None:
+        """Count and ack the appends that are in the commit log (after ``wait``, if given);
+        raises what an append raised."""
+        if wait is not None:
             with contextlib.suppress(Exception):  # (collect() raises it)
-                await appends.oldest_done()
+                await wait
         size = appends.collect()
         if size:
             self._count(size, state)
@@ -550,6 +551,15 @@ class HASlave:
             return 0
         start = next(event for event in events if type(event) is DataReceived).offset
         return self.store.append_data(start, bodies) - start
+
+    def _queue_append(self, events: Sequence[Event]) -> concurrent.futures.Future[int]:
+        """:meth:`_append` on the writer thread: returns once the bytes are taken (the receive
+        buffer is free again); the future gets how many once they are in the commit log."""
+        start = next(event for event in events if type(event) is DataReceived).offset
+        bodies = [event.body for event in events if type(event) is DataReceived]
+        size: _Write = concurrent.futures.Future()
+        _chain(self.store.queue_data(start, bodies), size, start)
+        return size
 
     def _count(self, size: int, state: _SessionState) -> None:
         if size:
@@ -597,46 +607,81 @@ async def _recv_exactly(loop: asyncio.AbstractEventLoop, sock: socket.socket, si
     return bytes(data)
 
 
+def _chain(source: concurrent.futures.Future[int], target: _Write, minus: int = 0) -> None:
+    """Give ``target`` the outcome of ``source`` (less ``minus``) once it is done."""
+    def done(source: concurrent.futures.Future[int]) -> None:
+        exc = source.exception()
+        if exc is not None:
+            target.set_exception(exc)
+        else:
+            target.set_result(source.result() - minus)
+
+    source.add_done_callback(done)
+
+
 class _Appends:
-    """A session's receive buffers, and the appends queued on the writer thread (each with the
-    buffer its bytes are views of), oldest first."""
+    """A session's receive buffers; the appends handed to the writer thread whose bytes it has
+    not taken yet, each with the buffer they are views of; and every append not yet in the
+    commit log, oldest first."""
 
     def __init__(self, count: int, size: int) -> None:
         self.free = collections.deque(memoryview(bytearray(size)) for _ in range(count))
-        self.running: collections.deque[tuple[_Write, memoryview]] = collections.deque()
-        self._waiter: tuple[_Write, asyncio.Future[int]] | None = None
+        self.taking: collections.deque[tuple[concurrent.futures.Future[_Write], memoryview]] = \
+            collections.deque()
+        self.running: collections.deque[_Write] = collections.deque()
+        self._waiter: tuple[concurrent.futures.Future[Any], asyncio.Future[Any]] | None = None
 
-    def submit(self, writer: concurrent.futures.Executor, append: Callable[[Sequence[Event]], int],
+    def submit(self, writer: concurrent.futures.Executor,
+               append: Callable[[Sequence[Event]], concurrent.futures.Future[int]],
                events: Sequence[Event]) -> None:
-        """Queue the append of ``events``, views of the first free buffer."""
-        self.running.append((writer.submit(append, events), self.free.popleft()))
+        """Hand the append of ``events``, views of the first free buffer, to ``writer``."""
+        written: _Write = concurrent.futures.Future()
 
-    def oldest_done(self) -> asyncio.Future[int]:
-        """An asyncio future of the oldest append, the same one for every wait on it (each
-        future made from it wakes the event loop when the append returns)."""
-        write = self.running[0][0]
-        if self._waiter is None or self._waiter[0] is not write:
-            waiter = asyncio.wrap_future(write)
+        def take() -> _Write:
+            try:
+                stored = append(events)
+            except BaseException as exc:
+                written.set_exception(exc)
+                raise
+            _chain(stored, written)
+            return stored
+
+        self.taking.append((writer.submit(take), self.free.popleft()))
+        self.running.append(written)
+
+    def oldest_taken(self) -> asyncio.Future[Any]:
+        """An asyncio future of the writer thread taking the oldest buffer's bytes."""
+        return self._wait(self.taking[0][0])
+
+    def oldest_done(self) -> asyncio.Future[Any]:
+        """An asyncio future of the oldest append being in the commit log."""
+        return self._wait(self.running[0])
+
+    def _wait(self, future: concurrent.futures.Future[Any]) -> asyncio.Future[Any]:
+        """The same asyncio future for every wait on ``future`` (each one made wakes the event
+        loop when ``future`` is done)."""
+        if self._waiter is None or self._waiter[0] is not future:
+            waiter = asyncio.wrap_future(future)
             # (what it raises is reported by collect(); an unread exception would be logged)
             waiter.add_done_callback(lambda done: done.cancelled() or done.exception())
-            self._waiter = (write, waiter)
+            self._waiter = (future, waiter)
         return self._waiter[1]
 
     def collect(self) -> int:
-        """Bytes appended by the finished appends at the head of the queue, whose buffers are
-        free again; raises what one of them raised."""
+        """Free the buffers whose bytes were taken; returns the bytes of the appends at the
+        head of the queue that are in the commit log; raises what one of them raised."""
+        while self.taking and self.taking[0][0].done():
+            self.free.append(self.taking.popleft()[1])
         size = 0
-        while self.running and self.running[0][0].done():
-            write, buf = self.running.popleft()
-            self.free.append(buf)
-            size += write.result()
+        while self.running and self.running[0].done():
+            size += self.running.popleft().result()
         return size
 
     def wait_all(self) -> None:
-        """Wait for every queued append (errors were or will be reported by the session)."""
-        for write, _ in self.running:
+        """Wait for every append (errors were or will be reported by the session)."""
+        for written in self.running:
             with contextlib.suppress(Exception):
-                write.result()
+                written.result()
 
 
 @dataclass

@@ -30,6 +30,8 @@ forty fields on the hot path.
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
 import contextlib
 import logging
 import mmap
@@ -79,6 +81,7 @@ from services.broker.storage.record import (
     read_store_timestamp,
 )
 from services.broker.storage.replica import (
+    QueuedWrite,
     ReplicaAppends,
 )
 from services.broker.storage.reput import (
@@ -243,12 +246,20 @@ class CommitLog(ReplicaAppends, Reput):
         #: consume queues consistently.
         self.lock = threading.Lock()
         #: One :meth:`append_data` at a time (taken before :attr:`lock`): its direct writes
-        #: run outside :attr:`lock` (see :meth:`_write_outside_lock`) ...
+        #: run outside :attr:`lock`, on the write thread (see :meth:`_write_queued`) ...
         self._append_data_lock = threading.Lock()
         #: ... while this is True; whoever else changes the log under :attr:`lock` first waits
         #: for them (:meth:`wait_writes`).
         self._writing = False
         self._writes_done = threading.Condition(threading.Lock())
+        #: Direct writes of dispatch-ring bytes waiting for the write thread, oldest first
+        #: (see :meth:`queue_data`; guarded by :attr:`_writes_done`) ...
+        self._queued: collections.deque[QueuedWrite] = collections.deque()
+        #: ... the log offset where they end, and the bytes queued or being written.
+        self._queued_end = 0
+        self._queued_bytes = 0
+        #: The write thread (made on the first queued write).
+        self._write_thread: concurrent.futures.ThreadPoolExecutor | None = None
         self._queue = SegmentQueue(directory, segment_size, sync=sync)
         self._segment_size = segment_size
         #: A record must fit in one segment with room for the end-of-file blank.
@@ -1029,6 +1040,9 @@ class CommitLog(ReplicaAppends, Reput):
         with self.lock:
             self.closed = True
             self.wait_writes()
+            if self._write_thread is not None:
+                self._write_thread.shutdown()  # (idle: nothing is queued)
+                self._write_thread = None
             self._commit_locked()
             self._queue.close()
             if self._stage is not None:

@@ -1,21 +1,24 @@
 """The commit log's replicated appends: :class:`ReplicaAppends`, a base of
 :class:`~services.broker.storage.commitlog.CommitLog`.
 
-A slave appends the bytes its master replicates as they are (:meth:`ReplicaAppends.append_data`),
-bulk appends through the dispatch ring (the last replicated bytes kept in memory for the
-reput), written direct where they can be; with them, the page warming and prefetching around
-the writer and the dispatcher.
+A slave appends the bytes its master replicates as they are (:meth:`ReplicaAppends.append_data`,
+:meth:`~ReplicaAppends.queue_data`), bulk appends through the dispatch ring (the last replicated
+bytes kept in memory for the reput), written direct where they can be, by a write thread of
+their own while the next append is copied into the ring; with them, the page warming and
+prefetching around the writer and the dispatcher.
 """
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
 import ctypes
 import logging
 import mmap
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -54,6 +57,21 @@ NOGIL_COPY_MIN = 64 * 1024
 #: A bulk append waits at most this long for the dispatcher to free ring space (then the ring
 #: starts again past it, and the dispatcher reads the bytes in between from the file).
 RING_WAIT_S = 0.5
+#: :meth:`ReplicaAppends.queue_data` waits while this many bytes or more wait for the write thread.
+QUEUED_MAX = 8 * 1024 * 1024
+#: The write thread writes contiguous queued appends of one segment together, up to about this
+#: many bytes per call.
+WRITE_MAX = 4 * 1024 * 1024
+
+
+class QueuedWrite(NamedTuple):
+    """Ring bytes ``[start, end)`` of the log for the write thread, in ``seg``; ``done`` gets
+    the log's max offset once they are in the file."""
+
+    seg: Segment
+    start: int
+    end: int
+    done: concurrent.futures.Future[int]
 
 
 def _within_bulk_window(stamp: float) -> bool:
@@ -69,6 +87,10 @@ class ReplicaAppends:
     _append_data_lock: threading.Lock
     _writing: bool
     _writes_done: threading.Condition
+    _queued: collections.deque[QueuedWrite]
+    _queued_end: int
+    _queued_bytes: int
+    _write_thread: concurrent.futures.ThreadPoolExecutor | None
     _direct_write: bool
     _stage: mmap.mmap | None
     _prefetched: int
@@ -122,17 +144,32 @@ class ReplicaAppends:
         or :class:`CorruptDataError` when the dispatcher found an invalid record in earlier
         data (the log is then cut back to it, and nothing of this call is written).
         """
+        return self.queue_data(start_offset, data).result()
+
+    def queue_data(self, start_offset: int,
+                   data: ReadableBuffer | Sequence[ReadableBuffer]) -> concurrent.futures.Future[int]:
+        """:meth:`append_data`, except that a bulk append copied into the dispatch ring may be
+        left for the write thread: the returned future then gets the new max offset once the
+        bytes are in the file (or what the write raised), and the next call may already copy
+        its bytes meanwhile. ``start_offset`` must equal where the queued appends end. The
+        buffers may be reused as soon as this returns. At most :data:`QUEUED_MAX` bytes wait
+        for the write thread (this waits for it)."""
         pieces = (data,) if isinstance(data, (bytes, bytearray, memoryview)) else data
         with self._append_data_lock:
             if self._ring is not None and self.reput_wakeup is not None:
                 total = sum(len(piece) for piece in pieces)
                 if total >= DIRECT_MIN:  # (only bulk appends go through the ring)
                     self._await_dispatcher(start_offset + total)
+            if self._queued_bytes >= QUEUED_MAX:
+                with self._writes_done:
+                    while self._queued_bytes >= QUEUED_MAX:
+                        self._writes_done.wait()
             return self._append_data(start_offset, pieces)
 
-    def _append_data(self, start_offset: int, pieces: Sequence[ReadableBuffer]) -> int:
+    def _append_data(self, start_offset: int,
+                     pieces: Sequence[ReadableBuffer]) -> concurrent.futures.Future[int]:
         size = self._segment_size
-        writes: list[memoryview] | None = None
+        queued: QueuedWrite | None = None
         with self.lock:
             if self.closed:
                 raise StoreClosedError("commit log is closed")
@@ -149,8 +186,11 @@ class ReplicaAppends:
                     raise OffsetMismatchError(start_offset, 0, (
                         f"an empty commit log can only start at a segment boundary "
                         f"(multiple of {size}), not {start_offset}"))
-            elif start_offset != last.start + last.write_pos:
-                raise OffsetMismatchError(start_offset, last.start + last.write_pos)
+            else:
+                with self._writes_done:  # (the log ends where the queued writes end)
+                    expected = self._queued_end if self._writing else last.start + last.write_pos
+                if start_offset != expected:
+                    raise OffsetMismatchError(start_offset, expected)
             # Split into one run per segment; check everything before writing anything.
             runs: list[tuple[int, list[ReadableBuffer]]] = []
             end = start_offset
@@ -172,14 +212,15 @@ class ReplicaAppends:
             # Bulk bytes go through the dispatch ring (they are written from there, direct
             # where they can be, and the dispatcher reads them there), else through ``stage``.
             in_ring = bulk and self._keep_for_dispatch(start_offset, pieces, end)
-            stage = self._staging() if self._direct_write and bulk and not in_ring else None
-            direct = 0
             if (in_ring and self._direct_write and len(runs) == 1 and last is not None
                     and start_offset < last.end):
-                # The bytes are safe in the ring: write them outside the lock (below).
-                writes = self._ring_views(start_offset, end)
-                self._writing = True
+                # The bytes are safe in the ring: the write thread writes them (below).
+                queued = self._queue_write(last, start_offset, end)
                 runs = []
+            elif self._writing:  # (what is queued goes first)
+                self.wait_writes()
+            stage = self._staging() if self._direct_write and bulk and not in_ring else None
+            direct = 0
             for i, (run_start, run) in enumerate(runs):
                 seg = last if last is not None and run_start < last.end else self._new_segment(run_start)
                 if last is None:
@@ -198,36 +239,77 @@ class ReplicaAppends:
             # while appends go direct: their pages would only be dropped again).
             warm = (bool(runs) and not direct and last is not None
                     and last.warmed_pos < last.write_pos + self._warm_size // 2)
-        if writes is not None:
-            assert last is not None
-            new_max = self._write_outside_lock(last, start_offset, writes)
-            runs = [(start_offset, [])]
+        if queued is not None:
+            return queued.done
         if runs:
             wakeup = self.reput_wakeup
             if wakeup is not None:
                 wakeup()
             if warm and (wakeup := self.warm_wakeup) is not None:
                 wakeup()
-        return new_max
+        done: concurrent.futures.Future[int] = concurrent.futures.Future()
+        done.set_result(new_max)
+        return done
 
-    def _write_outside_lock(self, seg: Segment, start: int, views: list[memoryview]) -> int:
-        """Write ring bytes at log offset ``start`` of ``seg`` direct, without :attr:`lock`
-        (:attr:`_writing` is set): a direct write waits for the disk, and meanwhile the
-        dispatcher indexes what came before and readers read. The segment's write position
-        moves once the bytes are in the file, so no reader sees them earlier. Returns the new
-        max offset."""
+    def _queue_write(self, seg: Segment, start: int, end: int) -> QueuedWrite:
+        """Queue the write of ring bytes ``[start, end)`` of ``seg`` for the write thread (hold
+        :attr:`lock`; :attr:`_writing` is set until every queued write is done)."""
+        queued = QueuedWrite(seg, start, end, concurrent.futures.Future())
+        with self._writes_done:
+            self._queued.append(queued)
+            self._queued_end = end
+            self._queued_bytes += end - start
+            self._writing = True
+        if self._write_thread is None:
+            self._write_thread = concurrent.futures.ThreadPoolExecutor(
+                1, thread_name_prefix="CommitLogWriter")
+        self._write_thread.submit(self._write_queued)
+        return queued
+
+    def _write_queued(self) -> None:
+        """On the write thread: write the oldest queued ring bytes direct, with the queued
+        appends right after them in the same segment (up to :data:`WRITE_MAX`), without
+        :attr:`lock`: meanwhile the next append is copied into the ring, the dispatcher indexes
+        what came before and readers read. The segment's write position moves once the bytes
+        are in the file, so no reader sees them earlier. A failed write fails every queued
+        append after it too (none is written: the log stays without a hole)."""
+        cond = self._writes_done
+        with cond:
+            if not self._queued:
+                return  # (written together with an earlier one)
+            batch = [self._queued.popleft()]
+            while (self._queued and self._queued[0].seg is batch[0].seg
+                   and self._queued[0].start == batch[-1].end and batch[-1].end - batch[0].start < WRITE_MAX):
+                batch.append(self._queued.popleft())
+        seg, start, end = batch[0].seg, batch[0].start, batch[-1].end
+        error: BaseException | None = None
         try:
-            if seg.write_at(start - seg.start, views, aligned=True):
+            if seg.write_at(start - seg.start, self._ring_views(start, end), aligned=True):
                 self._last_direct_append = self._last_bulk_append
-        finally:
-            with self._writes_done:
+        except BaseException as exc:  # (reported to whoever waits for these bytes)
+            error = exc
+        with cond:
+            self._queued_bytes -= end - start
+            if error is not None:
+                batch.extend(self._queued)
+                self._queued_bytes -= sum(queued.end - queued.start for queued in self._queued)
+                self._queued.clear()
+            if not self._queued_bytes:
                 self._writing = False
-                self._writes_done.notify_all()
-        return self.max_offset
+            cond.notify_all()
+        if error is not None:
+            for queued in batch:
+                queued.done.set_exception(error)
+            return
+        wakeup = self.reput_wakeup
+        if wakeup is not None:
+            wakeup()
+        for queued in batch:
+            queued.done.set_result(queued.end)
 
     def wait_writes(self) -> None:
-        """Wait until no :meth:`append_data` writes outside the lock (hold :attr:`lock`: no
-        new one starts meanwhile)."""
+        """Wait until the write thread wrote everything queued (hold :attr:`lock`: nothing is
+        queued meanwhile)."""
         if self._writing:
             with self._writes_done:
                 while self._writing:

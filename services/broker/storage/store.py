@@ -774,10 +774,25 @@ class MessageStore:
         dispatcher found in earlier data: the log is cut back to it)."""
         if not self._running:
             raise StoreClosedError("message store is not running")
-        new_max = self._log.append_data(start_offset, data)
+        return self.queue_data(start_offset, data).result()
+
+    def queue_data(self, start_offset: int,
+                   data: ReadableBuffer | Sequence[ReadableBuffer]) -> Future[int]:
+        """:meth:`append_data` that may return before a bulk append's bytes are in the file:
+        the future gets the new max offset once they are (or what their write raised), while
+        the next call already goes on; the next ``start_offset`` is where this one ends. The
+        buffers may be reused when this returns (see
+        :meth:`~services.broker.storage.replica.ReplicaAppends.queue_data`)."""
+        if not self._running:
+            raise StoreClosedError("message store is not running")
+        done = self._log.queue_data(start_offset, data)
         if self._listeners:
-            self._notify(new_max)
-        return new_max
+            done.add_done_callback(self._notify_written)
+        return done
+
+    def _notify_written(self, done: Future[int]) -> None:
+        if done.exception() is None:
+            self._notify(done.result())
 
     def truncate_dirty(self, offset: int) -> None:
         """Cut the commit log back to ``offset`` (a record boundary) and drop consume queue

@@ -31,6 +31,7 @@ from services.broker.replication.master_settings import MasterSettings
 from services.broker.replication.slave import HASlave, SlaveSettings, is_record_boundary
 from services.broker.storage.config import StoreConfig
 from services.broker.storage.record import Message
+from services.broker.storage.segment import Segment
 from services.broker.storage.status import PutMessageStatus
 from services.broker.storage.store import MessageStore
 from tests.support import async_wait_until
@@ -552,16 +553,16 @@ async def test_a_read_without_data_while_a_large_append_runs_does_not_reuse_its_
         with contextlib.suppress(Exception):
             await reader.read()
 
-    real_append = slave_store.append_data
+    real_append = slave_store.queue_data
     slowed: list[int] = []
 
-    def slow_first_append(start: int, pieces: object) -> int:
+    def slow_first_append(start: int, pieces: object) -> concurrent.futures.Future[int]:
         if not slowed:
             slowed.append(start)
             time.sleep(0.3)
         return real_append(start, pieces)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(slave_store, "append_data", slow_first_append)
+    monkeypatch.setattr(slave_store, "queue_data", slow_first_append)
     async with FakeMaster(bursty) as fake, running_slave(slave_store, slave_settings(fake.addr)) as slave:
         await until(lambda: slave_store.max_offset == end, 5.0, "the slave has everything")
         sessions = (slave.reconnects, fake.connections)
@@ -572,9 +573,10 @@ async def test_a_read_without_data_while_a_large_append_runs_does_not_reuse_its_
 
 async def test_large_appends_queue_up_while_the_disk_is_slow_and_each_is_acked(
         stores: tuple[MessageStore, MessageStore], monkeypatch: pytest.MonkeyPatch) -> None:
-    """While one append waits for the disk, the next reads go on into the free buffers and
-    their appends queue up behind it (the writer thread goes from one to the next without
-    waiting for the event loop); once every buffer waits, reading stops until one is free."""
+    """While the writer thread is held up by one append, the next reads go on into the free
+    buffers and their appends queue up behind it (the writer thread goes from one to the next
+    without waiting for the event loop); once every buffer waits, reading stops until one is
+    free."""
     master_store, slave_store = stores
     fill(master_store, 600)
     end = master_store.max_offset
@@ -593,7 +595,7 @@ async def test_large_appends_queue_up_while_the_disk_is_slow_and_each_is_acked(
             while True:
                 acks.append(struct.unpack(">q", await reader.readexactly(8))[0])
 
-    real_append = slave_store.append_data
+    real_append = slave_store.queue_data
     queued_behind_first: list[int] = []
     executor = concurrent.futures.ThreadPoolExecutor(1)
     submitted: list[int] = []
@@ -603,13 +605,13 @@ async def test_large_appends_queue_up_while_the_disk_is_slow_and_each_is_acked(
             submitted.append(1)
             return executor.submit(fn, *args)
 
-    def slow_first_append(start: int, pieces: object) -> int:
+    def slow_first_append(start: int, pieces: object) -> concurrent.futures.Future[int]:
         if not queued_behind_first:
             time.sleep(0.8)  # every burst but the last few arrives meanwhile
             queued_behind_first.append(len(submitted) - 1)
         return real_append(start, pieces)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(slave_store, "append_data", slow_first_append)
+    monkeypatch.setattr(slave_store, "queue_data", slow_first_append)
     try:
         async with FakeMaster(bursty) as fake, running_slave(slave_store, slave_settings(fake.addr)) as slave:
             monkeypatch.setattr(slave, "_writer", Counting)
@@ -624,6 +626,69 @@ async def test_large_appends_queue_up_while_the_disk_is_slow_and_each_is_acked(
     assert slave_store.wait_dispatched(end, 5), slave_store.dispatch_error
 
 
+async def test_the_disk_writes_one_read_while_the_next_is_taken_and_acks_wait_for_the_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """During a catch-up the write thread writes one read's bytes while the writer thread
+    takes the next ones (their buffers are free again before the disk is done), and an ack
+    never goes ahead of the bytes in the slave's file."""
+    config = dict(mapped_file_size_commit_log=1024 * 1024, max_message_size=4096)
+    master_store = MessageStore(StoreConfig(store_path_root_dir=str(tmp_path / "master"), **config))  # type: ignore[arg-type]
+    slave_store = MessageStore(StoreConfig(store_path_root_dir=str(tmp_path / "slave"), **config))  # type: ignore[arg-type]
+    for store in (master_store, slave_store):
+        store.start()
+    try:
+        fill(master_store, 800)
+        end = master_store.max_offset
+        assert end < 1024 * 1024
+        chunks = transfer_frames(master_store, 16 * 1024)
+        bursts = [b"".join(chunks[i:i + 8]) for i in range(0, len(chunks), 8)]  # > 64 KiB each
+        acks: list[tuple[int, int]] = []
+
+        async def bursty(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readexactly(8)
+            for burst in bursts:
+                writer.write(burst)
+                await writer.drain()
+                await asyncio.sleep(0.02)  # one read each
+            with contextlib.suppress(Exception):
+                while True:
+                    ack = struct.unpack(">q", await reader.readexactly(8))[0]
+                    acks.append((ack, slave_store.max_offset))
+
+        taken_meanwhile: list[int] = []
+        real_queue = slave_store.queue_data
+        taken: list[int] = []
+
+        def counting_queue(start: int, pieces: object) -> concurrent.futures.Future[int]:
+            taken.append(start)
+            return real_queue(start, pieces)  # type: ignore[arg-type]
+
+        real_write_at = Segment.write_at
+
+        def slow_first_write(seg: Segment, pos: int, views: object, stage: object = None, *,
+                             aligned: bool = False) -> int:
+            if threading.current_thread().name.startswith("CommitLogWriter") and not taken_meanwhile:
+                first = len(taken)
+                time.sleep(0.5)  # the next bursts arrive meanwhile
+                taken_meanwhile.append(len(taken) - first)
+            return real_write_at(seg, pos, views, stage, aligned=aligned)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(slave_store, "queue_data", counting_queue)
+        monkeypatch.setattr(Segment, "write_at", slow_first_write)
+        async with FakeMaster(bursty) as fake, running_slave(slave_store, slave_settings(fake.addr)) as slave:
+            await until(lambda: any(ack == end for ack, _ in acks), 5.0, "the slave acked everything")
+            sessions = (slave.reconnects, fake.connections)
+        assert sessions == (0, 1)
+        assert taken_meanwhile and taken_meanwhile[0] >= 4  # more reads than buffers meanwhile
+        assert all(ack <= in_file for ack, in_file in acks)
+        assert [ack for ack, _ in acks] == sorted(ack for ack, _ in acks)
+        assert logs_identical(master_store, slave_store)
+        assert slave_store.wait_dispatched(end, 5), slave_store.dispatch_error
+    finally:
+        for store in (master_store, slave_store):
+            store.shutdown()
+
+
 async def test_a_failing_queued_append_ends_the_session_and_is_reported_once(
         stores: tuple[MessageStore, MessageStore], monkeypatch: pytest.MonkeyPatch,
         caplog: pytest.LogCaptureFixture) -> None:
@@ -633,17 +698,17 @@ async def test_a_failing_queued_append_ends_the_session_and_is_reported_once(
     master_store, slave_store = stores
     fill(master_store, 300)
     end = master_store.max_offset
-    real_append = slave_store.append_data
+    real_append = slave_store.queue_data
     failed: list[int] = []
 
-    def fail_once(start: int, pieces: object) -> int:
+    def fail_once(start: int, pieces: object) -> concurrent.futures.Future[int]:
         if not failed:
             assert threading.current_thread().name.startswith("HASlaveWriter")
             failed.append(start)
             raise OSError(5, "Input/output error")
         return real_append(start, pieces)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(slave_store, "append_data", fail_once)
+    monkeypatch.setattr(slave_store, "queue_data", fail_once)
     monkeypatch.setattr(slave_module, "_THREADED_APPEND", 1)  # every append on the writer thread
     with caplog.at_level(logging.WARNING):
         async with running_master(master_store, sync_from_earliest=True) as master, \

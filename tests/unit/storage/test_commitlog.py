@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import struct
+import threading
+import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -22,7 +26,7 @@ from services.broker.storage.record import (
     decode_record,
     prepare,
 )
-from services.broker.storage.segment import parse_segment_name, segment_name
+from services.broker.storage.segment import Segment, parse_segment_name, segment_name
 from services.broker.storage.status import PutMessageStatus
 from services.broker.storage.store import MessageStore
 from tests.unit.storage.conftest import SEGMENT, StoreFactory, msg
@@ -390,3 +394,63 @@ def test_bulk_append_data_replicates_exactly(open_store: StoreFactory, tmp_path:
     got = slave.get_messages(sent[-1][0].topic, sent[-1][0].queue_id, last[(sent[-1][0].topic,
                                                                           sent[-1][0].queue_id)])
     assert [m.body for m in got.messages] == [sent[-1][0].body]
+
+
+def test_queued_appends_are_done_once_in_the_file_and_a_failed_write_fails_those_behind_it(
+        open_store: StoreFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bulk append's bytes go to the write thread while the next append is taken: its future
+    (the slave's ack) is done only once they are in the file, the max offset moves only then,
+    a truncation waits for them, and a failed write fails the appends queued behind it
+    without writing any of them (no hole): the next append starts again from the file's end."""
+    segment = 1024 * 1024
+    master = open_store(tmp_path / "master", mapped_file_size_commit_log=segment)
+    slave = open_store(tmp_path / "slave", mapped_file_size_commit_log=segment)
+    put_mixed(master, 1200)
+    piece = 128 * 1024
+    assert master.max_offset > 4 * piece
+    pieces = []
+    for offset in range(0, 4 * piece, piece):
+        with master.get_data(offset, piece) as data:  # type: ignore[union-attr]
+            pieces.append((offset, bytes(data.data)))
+    gate = threading.Event()
+    gate.set()
+    failures: list[OSError] = []
+    real_write_at = Segment.write_at
+
+    def gated_write_at(seg: Segment, pos: int, views: Sequence[bytes], stage: memoryview | None = None, *,
+                       aligned: bool = False) -> int:
+        if threading.current_thread().name.startswith("CommitLogWriter"):
+            assert gate.wait(10)
+            if failures:
+                raise failures.pop()
+        return real_write_at(seg, pos, views, stage, aligned=aligned)
+
+    monkeypatch.setattr(Segment, "write_at", gated_write_at)
+    assert slave.append_data(*pieces[0]) == piece  # (a new segment: written at once)
+    gate.clear()
+    first, second = (slave.queue_data(*pieces[i]) for i in (1, 2))
+    time.sleep(0.05)
+    assert not first.done() and not second.done() and slave.max_offset == piece
+    cut = threading.Thread(target=slave.truncate_dirty, args=(2 * piece,))
+    cut.start()
+    cut.join(0.1)
+    assert cut.is_alive()  # (waits for the queued writes)
+    gate.set()
+    assert (first.result(5), second.result(5)) == (2 * piece, 3 * piece)
+    cut.join(5)
+    assert slave.max_offset == 2 * piece
+    gate.clear()
+    failures.append(OSError(errno.EIO, "Input/output error"))
+    third, fourth = (slave.queue_data(*pieces[i]) for i in (2, 3))
+    gate.set()
+    for future in (third, fourth):
+        with pytest.raises(OSError, match="Input/output error"):
+            future.result(5)
+    assert slave.max_offset == 2 * piece
+    with pytest.raises(OffsetMismatchError):
+        slave.append_data(*pieces[3])
+    for offset, data in pieces[2:]:
+        assert slave.append_data(offset, data) == offset + len(data)
+    assert slave.wait_dispatched(3 * piece, 10), slave.dispatch_error  # (up to the last whole record)
+    with slave.get_data(0, 4 * piece) as got:  # type: ignore[union-attr]
+        assert bytes(got.data) == b"".join(data for _, data in pieces)
