@@ -211,7 +211,10 @@ class ReplicaAppends:
                 self._last_bulk_append = time.monotonic()
             # Bulk bytes go through the dispatch ring (they are written from there, direct
             # where they can be, and the dispatcher reads them there), else through ``stage``.
-            in_ring = bulk and self._keep_for_dispatch(start_offset, pieces, end)
+            # (a small append right after a bulk one goes there too: the ring stays contiguous)
+            in_ring = ((bulk or (self._ring_end == start_offset and self._ring is not None
+                                 and _within_bulk_window(self._last_bulk_append)))
+                       and self._keep_for_dispatch(start_offset, pieces, end))
             if (in_ring and self._direct_write and len(runs) == 1 and last is not None
                     and start_offset < last.end):
                 # The bytes are safe in the ring: the write thread writes them (below).

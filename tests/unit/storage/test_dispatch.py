@@ -203,6 +203,31 @@ def test_a_catch_up_is_validated_in_the_ring_right_behind_the_writer(
     assert log_bytes(slave) == log_bytes(master)
 
 
+def test_a_small_read_between_bulk_ones_keeps_the_ring_going(
+        open_store: StoreFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        file_reads: list[int]) -> None:
+    """A catch-up read of less than 64 KiB (what the socket held at that moment) goes through
+    the ring too: the ring never starts again behind the dispatcher's back, so the writer
+    goes on waiting for it and nothing is read back from the file (a restart used to let the
+    writer run a ring ahead and the dispatcher read the file to the end of the catch-up)."""
+    monkeypatch.setattr(replica, "DISPATCH_RING", 4 * 1024 * 1024)
+    monkeypatch.setattr(replica, "RING_WAIT_S", 60.0)
+    config = {"mapped_file_size_commit_log": 32 * SEGMENT}
+    master = open_store(tmp_path / "master", **config)
+    put_kib(master, 24 * SEGMENT)
+    slave = open_store(tmp_path / "slave", **config)
+    offset = 0
+    sizes = [512 * 1024, 3000, 300 * 1024, 20_000]
+    while offset < master.max_offset:
+        with master.get_data(offset, sizes[0]) as piece:  # type: ignore[union-attr]
+            offset = slave.append_data(offset, piece.data)
+        sizes.append(sizes.pop(0))
+    assert slave.wait_dispatched(master.max_offset, 30), slave.dispatch_error
+    assert not file_reads
+    assert slave._log._ring_restarts <= 1  # (the first bulk append starts it)
+    assert log_bytes(slave) == log_bytes(master)
+
+
 def log_bytes(store: MessageStore) -> bytes:
     with store.get_data(0, store.max_offset) as data:  # type: ignore[union-attr]
         return bytes(data.data)
