@@ -552,14 +552,12 @@ class HASlave:
         start = next(event for event in events if type(event) is DataReceived).offset
         return self.store.append_data(start, bodies) - start
 
-    def _queue_append(self, events: Sequence[Event]) -> concurrent.futures.Future[int]:
+    def _queue_append(self, events: Sequence[Event], written: _Write) -> None:
         """:meth:`_append` on the writer thread: returns once the bytes are taken (the receive
-        buffer is free again); the future gets how many once they are in the commit log."""
+        buffer is free again); ``written`` gets how many once they are in the commit log."""
         start = next(event for event in events if type(event) is DataReceived).offset
         bodies = [event.body for event in events if type(event) is DataReceived]
-        size: _Write = concurrent.futures.Future()
-        _chain(self.store.queue_data(start, bodies), size, start)
-        return size
+        _chain(self.store.queue_data(start, bodies), written, start)
 
     def _count(self, size: int, state: _SessionState) -> None:
         if size:
@@ -607,7 +605,7 @@ async def _recv_exactly(loop: asyncio.AbstractEventLoop, sock: socket.socket, si
     return bytes(data)
 
 
-def _chain(source: concurrent.futures.Future[int], target: _Write, minus: int = 0) -> None:
+def _chain(source: concurrent.futures.Future[int], target: _Write, minus: int) -> None:
     """Give ``target`` the outcome of ``source`` (less ``minus``) once it is done."""
     def done(source: concurrent.futures.Future[int]) -> None:
         exc = source.exception()
@@ -626,25 +624,24 @@ class _Appends:
 
     def __init__(self, count: int, size: int) -> None:
         self.free = collections.deque(memoryview(bytearray(size)) for _ in range(count))
-        self.taking: collections.deque[tuple[concurrent.futures.Future[_Write], memoryview]] = \
+        self.taking: collections.deque[tuple[concurrent.futures.Future[None], memoryview]] = \
             collections.deque()
         self.running: collections.deque[_Write] = collections.deque()
         self._waiter: tuple[concurrent.futures.Future[Any], asyncio.Future[Any]] | None = None
 
-    def submit(self, writer: concurrent.futures.Executor,
-               append: Callable[[Sequence[Event]], concurrent.futures.Future[int]],
+    def submit(self, writer: concurrent.futures.Executor, append: Callable[[Sequence[Event], _Write], None],
                events: Sequence[Event]) -> None:
-        """Hand the append of ``events``, views of the first free buffer, to ``writer``."""
+        """Hand the append of ``events``, views of the first free buffer, to ``writer``:
+        ``append(events, written)`` returns once it took the bytes, and ``written`` gets how
+        many once they are in the commit log."""
         written: _Write = concurrent.futures.Future()
 
-        def take() -> _Write:
+        def take() -> None:
             try:
-                stored = append(events)
+                append(events, written)
             except BaseException as exc:
                 written.set_exception(exc)
                 raise
-            _chain(stored, written)
-            return stored
 
         self.taking.append((writer.submit(take), self.free.popleft()))
         self.running.append(written)
