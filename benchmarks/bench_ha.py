@@ -24,13 +24,15 @@ temporary directory, ASYNC_FLUSH, no NameServer: slaves get ``--ha-master-addres
     the protocol but discards the data (what the replication channel itself moves, without the
     slave's store; best of ``--runs``).
   - ``store append_data``: the slave store alone, in this process, appending the same bytes in
-    2 MiB pieces (no network), and the same until its reput thread has dispatched them all (the
+    2 MiB pieces (no network; ``queue_data``, as the slave: one piece is written while the next
+    is copied), and the same until its reput thread has dispatched them all (the
     source store is opened without a message index: its keyless log would otherwise be
     scanned again by an index thread of its own, in this process).
   The slave receives into four 2 MiB buffers in turn and writes the body bytes of each read with
   one ``append_data`` (into the commit log, unparsed; reads of 64 KiB or more queue on a writer
-  thread while the next reads go on, their whole 4 KiB blocks with ``O_DIRECT``:
-  replicaDirectWrite);
+  thread while the next reads go on, which copies them into the dispatch ring and hands their
+  whole 4 KiB blocks to the commit log's write thread, written with ``O_DIRECT`` while the next
+  read is copied: replicaDirectWrite; a read is acked once its bytes are in the file);
   the reput thread validates (framing as NumPy columns; body CRCs with one CRC-32 per run of
   same-sized records, see docs/replication.md) and dispatches every record (consume queue
   entries: one write per queue and slice) in place in the ring, right behind the writer, which
