@@ -406,9 +406,10 @@ class ReplicaAppends:
                 # ahead of the dispatcher, which moves only after this scan (a ring restart
                 # voids a scan made outside the lock: see _reput_batch).
                 return memoryview(ring)[at:at + n]
-            buf[:first] = ring[at:at + first]
+            whole = memoryview(ring)
+            buf[:first] = whole[at:at + first]
             if first < n:
-                buf[first:n] = ring[:n - first]
+                buf[first:n] = whole[:n - first]
             # (the writer only overwrites bytes more than a ring behind the dispatcher)
             if self._ring_from <= offset:
                 return buf[:n]
