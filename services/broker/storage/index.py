@@ -198,9 +198,9 @@ class IndexFile:
     def _put_vector(self, hashes: Column, offsets: Column, stamps: Column) -> None:
         """:meth:`_put_loop` in one pass: every entry links to what its slot held, then the
         slots point at the entries. Entries of the batch that share a slot (rare: a batch is
-        small next to the slot count; found by sorting the slot numbers, cheaper than another
-        pass over the randomly placed slots) are linked to each other in order, the slot to
-        the last. Entries are complete before a slot points at them."""
+        small next to the slot count) are found after the slots are written, where a slot does
+        not hold the row that wrote it (no sort of the batch), then linked to each other in
+        order, the slot to the last. Entries are complete before a slot points at them."""
         k = len(hashes)
         n0 = self.count
         h = np.asarray(hashes, dtype=np.uint32)
@@ -212,14 +212,14 @@ class IndexFile:
         entries["offset"] = offsets
         entries["diff"] = (np.asarray(stamps, dtype=np.int64) - self.begin_ts) // 1000
         entries["prev"] = slot_view[slots]
-        ordered = np.sort(slots)
-        repeated = np.unique(ordered[1:][ordered[1:] == ordered[:-1]])
+        own = np.arange(n0, n0 + k, dtype=np.int32)
+        slot_view[slots] = own  # (a slot several rows share holds one of them: fixed below)
+        lost = np.flatnonzero(slot_view[slots] != own)
         heads: dict[int, int] = {}
-        if len(repeated):
-            # The rows whose slot repeats: a binary search in the few repeated slots (np.isin
-            # costs several passes over the batch).
-            at = np.minimum(np.searchsorted(repeated, slots), len(repeated) - 1)
-            rows = np.flatnonzero(repeated[at] == slots).tolist()
+        if len(lost):
+            # The rows of the repeated slots: those that lost, and the one each slot holds.
+            repeated = list(set(slots[lost].tolist()))
+            rows = sorted({*lost.tolist(), *(slot_view[repeated] - n0).tolist()})
             prev_field = entries["prev"]
             for row, slot in zip(rows, slots[rows].tolist(), strict=True):
                 before = heads.get(slot)
@@ -227,7 +227,6 @@ class IndexFile:
                     prev_field[row] = before
                 heads[slot] = n0 + row
             del prev_field
-        slot_view[slots] = np.arange(n0, n0 + k, dtype=np.int32)
         if heads:
             slot_view[list(heads)] = list(heads.values())
         del slot_view, entries  # (exported buffers would keep the mapping from closing)

@@ -7,14 +7,16 @@ commit log (plain Python). :mod:`services.broker.storage.index` writes and queri
 
 from __future__ import annotations
 
+import functools
 import struct
-from collections.abc import Callable, Iterable, MutableSequence, Sequence
-from itertools import chain, repeat
+from collections.abc import Callable, MutableSequence, Sequence
+from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 from isal.isal_zlib import crc32 as _isal_crc32
+from numpy.lib.stride_tricks import sliding_window_view
 
 from pocketmq.wire.record import header_format
 from services.broker.storage.record import (
@@ -40,6 +42,14 @@ _KEYS = (PROPERTY_KEYS.encode() + b"\x01", PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYID
 key_crc32: Callable[[ReadableBuffer, int], int] = _isal_crc32
 _crc32 = key_crc32
 _PADDING = bytes(16)
+#: Keys of one length that a batch holds at least this many of are hashed together, four bytes
+#: per NumPy step (:func:`crc32_rows`); the others (and keys longer than
+#: :data:`VECTOR_KEY_MAX`) with one CRC call each. Per key: ~0.09 us against ~0.2 us for a
+#: call with the slicing it needs.
+VECTOR_KEYS_MIN = 64
+VECTOR_KEY_MAX = 128
+U32Array = npt.NDArray[np.uint32]
+I64Array = npt.NDArray[np.int64]
 
 
 def key_hash(topic: str, key: str) -> int:
@@ -152,30 +162,27 @@ def batch_keys(batches: Sequence[DispatchBatch], prefixes: dict[bytes, int]) -> 
     lengths = np.fromiter(map(len, props), dtype=np.int64, count=len(props))
     record_starts = np.cumsum(lengths + 1) - lengths  # (each record's properties start there)
     seps = np.flatnonzero(u == 2)
-    pair_starts = seps[:-1] + 1
+    pair_starts = seps[:-1] + 1  # (pair i runs from seps[i] + 1 to seps[i + 1])
+    first = u[pair_starts]
     found = []
     for needle in _KEYS:
-        at = pair_starts
-        for j, c in enumerate(needle):
-            at = at[u[at + j] == c]
-        found.append(at + len(needle))
-    value_at = np.concatenate(found)
-    if not len(value_at):
+        pairs = np.flatnonzero(first == needle[0])
+        for j in range(1, len(needle)):
+            pairs = pairs[u[pair_starts[pairs] + j] == needle[j]]
+        found.append(pairs)
+    pairs = np.concatenate(found)
+    if not len(pairs):
         return (), (), ()
-    is_keys = np.zeros(len(value_at), dtype=bool)
+    is_keys = np.zeros(len(pairs), dtype=bool)
     is_keys[:len(found[0])] = True
-    order = np.argsort(value_at, kind="stable")
-    value_at, is_keys = value_at[order], is_keys[order]
-    value_end = seps[np.searchsorted(seps, value_at)]
+    skip = np.where(is_keys, len(_KEYS[0]), len(_KEYS[1]))
+    order = np.argsort(pairs, kind="stable")
+    pairs, is_keys = pairs[order], is_keys[order]
+    value_at, value_end = pair_starts[pairs] + skip[order], seps[pairs + 1]
     keep = value_end > value_at
     value_at, value_end, is_keys = value_at[keep], value_end[keep], is_keys[keep]
     rows = np.searchsorted(record_starts, value_at, side="right") - 1
     all_prefixes = np.concatenate(row_prefix)
-    key_prefix: Iterable[int]
-    if (all_prefixes == all_prefixes[0]).all():  # (one topic: no list of prefixes)
-        key_prefix = repeat(int(all_prefixes[0]))
-    else:
-        key_prefix = all_prefixes[rows].tolist()
     key_offsets = np.concatenate(row_offset)[rows]
     key_stamps = np.concatenate(row_stamp)[rows]
     # A KEYS value with a space holds several keys: then one ordered loop splits them.
@@ -196,9 +203,71 @@ def batch_keys(batches: Sequence[DispatchBatch], prefixes: dict[bytes, int]) -> 
                     offsets.append(offset)
                     stamps.append(stamp)
         return hashes, offsets, stamps
-    values = map(joined.__getitem__, map(slice, value_at.tolist(), value_end.tolist()))
-    return (np.fromiter(map(_crc32, values, key_prefix), dtype=np.uint32, count=len(value_at)),
-            key_offsets, key_stamps)
+    hashes_of = hash_keys(joined, u, value_at, value_end, all_prefixes[rows].astype(np.uint32))
+    return hashes_of, key_offsets, key_stamps
+
+
+def hash_keys(data: bytes, u8: npt.NDArray[np.uint8], starts: I64Array, ends: I64Array,
+              prefixes: U32Array) -> U32Array:
+    """``key_crc32(data[s:e], p)`` for every key ``[s, e)`` of ``data`` (``u8``: its bytes as an
+    array) and topic prefix ``p``: keys of a length that many share in one vectorised pass per
+    length, the rest one call each."""
+    lengths = ends - starts
+    out = np.empty(len(starts), dtype=np.uint32)
+    left = None
+    if len(starts) >= VECTOR_KEYS_MIN:
+        counts = np.bincount(np.minimum(lengths, VECTOR_KEY_MAX + 1))
+        shared = np.flatnonzero(counts[:VECTOR_KEY_MAX + 1] >= VECTOR_KEYS_MIN)
+        if len(shared):
+            done = np.zeros(len(starts), dtype=bool)
+            for length in shared.tolist():
+                rows = np.flatnonzero(lengths == length)
+                out[rows] = crc32_rows(u8, starts[rows], length, prefixes[rows])
+                done[rows] = True
+            left = np.flatnonzero(~done)
+    if left is None:
+        out[:] = np.fromiter(map(_crc32, map(data.__getitem__, map(slice, starts.tolist(), ends.tolist())),
+                                 prefixes.tolist()), dtype=np.uint32, count=len(starts))
+    elif len(left):
+        values = map(data.__getitem__, map(slice, starts[left].tolist(), ends[left].tolist()))
+        out[left] = np.fromiter(map(_crc32, values, prefixes[left].tolist()), dtype=np.uint32,
+                                count=len(left))
+    return out
+
+
+@functools.cache
+def _crc_tables() -> tuple[U32Array, U32Array, U32Array]:
+    """CRC-32 tables (zlib's: reflected, polynomial 0xEDB88320): one byte per step; and four
+    bytes per step as two 16-bit halves (the register is linear in its bits)."""
+    byte = np.arange(256, dtype=np.uint32)
+    for _ in range(8):
+        byte = np.where(byte & 1, (byte >> 1) ^ np.uint32(0xEDB88320), byte >> 1)
+
+    def four_zero_bytes(x: U32Array) -> U32Array:
+        for _ in range(4):
+            x = byte[x & 0xFF] ^ (x >> 8)
+        return x
+
+    half = np.arange(65536, dtype=np.uint32)
+    return byte, four_zero_bytes(half), four_zero_bytes(half << np.uint32(16))
+
+
+def crc32_rows(u8: npt.NDArray[np.uint8], starts: I64Array, length: int, init: U32Array) -> U32Array:
+    """``zlib.crc32(bytes(u8[s:s + length]), i)`` for every start ``s`` and value ``i`` of
+    ``init``, all at once: the keys are gathered as the rows of a matrix and fed four bytes per
+    step (two table lookups), any last bytes one at a time."""
+    byte, low, high = _crc_tables()
+    rows = sliding_window_view(u8, length)[starts]
+    crc = init ^ np.uint32(0xFFFFFFFF)
+    whole = length // 4 * 4
+    if whole:
+        words = rows[:, :whole].view("<u4")
+        for j in range(whole // 4):
+            x = crc ^ words[:, j]
+            crc = low[x & 0xFFFF] ^ high[x >> 16]
+    for j in range(whole, length):
+        crc = byte[(crc ^ rows[:, j]) & 0xFF] ^ (crc >> 8)
+    return crc ^ np.uint32(0xFFFFFFFF)
 
 
 def scan_records(buf: memoryview, base: int,

@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from services.broker.storage import bulk, indexfeed, indexkeys
 from services.broker.storage import index as index_module
@@ -493,6 +495,26 @@ def test_the_key_hash_is_crc32_of_topic_hash_key() -> None:
         assert indexkeys.key_hash(topic, key) == expected
         assert indexkeys.key_crc32(key.encode(), zlib.crc32(f"{topic}#".encode())) == expected
         assert indexkeys.topic_prefix(topic, {}) == zlib.crc32(f"{topic}#".encode())
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.binary(min_size=1, max_size=140), min_size=1, max_size=300),
+       st.lists(st.integers(0, 2**32 - 1), min_size=1, max_size=3), st.integers(1, 130))
+def test_keys_hashed_together_equal_one_crc_call_each(keys: list[bytes], prefixes: list[int],
+                                                       repeat_length: int) -> None:
+    """The vectorised key hash (keys of one length as matrix rows, four bytes per step) gives
+    zlib's CRC-32 of each key from its topic prefix, for every length, alone or in groups."""
+    import zlib
+
+    import numpy as np
+
+    keys = keys + [bytes([i % 251]) * repeat_length for i in range(indexkeys.VECTOR_KEYS_MIN)]
+    data = b"\x02".join([b"", *keys, b""])
+    ends = np.cumsum([len(k) + 1 for k in keys], dtype=np.int64)
+    starts = ends - [len(k) for k in keys]
+    init = np.array([prefixes[i % len(prefixes)] for i in range(len(keys))], dtype=np.uint32)
+    got = indexkeys.hash_keys(data, np.frombuffer(data, dtype=np.uint8), starts, ends, init)
+    assert got.tolist() == [zlib.crc32(k, int(p)) for k, p in zip(keys, init, strict=True)]
 
 
 def test_a_batch_of_keyed_and_keyless_messages_indexes_only_the_keys(open_store: StoreFactory) -> None:
