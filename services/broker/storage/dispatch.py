@@ -136,11 +136,13 @@ def consecutive(values: I64Array) -> bool:
 class Scanner:
     """Per-log caches for :func:`scan_batch` (topic names, tag codes of property strings)."""
 
-    __slots__ = ("_crcs", "tags", "topics")
+    __slots__ = ("_crcs", "tag_values", "tags", "topics")
 
     def __init__(self) -> None:
         self.topics: dict[bytes, str] = {}
         self.tags: dict[bytes, int] = {}
+        #: Tag codes by ``TAGS`` value.
+        self.tag_values: dict[bytes, int] = {}
         self._crcs = BodyCrcs()
 
     def scan(self, data: memoryview, base: int, end: int, room: int, max_records: int,
@@ -188,27 +190,48 @@ class Scanner:
             starts = (props_at[props_rows] + 2).tolist()
             ends = (positions + total)[props_rows].tolist()
             props = list(map(bytes, map(data.__getitem__, map(slice, starts, ends))))
-            cache = self.tags
-            codes = []
-            for raw in props:
-                code = cache.get(raw)
-                if code is None:
-                    code = 0
-                    if _TAGS_KEY in raw:
-                        tags = property_value(raw, PROPERTY_TAGS)
-                        if tags:
-                            code = tag_hash_code(tags)
-                    if _UNIQ_KEY not in raw:  # (unique per message: not worth keeping)
-                        if len(cache) >= _CACHE_MAX:
-                            cache.clear()
-                        cache[raw] = code
-                codes.append(code)
-            tags_codes[props_rows] = codes
+            tags_codes[props_rows] = self._tag_codes(props)
             tags_codes[~dispatchable] = 0
         return DispatchBatch(positions + base, total, header["queue_id"].astype(np.int64),
                              header["queue_offset"].astype(np.int64), tags_codes, topic_ids, topics,
                              dispatchable, int(header["store_timestamp"].max()),
                              header["store_timestamp"].astype(np.int64), props_rows, props)
+
+    def _tag_codes(self, props: list[bytes]) -> list[int]:
+        """The consume-queue tag code of each record's encoded properties. Properties seen
+        before (no ``UNIQ_KEY``: the same few over and over) come from a cache in one C-level
+        pass; the others take the ``TAGS`` value where it starts a pair, its code cached by the
+        value (a message's unique id makes its properties new, its tag is not)."""
+        cache = self.tags
+        codes: list[int | None] = list(map(cache.get, props))
+        if None not in codes:
+            return codes  # type: ignore[return-value]  # (every row found)
+        by_value = self.tag_values
+        for row, (raw, code) in enumerate(zip(props, codes, strict=True)):
+            if code is not None:
+                continue
+            at = raw.find(_TAGS_KEY)
+            if at < 0:
+                code = 0
+            elif at == 0 or raw[at - 1] == 2:  # (starts a pair)
+                start = at + len(_TAGS_KEY)
+                end = raw.find(b"\x02", start)
+                value = raw[start:end] if end >= 0 else raw[start:]
+                code = by_value.get(value)
+                if code is None:
+                    code = tag_hash_code(value.decode("utf-8", "replace")) if value else 0
+                    if len(by_value) >= _CACHE_MAX:
+                        by_value.clear()
+                    by_value[value] = code
+            else:  # ("TAGS" inside another property: parse properly)
+                tags = property_value(raw, PROPERTY_TAGS)
+                code = tag_hash_code(tags) if tags else 0
+            codes[row] = code
+            if _UNIQ_KEY not in raw:  # (unique per message: not worth keeping)
+                if len(cache) >= _CACHE_MAX:
+                    cache.clear()
+                cache[raw] = code
+        return codes  # type: ignore[return-value]  # (every row filled)
 
     def _topics(self, u8: npt.NDArray[np.uint8], data: memoryview, starts: I64Array,
                 lengths: I64Array) -> tuple[I64Array, list[str], int]:

@@ -360,3 +360,35 @@ def test_the_index_keeps_replicated_batches_by_what_they_hold(open_store: StoreF
         fed += batch.end_offset
     assert len(feed.take()) == fed // batch.end_offset
     assert indexfeed.batch_weight(batch) < batch.end_offset // 10
+
+
+def test_tag_codes_of_every_property_shape_match_the_property_parser(open_store: StoreFactory) -> None:
+    """A batch's tag codes (cached by properties, or by ``TAGS`` value when a unique id makes
+    the properties new) are those of the one-record parser, whatever the properties hold."""
+    from pocketmq.wire.record import property_value, tag_hash_code
+
+    shapes: list[dict[str, str]] = [
+        {"TAGS": "TagA"}, {"TAGS": "TagA", "UNIQ_KEY": "u"}, {"UNIQ_KEY": "u", "TAGS": "é"},
+        {"XTAGS": "no", "UNIQ_KEY": "u"}, {"XTAGS": "no", "TAGS": "yes", "UNIQ_KEY": "u"},
+        {"A": "TAGS", "UNIQ_KEY": "u"}, {"TAGS": "", "UNIQ_KEY": "u"}, {"UNIQ_KEY": "u"}, {},
+    ]
+    store = open_store(message_index_enable=False, mapped_file_size_commit_log=1 << 20)
+    messages = []
+    for i in range(300):
+        props = {k: (f"{v}{i}" if k == "UNIQ_KEY" else v) for k, v in shapes[i % len(shapes)].items()}
+        messages.append(msg(i, properties=props))
+    store.put_messages(messages)
+    data = store.get_data(0, store.max_offset)
+    assert data is not None
+    with data:
+        scanner = Scanner()
+        batch = scanner.scan(data.data, 0, data.size, 1 << 30, 10_000, True)
+        again = scanner.scan(data.data, 0, data.size, 1 << 30, 10_000, True)  # (from the caches)
+    assert batch is not None and again is not None and len(batch) == 300
+    expected = []
+    for m in messages:
+        raw = "".join(f"{k}\x01{v}\x02" for k, v in m.properties.items()).encode()
+        tags = property_value(raw, "TAGS")
+        expected.append(tag_hash_code(tags) if tags else 0)
+    assert batch.tags_codes.tolist() == expected == again.tags_codes.tolist()
+    assert len(set(expected)) == 4  # (TagA, é, yes and 0)
