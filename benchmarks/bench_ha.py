@@ -5,7 +5,9 @@ Every server is its own process on loopback (``python -m services.broker``, fres
 temporary directory, ASYNC_FLUSH, no NameServer: slaves get ``--ha-master-address``):
 
 * catch-up: a master store is pre-filled in this process with ``--catchup-mib`` of 1 KiB messages
-  (4 queues, 1 GiB segments; the master runs with ``haSyncFromEarliest=true`` so an empty slave
+  (no properties; with ``--properties`` each has a tag and a unique ``UNIQ_KEY``, as RocketMQ
+  producers' messages do, which the slave's dispatcher and index parse record by record;
+  4 queues, 1 GiB segments; the master runs with ``haSyncFromEarliest=true`` so an empty slave
   takes all of it), then an empty slave starts (with the master's topic table, as its metadata
   sync would give it).  Catch-up throughput = bytes / (slave caught up - the master's connect
   time for it); dispatch throughput = bytes / (every message readable through the slave's
@@ -64,7 +66,7 @@ vs_redis_sync = SYNC_MASTER msgs/s / Redis XADD+WAIT msgs/s, ha_tls_vs_plain = T
 plaintext catch-up.  Other work on the machine skews
 every figure (the load average is printed).
 
-    python benchmarks/bench_ha.py [--catchup-mib 1024] [--runs 3] [--messages 200000]
+    python benchmarks/bench_ha.py [--catchup-mib 1024] [--properties] [--runs 3] [--messages 200000]
                                   [--lag-rate 20000] [--catchup-only]
 """
 
@@ -179,15 +181,21 @@ def pair(workdir: Path, role: str, tag: str, *master_extra: str) -> Iterator[tup
         master.stop()
 
 
-def fill_store(path: Path, size: int) -> int:
+def fill_store(path: Path, size: int, properties: bool = False) -> int:
     """Write ``size`` bytes of 1 KiB messages (4 queues) straight into a store; returns its max
-    offset."""
+    offset. With ``properties`` each message carries a tag and a unique id (``TAGS``,
+    ``UNIQ_KEY``), as RocketMQ producers' messages do; else none."""
     store = MessageStore(StoreConfig(store_path_root_dir=str(path)))
     store.start()
     try:
         body = os.urandom(BODY_SIZE)
         batch = [Message(TOPIC, body, q % QUEUES) for q in range(BATCH)]
+        n = 0
         while store.max_offset < size:
+            if properties:
+                batch = [Message(TOPIC, body, q % QUEUES, properties={
+                    "TAGS": "TagA", "UNIQ_KEY": f"7F00000100002A9F0000{n + q:012X}"}) for q in range(BATCH)]
+                n += BATCH
             result = store.append_messages(batch)
             if not result.stored:
                 raise RuntimeError(f"fill failed: {result}")
@@ -279,10 +287,10 @@ def sink_mbps(ha_port: int, total: int) -> float:
     return int(got) / float(elapsed) / MB
 
 
-def catch_up(workdir: Path, size: int, runs: int) -> dict[str, float]:
+def catch_up(workdir: Path, size: int, runs: int, properties: bool = False) -> dict[str, float]:
     master_dir = workdir / "catchup-master"
     t = time.perf_counter()
-    total = fill_store(master_dir, size)
+    total = fill_store(master_dir, size, properties)
     print(f"  master store filled: {total / GIB:.2f} GiB in {time.perf_counter() - t:.1f}s", flush=True)
     segments = sorted((master_dir / "commitlog").iterdir())
     results: dict[str, float] = {}
@@ -678,6 +686,9 @@ class Redis:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--catchup-mib", type=int, default=1024)
+    parser.add_argument("--properties", action="store_true",
+                        help="catch-up messages carry TAGS and a unique UNIQ_KEY (as RocketMQ producers' "
+                             "do); the default has no properties")
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--lag-rate", type=int, default=20_000, help="msgs/s during the lag phase")
     parser.add_argument("--lag-seconds", type=float, default=5.0)
@@ -696,7 +707,7 @@ def main() -> int:
     redis: Redis | None = None
     try:
         print(f"catch-up of {args.catchup_mib} MiB (1 KiB messages) to an empty slave ...", flush=True)
-        cu = catch_up(workdir, args.catchup_mib * 1024 * 1024, args.runs)
+        cu = catch_up(workdir, args.catchup_mib * 1024 * 1024, args.runs, args.properties)
         print(f"  slave catch-up      {cu['catchup']:8.0f} MB/s  (best of {args.runs}, median "
               f"{cu['catchup_median']:.0f}; commit logs byte-identical)")
         print(f"  slave catch-up TLS  {cu['catchup_tls']:8.0f} MB/s  (haTlsEnable, best of {args.runs}, "
