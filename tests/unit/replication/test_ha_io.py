@@ -13,7 +13,7 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -390,6 +390,24 @@ class FakeMaster:
         return f"127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
 
 
+
+def burst_master(bursts: list[bytes], gap_s: float, on_ack: Callable[[int], None] | None = None,
+                 ) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]:
+    """A fake master's session: takes the request offset, writes each burst with ``gap_s``
+    after it (one slave read each), then hands every ack to ``on_ack`` (or just reads on)."""
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readexactly(8)
+        for burst in bursts:
+            writer.write(burst)
+            await writer.drain()
+            await asyncio.sleep(gap_s)
+        with contextlib.suppress(Exception):
+            while True:
+                ack = await reader.readexactly(8)
+                if on_ack is not None:
+                    on_ack(struct.unpack(">q", ack)[0])
+    return serve
+
 async def test_slave_heartbeats_and_reconnects_when_the_master_is_silent(
         stores: tuple[MessageStore, MessageStore]) -> None:
     _, slave_store = stores
@@ -540,18 +558,9 @@ async def test_a_read_without_data_while_a_large_append_runs_does_not_reuse_its_
     half = len(chunks) // 2
     cut = sum(len(c) - TRANSFER_HEADER_SIZE for c in chunks[:half])
 
-    async def bursty(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.readexactly(8)
-        writer.write(b"".join(chunks[:half]))  # one read of > 64 KiB: appended on the writer thread
-        await writer.drain()
-        await asyncio.sleep(0.05)
-        writer.write(encode_heartbeat(cut))  # a read with no data
-        await writer.drain()
-        await asyncio.sleep(0.05)
-        writer.write(b"".join(chunks[half:]))  # arrives while the first append still runs
-        await writer.drain()
-        with contextlib.suppress(Exception):
-            await reader.read()
+    # One read of > 64 KiB (appended on the writer thread), a read with no data, then the rest
+    # (arrives while the first append still runs).
+    bursty = burst_master([b"".join(chunks[:half]), encode_heartbeat(cut), b"".join(chunks[half:])], 0.05)
 
     real_append = slave_store.queue_data
     slowed: list[int] = []
@@ -585,15 +594,7 @@ async def test_large_appends_queue_up_while_the_disk_is_slow_and_each_is_acked(
     assert len(bursts) >= 7 and all(len(b) >= 64 * 1024 for b in bursts[:-1])
     acks: list[int] = []
 
-    async def bursty(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.readexactly(8)
-        for burst in bursts:
-            writer.write(burst)
-            await writer.drain()
-            await asyncio.sleep(0.05)  # one read each
-        with contextlib.suppress(Exception):
-            while True:
-                acks.append(struct.unpack(">q", await reader.readexactly(8))[0])
+    bursty = burst_master(bursts, 0.05, acks.append)
 
     real_append = slave_store.queue_data
     queued_behind_first: list[int] = []
@@ -644,16 +645,7 @@ async def test_the_disk_writes_one_read_while_the_next_is_taken_and_acks_wait_fo
         bursts = [b"".join(chunks[i:i + 8]) for i in range(0, len(chunks), 8)]  # > 64 KiB each
         acks: list[tuple[int, int]] = []
 
-        async def bursty(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            await reader.readexactly(8)
-            for burst in bursts:
-                writer.write(burst)
-                await writer.drain()
-                await asyncio.sleep(0.02)  # one read each
-            with contextlib.suppress(Exception):
-                while True:
-                    ack = struct.unpack(">q", await reader.readexactly(8))[0]
-                    acks.append((ack, slave_store.max_offset))
+        bursty = burst_master(bursts, 0.02, lambda ack: acks.append((ack, slave_store.max_offset)))
 
         taken_meanwhile: list[int] = []
         real_queue = slave_store.queue_data

@@ -183,17 +183,25 @@ def file_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return reads
 
 
+def small_ring_pair(open_store: StoreFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                    ring_wait_s: float, kib: int) -> tuple[MessageStore, MessageStore, int]:
+    """A master holding ``kib`` KiB messages and an empty slave whose dispatch ring is 4 MiB
+    (many laps of it) and whose bulk appends wait at most ``ring_wait_s`` for the dispatcher;
+    and how many messages the master holds."""
+    monkeypatch.setattr(replica, "DISPATCH_RING", 4 * 1024 * 1024)
+    monkeypatch.setattr(replica, "RING_WAIT_S", ring_wait_s)
+    config = {"mapped_file_size_commit_log": 32 * SEGMENT}
+    master = open_store(tmp_path / "master", **config)
+    sent = put_kib(master, kib)
+    return master, open_store(tmp_path / "slave", **config), sent
+
+
 def test_a_catch_up_is_validated_in_the_ring_right_behind_the_writer(
         open_store: StoreFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         batched_rows: list[int], file_reads: list[int]) -> None:
     """Bulk appends wait for the dispatcher whenever they would overwrite ring bytes it has not
     read, so it validates everything in the ring: nothing is read back from the file."""
-    monkeypatch.setattr(replica, "DISPATCH_RING", 4 * 1024 * 1024)  # many laps of the ring
-    monkeypatch.setattr(replica, "RING_WAIT_S", 60.0)  # (never gives up here)
-    config = {"mapped_file_size_commit_log": 32 * SEGMENT}
-    master = open_store(tmp_path / "master", **config)
-    sent = put_kib(master, 24 * SEGMENT)
-    slave = open_store(tmp_path / "slave", **config)
+    master, slave, sent = small_ring_pair(open_store, tmp_path, monkeypatch, 60.0, 24 * SEGMENT)
     replicate(master, slave, 512 * 1024)
     assert not file_reads
     assert sum(batched_rows) > sent * 0.9
@@ -210,12 +218,7 @@ def test_a_small_read_between_bulk_ones_keeps_the_ring_going(
     the ring too: the ring never starts again behind the dispatcher's back, so the writer
     goes on waiting for it and nothing is read back from the file (a restart used to let the
     writer run a ring ahead and the dispatcher read the file to the end of the catch-up)."""
-    monkeypatch.setattr(replica, "DISPATCH_RING", 4 * 1024 * 1024)
-    monkeypatch.setattr(replica, "RING_WAIT_S", 60.0)
-    config = {"mapped_file_size_commit_log": 32 * SEGMENT}
-    master = open_store(tmp_path / "master", **config)
-    put_kib(master, 24 * SEGMENT)
-    slave = open_store(tmp_path / "slave", **config)
+    master, slave, _ = small_ring_pair(open_store, tmp_path, monkeypatch, 60.0, 24 * SEGMENT)
     offset = 0
     sizes = [512 * 1024, 3000, 300 * 1024, 20_000]
     while offset < master.max_offset:
@@ -236,12 +239,7 @@ def log_bytes(store: MessageStore) -> bytes:
 def test_a_writer_that_waits_too_long_goes_on_and_the_dispatcher_reads_the_file(
         open_store: StoreFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         file_reads: list[int]) -> None:
-    monkeypatch.setattr(replica, "DISPATCH_RING", 4 * 1024 * 1024)
-    monkeypatch.setattr(replica, "RING_WAIT_S", 0.05)
-    config = {"mapped_file_size_commit_log": 32 * SEGMENT}
-    master = open_store(tmp_path / "master", **config)
-    put_kib(master, 12 * SEGMENT)
-    slave = open_store(tmp_path / "slave", **config)
+    master, slave, _ = small_ring_pair(open_store, tmp_path, monkeypatch, 0.05, 12 * SEGMENT)
     slave._reput.stop()  # type: ignore[union-attr]  # no dispatcher: every wait times out
     offset = 0
     while offset < master.max_offset:
