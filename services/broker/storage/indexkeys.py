@@ -214,24 +214,18 @@ def hash_keys(data: bytes, u8: npt.NDArray[np.uint8], starts: I64Array, ends: I6
     length, the rest one call each."""
     lengths = ends - starts
     out = np.empty(len(starts), dtype=np.uint32)
-    left = None
+    left = np.ones(len(starts), dtype=bool)
     if len(starts) >= VECTOR_KEYS_MIN:
         counts = np.bincount(np.minimum(lengths, VECTOR_KEY_MAX + 1))
-        shared = np.flatnonzero(counts[:VECTOR_KEY_MAX + 1] >= VECTOR_KEYS_MIN)
-        if len(shared):
-            done = np.zeros(len(starts), dtype=bool)
-            for length in shared.tolist():
-                rows = np.flatnonzero(lengths == length)
-                out[rows] = crc32_rows(u8, starts[rows], length, prefixes[rows])
-                done[rows] = True
-            left = np.flatnonzero(~done)
-    if left is None:
-        out[:] = np.fromiter(map(_crc32, map(data.__getitem__, map(slice, starts.tolist(), ends.tolist())),
-                                 prefixes.tolist()), dtype=np.uint32, count=len(starts))
-    elif len(left):
-        values = map(data.__getitem__, map(slice, starts[left].tolist(), ends[left].tolist()))
-        out[left] = np.fromiter(map(_crc32, values, prefixes[left].tolist()), dtype=np.uint32,
-                                count=len(left))
+        for length in np.flatnonzero(counts[:VECTOR_KEY_MAX + 1] >= VECTOR_KEYS_MIN).tolist():
+            rows = np.flatnonzero(lengths == length)
+            out[rows] = crc32_rows(u8, starts[rows], length, prefixes[rows])
+            left[rows] = False
+    rest = np.flatnonzero(left)
+    if len(rest):
+        values = map(data.__getitem__, map(slice, starts[rest].tolist(), ends[rest].tolist()))
+        out[rest] = np.fromiter(map(_crc32, values, prefixes[rest].tolist()), dtype=np.uint32,
+                                count=len(rest))
     return out
 
 
