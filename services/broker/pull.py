@@ -8,7 +8,9 @@ work the same on slaves: replicated data is dispatched to the slave's consume qu
 fires the same listener.
 
 ``raw_records`` replies carry the records as stored (the commit log format): contiguous records
-are sliced from the commit log in one piece, and the client decodes them.
+are sliced from the commit log in one piece, and the client decodes them. Such a reply holds up
+to the pull's count within the byte cap, more than one selection's worth (see
+:meth:`PullService.get_raw`).
 """
 
 from __future__ import annotations
@@ -189,22 +191,41 @@ class PullService:
                                        tag_hashes=q.tag_filter.hash_codes)
 
     def get_raw(self, q: PullQuery, queue_offset: int) -> RawResult:
-        """:meth:`MessageStore.get_messages` without decoding: the same records
-        (:meth:`MessageStore.select_entries`) and statuses, contiguous runs copied from the commit
-        log in one piece."""
-        sel = self.store.select_entries(q.topic, q.queue_id, queue_offset, q.max_count, q.max_bytes,
-                                        q.tag_filter.hash_codes)
+        """:meth:`MessageStore.select_entries` without decoding: the same records and statuses,
+        contiguous runs copied from the commit log in one piece. A selection stops at
+        ``maxTransferCountOnMessageInMemory`` records; a raw reply goes on with the next ones
+        (selection after selection) up to the pull's own count and the byte cap
+        (``max_bytes``): a reply's fixed costs (the broker's, gRPC's, the client's) are paid per
+        reply, not per 32 messages."""
+        select = self.store.select_entries
+        sel = select(q.topic, q.queue_id, queue_offset, q.max_count, q.max_bytes, q.tag_filter.hash_codes)
         if not sel.offsets:
             return RawResult(sel.status, b"", 0, sel.next_begin_offset, sel.min_offset, sel.max_offset)
+        runs = list(sel.runs)
+        found, total, next_offset = len(sel.offsets), sel.total, sel.next_begin_offset
+        while found < q.max_count and total < q.max_bytes and next_offset < sel.max_offset:
+            more = select(q.topic, q.queue_id, next_offset, q.max_count - found, q.max_bytes - total,
+                          q.tag_filter.hash_codes)
+            if not more.offsets or total + more.total > q.max_bytes:  # (a selection has >= 1 record)
+                break
+            start, end = more.runs[0]
+            if runs[-1][1] == start:  # contiguous with what is taken: one copy
+                runs[-1] = (runs[-1][0], end)
+                runs.extend(more.runs[1:])
+            else:
+                runs.extend(more.runs)
+            found += len(more.offsets)
+            total += more.total
+            next_offset = more.next_begin_offset
         parts: list[bytes] = []
-        for start, end in sel.runs:
+        for start, end in runs:
             self._copy(start, end, parts)
         data = b"".join(parts)
-        if len(data) != sel.total:  # a segment vanished under us: report what is left to read again
+        if len(data) != total:  # a segment vanished under us: report what is left to read again
             return RawResult(GetMessageStatus.OFFSET_FOUND_NULL, b"", 0, queue_offset, sel.min_offset,
                              sel.max_offset)
-        return RawResult(GetMessageStatus.FOUND, data, len(sel.offsets), sel.next_begin_offset,
-                         sel.min_offset, sel.max_offset, sel.runs[-1][1])
+        return RawResult(GetMessageStatus.FOUND, data, found, next_offset, sel.min_offset, sel.max_offset,
+                         runs[-1][1])
 
     async def pull(
         self, q: PullQuery, suspend_s: float, stopping: StopFlag

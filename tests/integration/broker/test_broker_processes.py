@@ -90,6 +90,37 @@ def test_produce_pull_round_trip_on_two_broker_groups(namesrv: str, start_broker
     assert "pocketmq_broker_commitlog_max_offset" in text
 
 
+def test_raw_pulls_go_past_the_transfer_count(start_broker: StartBroker) -> None:
+    """maxTransferCountOnMessageInMemory (32) caps a decoded pull; a raw-records pull takes
+    selection after selection up to its own count within the byte cap, tag filter included."""
+    c = start_broker().client
+    c.create_topic("big", read=1, write=1)
+    for i in range(3):
+        c.send_batch("big", [b"m%03d" % (32 * i + j) for j in range(32)], queue_id=0)
+    c.send("big", b"tagged", queue_id=0, tags="t")
+    c.send("big", b"other", queue_id=0, tags="u")
+    decoded = c.pull("big", 0, 0, 256)
+    assert len(decoded.messages) == 32 and decoded.next_begin_offset == 32
+    raw = c.pull("big", 0, 0, 256, raw=True)
+    assert [r.body for r in decode_records(raw.records)] == [b"m%03d" % i for i in range(96)] + [
+        b"tagged", b"other"]
+    assert (raw.status, raw.next_begin_offset) == (pb.FOUND, 98)
+    assert [r.queue_offset for r in decode_records(c.pull("big", 0, 10, 40, raw=True).records)] == list(
+        range(10, 50))
+    # The byte cap: whole records only, at least one.
+    sizes = [r.store_size for r in decode_records(raw.records)]
+    capped = c.stub.PullMessage(pb.PullMessageRequest(
+        consumer_group="g", topic="big", queue_id=0, queue_offset=0, max_msg_nums=256,
+        max_bytes=sum(sizes[:40]) + sizes[40] // 2, raw_records=True, subscription="*"), timeout=10)
+    assert len(decode_records(capped.records)) == 40 and capped.next_begin_offset == 40
+    one = c.stub.PullMessage(pb.PullMessageRequest(
+        consumer_group="g", topic="big", queue_id=0, queue_offset=5, max_msg_nums=256, max_bytes=1,
+        raw_records=True, subscription="*"), timeout=10)
+    assert [r.queue_offset for r in decode_records(one.records)] == [5] and one.next_begin_offset == 6
+    tagged = c.pull("big", 0, 0, 256, raw=True, subscription="t")
+    assert [r.body for r in decode_records(tagged.records)] == [b"tagged"]
+
+
 def test_long_polling_and_streams(start_broker: StartBroker) -> None:
     broker = start_broker()
     c = broker.client
