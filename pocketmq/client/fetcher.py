@@ -35,15 +35,19 @@ _QUEUE_OFFSET = operator.attrgetter("queue_offset")
 
 Deliver = Callable[[ProcessQueue, list[ReceivedMessage]], Awaitable[None]]
 Offer = Callable[[ProcessQueue, list[ReceivedMessage]], bool]
+Room = Callable[[ProcessQueue], Awaitable[None] | None]
 
 
 class Fetcher:
     """Pull loops of owned queues; ``offer(pq, messages)`` takes what they find if the
-    consumer's buffer has room (False if not), ``deliver(pq, messages)`` waits for room."""
+    consumer's buffer has room (False if not), ``deliver(pq, messages)`` waits for room;
+    ``room(pq)`` is None when there is room, else something to await until there may be: a reply
+    is decoded only then (what waits for the application is a few decoded batches, the rest
+    stays raw)."""
 
     def __init__(self, settings: ConsumerSettings, state: SubscriptionState, routes: RouteCache,
                  caller: BrokerCaller, failover: Failover, offsets: OffsetTracker, deliver: Deliver,
-                 offer: Offer, *, stream_pulls: bool = True) -> None:
+                 offer: Offer, room: Room | None = None, *, stream_pulls: bool = True) -> None:
         self.settings = settings
         self.state = state
         self.routes = routes
@@ -52,6 +56,7 @@ class Fetcher:
         self.offsets = offsets
         self.deliver = deliver
         self.offer = offer
+        self.room = room
         #: Pull with PullMessageStream (direct connections); PullMessage when relayed, or after
         #: a broker answered UNIMPLEMENTED.
         self.stream_pulls = stream_pulls
@@ -107,6 +112,12 @@ class Fetcher:
             self.state.learn_reset(pq.queue.topic, reply.reset_generation)  # restarts this queue
             return False
         if status in _ACCEPTED:
+            if status == broker_pb2.FOUND and self.room is not None and (wait := self.room(pq)) is not None:
+                if timer is not None:
+                    timer.reschedule(None)
+                await wait
+                if pq.dropped:  # (its next owner reads these again)
+                    return True
             messages = self.accept(pq, filt, reply)
             if messages and not self.offer(pq, messages):
                 if timer is not None:
