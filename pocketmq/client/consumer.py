@@ -77,9 +77,10 @@ _SIZED_FOR = 32
 
 def ready_capacity(buffer_batches: int, pull_batch_size: int) -> int:
     """Pulled batches the iterator's buffer holds: ``4 * buffer_batches`` batches of 32 messages'
-    worth (at least ``buffer_batches`` batches). Counted in messages, not replies: a deeper buffer
-    of large replies only holds decoded messages longer (past the CPU caches) for nothing."""
-    return max(buffer_batches, 4 * buffer_batches * _SIZED_FOR // pull_batch_size)
+    worth, in batches of ``pull_batch_size`` (at least 2: one being read, one arriving). Counted
+    in messages, not replies: more decoded messages waiting only fall out of the CPU caches
+    before they are read."""
+    return max(2, -(-4 * buffer_batches * _SIZED_FOR // pull_batch_size))
 
 
 def default_client_id() -> str:

@@ -275,5 +275,7 @@ async def test_batch_queue_room_wakes_one_filler_per_item_taken() -> None:
 
 def test_ready_capacity_counts_messages_not_replies() -> None:
     assert ready_capacity(4, 32) == 16  # 4 x buffer_batches batches of 32 messages
-    assert ready_capacity(8, 256) == 8  # large replies: never fewer than buffer_batches batches
+    assert ready_capacity(8, 256) == 4  # large replies: fewer of them
+    assert ready_capacity(4, 100) == 6  # (rounded up)
+    assert ready_capacity(1, 4096) == 2  # at least 2
     assert ready_capacity(2, 1) == 256
