@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import gc
 import json
 import threading
 import time
@@ -261,6 +262,46 @@ async def test_batches_received_count_as_processed_at_the_next_call(shared: Clus
     finally:
         await consumer.close()
     assert sorted(m.text for m in first + rest) == sorted(f"b{i}" for i in range(30))
+
+
+@pytest.mark.asyncio
+async def test_a_consumer_that_does_not_read_holds_only_its_buffer_decoded(shared: Cluster) -> None:
+    """Stream replies hold up to pull_batch_size messages (more than the broker's 32 per
+    selection); while the application does not read, only the buffer's batches are decoded
+    (the fetchers wait for room with their replies raw); then everything arrives once, in order."""
+    topic, group = "c-buffer", "g-buffer"
+    await asyncio.to_thread(shared.create_topic, topic, 2)
+    async with AsyncProducer(shared.namesrv) as producer:
+        for i in range(12):
+            await producer.send_batch([Message(topic, f"{i}-{j}") for j in range(50)])
+    consumer = AsyncConsumer(group, shared.namesrv, consume_from="first", pull_batch_size=64,
+                             buffer_batches=1, **FAST)  # type: ignore[arg-type]
+    consumer.subscribe(topic)
+    await consumer.start()
+    try:
+        ready = consumer._ready
+        assert ready is not None and ready.maxsize == 2  # 4 x 1 x 32 messages in batches of 64
+        queues = len(consumer.assignment())
+        # Both queues' fetchers wait for room (one queue of an uneven split may have none).
+        await async_wait_until(lambda: ready.full() and len(ready._room_waiters) >= queues - 1, 10,
+                               "the fetchers wait for room")
+        decoded = sum(isinstance(o, ReceivedMessage) for o in gc.get_objects())
+        assert decoded <= 2 * 64 + 64  # the buffer's batches (+ one that lost a race for room)
+        got: list[ReceivedMessage] = []
+        sizes = []
+        while len(got) < 600:
+            batch = await consumer.receive_batch(None, 10)
+            assert batch
+            sizes.append(len(batch))
+            got += batch
+        assert max(sizes) > 32
+        by_queue = collections.defaultdict(list)
+        for m in got:
+            by_queue[m.queue].append(m.queue_offset)
+        assert all(offsets == sorted(offsets) for offsets in by_queue.values())
+        assert sorted(m.text for m in got) == sorted(f"{i}-{j}" for i in range(12) for j in range(50))
+    finally:
+        await consumer.close()
 
 
 @pytest.mark.asyncio
