@@ -45,7 +45,7 @@ from pocketmq.client import loop as _loop
 from pocketmq.client.coordinator import GroupCoordinator
 from pocketmq.client.core import ClientCore
 from pocketmq.client.failover import Failover
-from pocketmq.client.fetcher import Fetcher
+from pocketmq.client.fetcher import Batch, Fetcher
 from pocketmq.client.message import MessageQueue, ReceivedMessage
 from pocketmq.client.offsets import OffsetTracker
 from pocketmq.client.producer import namesrv_from_env
@@ -81,6 +81,12 @@ def ready_capacity(buffer_batches: int, pull_batch_size: int) -> int:
     in messages, not replies: more decoded messages waiting only fall out of the CPU caches
     before they are read."""
     return max(2, -(-4 * buffer_batches * _SIZED_FOR // pull_batch_size))
+
+
+def _built(batch: Batch) -> list[ReceivedMessage]:
+    """The messages of a pulled batch, built now if the fetcher left that for when they are
+    handed out (iterator mode: just before the application reads them)."""
+    return batch if isinstance(batch, list) else batch.messages()
 
 
 def default_client_id() -> str:
@@ -180,7 +186,7 @@ class AsyncConsumer:
         self._pqs = self._state.pqs
         self._handler: MessageHandler | None = None
         #: Iterator mode: pulled batches of every owned queue, each with its queue's state.
-        self._ready: BatchQueue[tuple[ProcessQueue, list[ReceivedMessage]] | None] | None = None
+        self._ready: BatchQueue[tuple[ProcessQueue, Batch] | None] | None = None
         #: A receive() waiting for ``_ready`` to fill (woken by whoever fills it), the time it
         #: gives up and the timer that checks that time. The timer is not set again per wait: it
         #: is moved only to an earlier time, and when it fires late waits are re-armed (a wait per
@@ -439,7 +445,7 @@ class AsyncConsumer:
         self._consumed += len(batch)
         return batch
 
-    async def _next_batch(self, ready: BatchQueue[tuple[ProcessQueue, list[ReceivedMessage]] | None],
+    async def _next_batch(self, ready: BatchQueue[tuple[ProcessQueue, Batch] | None],
                           timeout: float | None, deadline: float | None,  # noqa: ASYNC109
                           ) -> tuple[ProcessQueue, list[ReceivedMessage], float | None] | None:
         """The next pulled batch (waiting up to the deadline set from ``timeout`` on the first
@@ -458,7 +464,7 @@ class AsyncConsumer:
                         item = await ready.get()
                 except TimeoutError:
                     return None
-                return None if item is None else (item[0], item[1], deadline)
+                return None if item is None else (item[0], _built(item[1]), deadline)
             waiter = self._waiter = loop.create_future()
             if deadline is not None:
                 self._wait_until = deadline
@@ -479,7 +485,7 @@ class AsyncConsumer:
         item = ready.get_nowait()
         if item is None:
             return None
-        return item[0], item[1], deadline
+        return item[0], _built(item[1]), deadline
 
     def _wake(self) -> None:
         """``_ready`` has something (or the consumer closed): the waiting receive() goes on."""
@@ -584,12 +590,12 @@ class AsyncConsumer:
         assert self._ready is not None
         return self._ready.room()
 
-    def _offer(self, pq: ProcessQueue, messages: list[ReceivedMessage]) -> bool:
+    def _offer(self, pq: ProcessQueue, messages: Batch) -> bool:
         """Hand pulled messages on as :meth:`_deliver` does if their buffer has room (False if
         not): no coroutine per pulled batch."""
         try:
             if self._handler is not None:
-                pq.buffer.put_nowait(messages)
+                pq.buffer.put_nowait(_built(messages))
             else:
                 assert self._ready is not None
                 self._ready.put_nowait((pq, messages))
@@ -598,11 +604,11 @@ class AsyncConsumer:
             return False
         return True
 
-    async def _deliver(self, pq: ProcessQueue, messages: list[ReceivedMessage]) -> None:
+    async def _deliver(self, pq: ProcessQueue, messages: Batch) -> None:
         """Hand pulled messages to the handler task of the queue or to receive() (waits while
         their buffer is full)."""
         if self._handler is not None:
-            await pq.buffer.put(messages)
+            await pq.buffer.put(_built(messages))
         else:
             assert self._ready is not None
             await self._ready.put((pq, messages))

@@ -17,7 +17,13 @@ from collections.abc import Awaitable, Callable
 
 from pocketmq.broker.v1 import broker_pb2
 from pocketmq.client.failover import UNREACHABLE, Failover
-from pocketmq.client.message import ReceivedMessage, decode_records, from_message_ext
+from pocketmq.client.message import (
+    Pending,
+    ReceivedMessage,
+    decode_pending_records,
+    decode_records,
+    from_message_ext,
+)
 from pocketmq.client.offsets import OffsetTracker
 from pocketmq.client.routes import BrokerGroup, RouteCache
 from pocketmq.client.subscription import ConsumerSettings, ProcessQueue, SubscriptionState
@@ -33,8 +39,10 @@ __all__ = ["Fetcher"]
 _ACCEPTED = frozenset({broker_pb2.FOUND, broker_pb2.NO_NEW_MSG, broker_pb2.NO_MATCHED_MSG})
 _QUEUE_OFFSET = operator.attrgetter("queue_offset")
 
-Deliver = Callable[[ProcessQueue, list[ReceivedMessage]], Awaitable[None]]
-Offer = Callable[[ProcessQueue, list[ReceivedMessage]], bool]
+#: What a pull found: messages, or a checked reply whose messages are built when first asked for.
+Batch = list[ReceivedMessage] | Pending
+Deliver = Callable[[ProcessQueue, Batch], Awaitable[None]]
+Offer = Callable[[ProcessQueue, Batch], bool]
 Room = Callable[[ProcessQueue], Awaitable[None] | None]
 
 
@@ -133,22 +141,33 @@ class Fetcher:
         return True
 
     @staticmethod
-    def accept(pq: ProcessQueue, filt: TagFilter, reply: broker_pb2.PullMessageResponse
-               ) -> list[ReceivedMessage]:
+    def accept(pq: ProcessQueue, filt: TagFilter, reply: broker_pb2.PullMessageResponse) -> Batch:
         """Apply a FOUND / NO_NEW_MSG / NO_MATCHED_MSG reply to ``pq``: advance its next offset
-        and return the messages to deliver (now in flight)."""
+        and return the messages to deliver (now in flight). Records of a subscription to every
+        tag are checked now and built into messages when first asked for (see
+        :class:`~pocketmq.wire.fast.Pending`)."""
         if reply.status != broker_pb2.FOUND:
             if reply.next_begin_offset > pq.next_offset:
                 pq.next_offset = reply.next_begin_offset
             return []
         records = reply.records  # one copy out of the reply
-        if records:
+        next_offset = pq.next_offset
+        if records and filt.matches_all:
+            pending = decode_pending_records(records, pq.queue.broker_name, pq.decode_hint)
+            offsets = pending.queue_offsets
+            if not offsets or offsets[0] >= next_offset:  # ascending: only a re-read repeats
+                pq.next_offset = max(next_offset, reply.next_begin_offset)
+                if offsets:
+                    first, last = offsets[0], offsets[-1]
+                    pq.add_inflight(range(first, last + 1) if last - first + 1 == len(offsets) else offsets)
+                return pending
+            messages: list[ReceivedMessage] = pending.messages()
+        elif records:
             messages = decode_records(records, pq.queue.broker_name, pq.decode_hint)
         else:
             messages = [from_message_ext(m, pq.queue.broker_name) for m in reply.messages]
         if not filt.matches_all:
             messages = [m for m in messages if filt.matches(m.tags)]
-        next_offset = pq.next_offset
         if messages and messages[0].queue_offset < next_offset:  # ascending: only a re-read repeats
             messages = [m for m in messages if m.queue_offset >= next_offset]
         pq.next_offset = max(next_offset, reply.next_begin_offset)
