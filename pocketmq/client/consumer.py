@@ -45,18 +45,20 @@ from pocketmq.client import loop as _loop
 from pocketmq.client.coordinator import GroupCoordinator
 from pocketmq.client.core import ClientCore
 from pocketmq.client.failover import Failover
-from pocketmq.client.fetcher import Batch, Fetcher
+from pocketmq.client.fetcher import Fetcher
 from pocketmq.client.message import MessageQueue, ReceivedMessage
 from pocketmq.client.offsets import OffsetTracker
 from pocketmq.client.producer import namesrv_from_env
 from pocketmq.client.redelivery import DLQ_PREFIX, MessageHandler, Redelivery, retry_topic
 from pocketmq.client.routes import TopicRoute
 from pocketmq.client.subscription import (
+    Batch,
     BatchQueue,
     ConsumeFrom,
     ConsumerSettings,
     ProcessQueue,
     SubscriptionState,
+    built,
 )
 from pocketmq.client.tags import parse_subscription
 from pocketmq.client.transport import RelayMode
@@ -81,12 +83,6 @@ def ready_capacity(buffer_batches: int, pull_batch_size: int) -> int:
     in messages, not replies: more decoded messages waiting only fall out of the CPU caches
     before they are read."""
     return max(2, -(-4 * buffer_batches * _SIZED_FOR // pull_batch_size))
-
-
-def _built(batch: Batch) -> list[ReceivedMessage]:
-    """The messages of a pulled batch, built now if the fetcher left that for when they are
-    handed out (iterator mode: just before the application reads them)."""
-    return batch if isinstance(batch, list) else batch.messages()
 
 
 def default_client_id() -> str:
@@ -464,7 +460,7 @@ class AsyncConsumer:
                         item = await ready.get()
                 except TimeoutError:
                     return None
-                return None if item is None else (item[0], _built(item[1]), deadline)
+                return None if item is None else (item[0], built(item[1]), deadline)
             waiter = self._waiter = loop.create_future()
             if deadline is not None:
                 self._wait_until = deadline
@@ -485,7 +481,7 @@ class AsyncConsumer:
         item = ready.get_nowait()
         if item is None:
             return None
-        return item[0], _built(item[1]), deadline
+        return item[0], built(item[1]), deadline
 
     def _wake(self) -> None:
         """``_ready`` has something (or the consumer closed): the waiting receive() goes on."""
@@ -594,8 +590,8 @@ class AsyncConsumer:
         """Hand pulled messages on as :meth:`_deliver` does if their buffer has room (False if
         not): no coroutine per pulled batch."""
         try:
-            if self._handler is not None:
-                pq.buffer.put_nowait(_built(messages))
+            if self._handler is not None:  # (built by the handler's loop)
+                pq.buffer.put_nowait(messages)
             else:
                 assert self._ready is not None
                 self._ready.put_nowait((pq, messages))
@@ -608,7 +604,7 @@ class AsyncConsumer:
         """Hand pulled messages to the handler task of the queue or to receive() (waits while
         their buffer is full)."""
         if self._handler is not None:
-            await pq.buffer.put(_built(messages))
+            await pq.buffer.put(messages)
         else:
             assert self._ready is not None
             await self._ready.put((pq, messages))

@@ -18,7 +18,6 @@ from collections.abc import Awaitable, Callable
 from pocketmq.broker.v1 import broker_pb2
 from pocketmq.client.failover import UNREACHABLE, Failover
 from pocketmq.client.message import (
-    Pending,
     ReceivedMessage,
     decode_pending_records,
     decode_records,
@@ -26,7 +25,7 @@ from pocketmq.client.message import (
 )
 from pocketmq.client.offsets import OffsetTracker
 from pocketmq.client.routes import BrokerGroup, RouteCache
-from pocketmq.client.subscription import ConsumerSettings, ProcessQueue, SubscriptionState
+from pocketmq.client.subscription import Batch, ConsumerSettings, ProcessQueue, SubscriptionState
 from pocketmq.client.tags import TagFilter
 from pocketmq.client.transport import BrokerCaller
 from pocketmq.errors import NoRouteError, PocketMQError, RequestTimeoutError, UnimplementedError
@@ -39,8 +38,6 @@ __all__ = ["Fetcher"]
 _ACCEPTED = frozenset({broker_pb2.FOUND, broker_pb2.NO_NEW_MSG, broker_pb2.NO_MATCHED_MSG})
 _QUEUE_OFFSET = operator.attrgetter("queue_offset")
 
-#: What a pull found: messages, or a checked reply whose messages are built when first asked for.
-Batch = list[ReceivedMessage] | Pending
 Deliver = Callable[[ProcessQueue, Batch], Awaitable[None]]
 Offer = Callable[[ProcessQueue, Batch], bool]
 Room = Callable[[ProcessQueue], Awaitable[None] | None]

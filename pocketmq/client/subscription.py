@@ -13,9 +13,10 @@ from typing import TypeVar
 
 from pocketmq.client.message import MessageQueue, ReceivedMessage
 from pocketmq.client.tags import TagFilter
-from pocketmq.wire.fast import DecodeHint
+from pocketmq.wire.fast import DecodeHint, Pending
 
-__all__ = ["BatchQueue", "ConsumeFrom", "ConsumerSettings", "ProcessQueue", "SubscriptionState"]
+__all__ = ["Batch", "BatchQueue", "ConsumeFrom", "ConsumerSettings", "ProcessQueue", "SubscriptionState",
+           "built"]
 
 T = TypeVar("T")
 
@@ -48,6 +49,16 @@ class ConsumerSettings:
     max_reconsume_times: int
     master_retry_interval: float
     request_timeout: float
+
+
+#: What a pull found: messages, or a checked reply whose messages are built when first asked for
+#: (when handed out: see :class:`~pocketmq.wire.fast.Pending`).
+Batch = list[ReceivedMessage] | Pending
+
+
+def built(batch: Batch) -> list[ReceivedMessage]:
+    """The messages of a pulled batch, built now if they were left for when it is handed out."""
+    return batch if isinstance(batch, list) else batch.messages()
 
 
 class BatchQueue(asyncio.Queue[T]):
@@ -108,7 +119,7 @@ class ProcessQueue:
         #: first batch are processed. Kept per batch, not per message.
         self.inflight: collections.deque[Sequence[int]] = collections.deque()
         self.done = 0
-        self.buffer: BatchQueue[list[ReceivedMessage] | None] = BatchQueue(buffer_batches)
+        self.buffer: BatchQueue[Batch | None] = BatchQueue(buffer_batches)
         self.pull_task: asyncio.Task[None] | None = None
         self.consume_task: asyncio.Task[None] | None = None
         #: A slave the master suggested reading from (0 = the master).
