@@ -12,8 +12,8 @@ Record boundaries form a chain (each TOTALSIZE gives the next position). The cha
 by stride: where ``k`` records of the same size follow each other, which is the common case,
 one strided NumPy view of their headers checks all their TOTALSIZE and MAGICCODE fields at
 once (no copy); where sizes vary, a plain loop walks it. Everything after the chain is column
-arithmetic, except the body CRC (one ``body_crc`` call per record) and the TAGS of records that
-carry properties.
+arithmetic: the body CRCs (:class:`BodyCrcs`), and the properties, parsed once for the tags and
+for the message index's keys (:mod:`.propscan`).
 """
 
 from __future__ import annotations
