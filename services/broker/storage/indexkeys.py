@@ -1,7 +1,7 @@
 """Index keys: which keys of a message or record the message index files (``KEYS``, each
 space-separated business key, and ``UNIQ_KEY``), and their hashes, found three ways - from a
-local append's property dicts, from the encoded properties the batch dispatcher cut out of
-replicated records (one vectorised pass, NumPy), and by reading whole records back from the
+local append's property dicts, from the properties the batch dispatcher split into pairs
+(:mod:`.propscan`, NumPy, the keys hashed together), and by reading whole records back from the
 commit log (plain Python). :mod:`services.broker.storage.index` writes and queries the files.
 """
 
@@ -17,7 +17,7 @@ import numpy.typing as npt
 from isal.isal_zlib import crc32 as _isal_crc32
 
 from pocketmq.wire.record import header_format
-from services.broker.storage.propscan import key_spans
+from services.broker.storage.propscan import concat, key_spans
 from services.broker.storage.record import (
     BLANK_MAGIC_CODE,
     HEADER_SIZE,
@@ -134,32 +134,32 @@ def batch_keys(batches: Sequence[DispatchBatch], prefixes: dict[bytes, int]) -> 
     (:func:`~services.broker.storage.propscan.key_spans`) and the keys of all the batches
     hashed together (:func:`hash_keys`); only a ``KEYS`` value holding several keys takes a
     loop."""
-    flats, ats, ends, is_keys, row_prefix, row_offset, row_stamp = [], [], [], [], [], [], []
-    shift = 0
-    for batch in batches:
-        spans = None if batch.props is None else key_spans(batch.props, batch.props_rows)
-        if spans is None:
-            continue
-        topic_prefixes = np.array([topic_prefix(topic, prefixes) for topic in batch.topics], dtype=np.uint32)
-        rows = spans.rows
-        row_prefix.append(topic_prefixes[batch.topic_ids[rows]])
-        row_offset.append(batch.physical_offsets[rows])
-        row_stamp.append(batch.store_timestamps[rows])
-        flats.append(spans.flat)
-        ats.append(spans.at + shift if shift else spans.at)
-        ends.append(spans.end + shift if shift else spans.end)
-        is_keys.append(spans.is_keys)
-        shift += len(spans.flat)
-    if not flats:
+    fed = [batch for batch in batches if batch.props is not None]
+    if not fed:
         return (), (), ()
-    if len(flats) == 1:
-        u, value_at, value_end, keys_value = flats[0], ats[0], ends[0], is_keys[0]
-        all_prefixes, key_offsets, key_stamps = row_prefix[0], row_offset[0], row_stamp[0]
-    else:
-        u, value_at, value_end = np.concatenate(flats), np.concatenate(ats), np.concatenate(ends)
-        keys_value = np.concatenate(is_keys)
-        all_prefixes = np.concatenate(row_prefix)
-        key_offsets, key_stamps = np.concatenate(row_offset), np.concatenate(row_stamp)
+    # Per row of the properties (a record that has some): its topic prefix, offset, store time.
+    row_prefix, row_offset, row_stamp = [], [], []
+    for batch in fed:
+        topic_prefixes = np.array([topic_prefix(topic, prefixes) for topic in batch.topics], dtype=np.uint32)
+        rows = batch.props_rows
+        if len(rows) == len(batch):  # (every record has properties: the columns as they are)
+            row_prefix.append(topic_prefixes[batch.topic_ids])
+            row_offset.append(batch.physical_offsets)
+            row_stamp.append(batch.store_timestamps)
+        else:
+            row_prefix.append(topic_prefixes[batch.topic_ids[rows]])
+            row_offset.append(batch.physical_offsets[rows])
+            row_stamp.append(batch.store_timestamps[rows])
+    props = concat([batch.props for batch in fed if batch.props is not None])
+    spans = key_spans(props)
+    if spans is None:
+        return (), (), ()
+    rows = spans.rows
+    u, value_at, value_end, keys_value = spans.flat, spans.at, spans.end, spans.is_keys
+    one = len(fed) == 1
+    all_prefixes = (row_prefix[0] if one else np.concatenate(row_prefix))[rows]
+    key_offsets = (row_offset[0] if one else np.concatenate(row_offset))[rows]
+    key_stamps = (row_stamp[0] if one else np.concatenate(row_stamp))[rows]
     data = memoryview(u.data)
     # A KEYS value with a space holds several keys: then one ordered loop splits them.
     spaces = np.flatnonzero(u == 32)

@@ -1,7 +1,8 @@
-"""The encoded properties of a batch of records, parsed in one vectorised pass (NumPy): the
-batch dispatcher takes the tag codes of its consume-queue entries from it, and hands the spans
-of the index keys (``KEYS``, ``UNIQ_KEY``) to the message index with the batch, so a record's
-properties are cut out and scanned once, for both (see ``docs/message-index.md``).
+"""The encoded properties of a batch of records, laid out and split into pairs in one
+vectorised pass (NumPy): the batch dispatcher takes the tag codes of its consume-queue entries
+from it and hands it to the message index with the batch, which finds the index keys
+(``KEYS``, ``UNIQ_KEY``) in it; so a record's properties are cut out and scanned once, for
+both (see ``docs/message-index.md``).
 
 A value is found exactly as :func:`pocketmq.wire.record.property_value` finds it: the first
 pair (``name \\x01 value``, pairs separated by ``\\x02``) whose name is the one asked for; the
@@ -11,6 +12,7 @@ arbitrary bytes.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from itertools import chain
 from typing import NamedTuple
 
@@ -35,17 +37,17 @@ _POW31 = np.cumprod(np.concatenate(([1], np.full(TAG_VECTOR_MAX - 1, 31))).astyp
 
 
 class Properties(NamedTuple):
-    """The properties of some records laid out in :attr:`flat`: row ``r``'s are
-    ``flat[row_starts[r]:row_ends[r]]``, with ``flat[row_starts[r] - 1] == 2``; bytes between
-    rows belong to none. Pair ``i`` runs over ``[pair_starts[i], pair_ends[i])`` of row
-    ``pair_rows[i]`` (in flat order; a pair ends where its ``\\x02`` is)."""
+    """The properties of some records laid out in :attr:`flat` (each record's preceded by a
+    ``\x02``; bytes between records belong to none) and split into pairs: pair ``i`` runs over
+    ``[pair_starts[i], pair_ends[i])`` of row ``pair_rows[i]`` (in flat order; a pair ends
+    where its ``\x02`` is, or with its record's properties)."""
 
     flat: U8Array
-    row_starts: I64Array
-    row_ends: I64Array
     pair_starts: I64Array
     pair_ends: I64Array
     pair_rows: I64Array
+    #: Rows (records) laid out.
+    rows: int
 
 
 class Values(NamedTuple):
@@ -95,7 +97,21 @@ def gather(data: memoryview, u8: U8Array, starts: I64Array, lengths: I64Array) -
     if len(seps) > 1:
         same = sep_rows[1:] == sep_rows[:-1]
         pair_ends[:-1] = np.where(same, seps[1:], pair_ends[:-1])
-    return Properties(flat, row_starts, row_ends, seps + 1, pair_ends, sep_rows)
+    return Properties(flat, seps + 1, pair_ends, sep_rows, n)
+
+
+def concat(parts: Sequence[Properties]) -> Properties:
+    """The properties of several batches as one (rows numbered on from one part to the next),
+    so what is done with them costs its fixed NumPy calls once, not once per batch."""
+    if len(parts) == 1:
+        return parts[0]
+    flats = [p.flat for p in parts]
+    pairs = np.fromiter((len(p.pair_starts) for p in parts), dtype=np.int64, count=len(parts))
+    flat_at = np.repeat(np.cumsum([0, *map(len, flats[:-1])]), pairs)
+    row_at = np.repeat(np.cumsum([0, *(p.rows for p in parts[:-1])]), pairs)
+    return Properties(np.concatenate(flats), np.concatenate([p.pair_starts for p in parts]) + flat_at,
+                      np.concatenate([p.pair_ends for p in parts]) + flat_at,
+                      np.concatenate([p.pair_rows for p in parts]) + row_at, sum(p.rows for p in parts))
 
 
 def first_values(props: Properties, name: bytes) -> Values:
@@ -162,9 +178,9 @@ class KeySpans(NamedTuple):
     is_keys: npt.NDArray[np.bool_]
 
 
-def key_spans(props: Properties, batch_rows: I64Array) -> KeySpans | None:
+def key_spans(props: Properties, batch_rows: I64Array | None = None) -> KeySpans | None:
     """The ``KEYS`` and ``UNIQ_KEY`` values of ``props`` (whose row ``r`` is batch row
-    ``batch_rows[r]``), or None if there are none."""
+    ``batch_rows[r]``; None: row ``r``), or None if there are none."""
     keys, uniq = first_values(props, PROPERTY_KEYS.encode()), first_values(props, PROPERTY_UNIQ.encode())
     if not len(keys.rows) and not len(uniq.rows):
         return None
@@ -182,4 +198,4 @@ def key_spans(props: Properties, batch_rows: I64Array) -> KeySpans | None:
         at, end, rows, is_keys = at[keep], end[keep], rows[keep], is_keys[keep]
         if not len(at):
             return None
-    return KeySpans(props.flat, batch_rows[rows], at, end, is_keys)
+    return KeySpans(props.flat, rows if batch_rows is None else batch_rows[rows], at, end, is_keys)
