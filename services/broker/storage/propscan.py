@@ -38,9 +38,9 @@ _POW31 = np.cumprod(np.concatenate(([1], np.full(TAG_VECTOR_MAX - 1, 31))).astyp
 
 class Properties(NamedTuple):
     """The properties of some records laid out in :attr:`flat` (each record's preceded by a
-    ``\x02``; bytes between records belong to none) and split into pairs: pair ``i`` runs over
+    ``\\x02``; bytes between records belong to none) and split into pairs: pair ``i`` runs over
     ``[pair_starts[i], pair_ends[i])`` of row ``pair_rows[i]`` (in flat order; a pair ends
-    where its ``\x02`` is, or with its record's properties)."""
+    where its ``\\x02`` is, or with its record's properties)."""
 
     flat: U8Array
     pair_starts: I64Array
