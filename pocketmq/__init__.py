@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pocketmq.client.admin import Admin, AsyncAdmin
     from pocketmq.client.allocate import allocate_averagely
-    from pocketmq.client.consumer import AsyncConsumer, ConsumeFrom, Consumer
+    from pocketmq.client.blocking_consumer import Consumer
+    from pocketmq.client.consumer import AsyncConsumer, ConsumeFrom
     from pocketmq.client.message import Message, MessageQueue, ReceivedMessage, SendResult, SendStatus
     from pocketmq.client.popconsumer import PopConsumer, PoppedMessage
     from pocketmq.client.producer import AsyncProducer, Producer
@@ -44,7 +45,7 @@ _EXPORTS = {
     "AsyncConsumer": "pocketmq.client.consumer",
     "AsyncProducer": "pocketmq.client.producer",
     "ConsumeFrom": "pocketmq.client.consumer",
-    "Consumer": "pocketmq.client.consumer",
+    "Consumer": "pocketmq.client.blocking_consumer",
     "HashSelector": "pocketmq.client.selector",
     "Message": "pocketmq.client.message",
     "MessageQueue": "pocketmq.client.message",

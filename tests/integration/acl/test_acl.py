@@ -444,7 +444,7 @@ def test_acl_file_is_reloaded_and_default_policies_apply_to_unsigned_callers(clu
 def test_own_consumer_with_a_sub_user_consumes_what_a_pub_user_sent(cluster: AclCluster) -> None:
     import time as _time
 
-    from pocketmq.client.consumer import Consumer
+    from pocketmq.client.blocking_consumer import Consumer
 
     marker = f"own-{_time.time_ns()}"
     with Producer(cluster.namesrv, credentials=PUB) as producer:
