@@ -48,6 +48,7 @@ from services.broker.storage import bulk
 from services.broker.storage.bulk import UniformBatch
 from services.broker.storage.config import CQ_ENTRY_SIZE
 from services.broker.storage.consumequeue import ENTRY as CQ_ENTRY
+from services.broker.storage.consumequeue import MemoryFile
 from services.broker.storage.dispatch import DispatchBatch, Scanner
 from services.broker.storage.indexfeed import MAX_KEYED, AppendFeed
 from services.broker.storage.logerrors import (
@@ -132,7 +133,7 @@ class QueueIndex(Protocol):
     #: mapping) holds while the entry's byte position is below ``fast_end``; see
     #: :attr:`~services.broker.storage.consumequeue.ConsumeQueue.fast_end`.
     fast_end: int
-    fast_seg: Segment
+    fast_seg: Segment | MemoryFile
 
     def put(self, queue_offset: int, physical_offset: int, size: int, tags_code: int) -> bool:
         """Index a record; False if that queue offset is already indexed."""
