@@ -189,13 +189,40 @@ _born_hosts: dict[Host, bytes] = {}
 _BORN_HOSTS_MAX = 4096
 
 
+#: ``size << 32 | body_len`` -> ``pack_into`` of a struct for the whole record of that shape:
+#: header, body and tail in one call (bounded, cleared when full) ...
 _record_packers: dict[int, Callable[..., None]] = {}
+#: ... made the second time a shape is met (a stream of ever new sizes would spend more on
+#: making structs than one saves); the first time the parts go in one by one.
+_shapes_seen: set[int] = set()
+_RECORD_PACKERS_MAX = 4096
 
 
 def _record_packer(size: int, body_len: int) -> Callable[..., None]:
-    packer = _record_packers[size << 32 | body_len] = struct.Struct(
-        _PACK.format + f"{body_len}s{size - HEADER_SIZE - body_len}s").pack_into
+    """The packer of records of ``size`` bytes with a ``body_len``-byte body (see above)."""
+    key = size << 32 | body_len
+    if key not in _shapes_seen:
+        if len(_shapes_seen) >= _RECORD_PACKERS_MAX:
+            _shapes_seen.clear()
+        _shapes_seen.add(key)
+        return _pack_parts
+    if len(_record_packers) >= _RECORD_PACKERS_MAX:
+        _record_packers.clear()
+    packer = _record_packers[key] = struct.Struct(
+        f"{_PACK.format}{body_len}s{size - HEADER_SIZE - body_len}s").pack_into
     return packer
+
+
+def _pack_parts(mm: mmap.mmap, at: int, size: int, magic: int, crc: int, queue_id: int, flag: int,
+                queue_offset: int, physical_offset: int, sys_flag: int, born_ts: int, born: bytes,
+                store_ts: int, store_host: bytes, reconsume_times: int, prepared_tx: int, body_len: int,
+                body: bytes, tail: bytes) -> None:
+    """A record packer for any shape: the header, then body and tail."""
+    _PACK_HEADER(mm, at, size, magic, crc, queue_id, flag, queue_offset, physical_offset, sys_flag, born_ts,
+                 born, store_ts, store_host, reconsume_times, prepared_tx, body_len)
+    body_end = at + HEADER_SIZE + body_len
+    mm[at + HEADER_SIZE:body_end] = body
+    mm[body_end:at + size] = tail
 
 
 def _packed_host(host: Host) -> bytes:
@@ -490,7 +517,7 @@ class CommitLog(ReplicaAppends, Reput):
             body = checked_body(body, queue_id, sys_flag)
         body_len = len(body)
         size = HEADER_SIZE + body_len + len(tail)
-        if size > max_size or size > self._max_record:
+        if size > max_size:
             raise MessageTooLargeError(size, min(max_size, self._max_record))
         crc = body_crc(body)
         if born_host is self._last_born_host:  # (a tuple: immutable; usually the same object)
@@ -588,6 +615,8 @@ class CommitLog(ReplicaAppends, Reput):
         lock): roll, refill, commit or wake as needed, then arm the short path again."""
         (topic, _, queue_id, flag, props, born_ts, _, sys_flag, reconsume_times, prepared_tx) = msg
         body_len = len(body)
+        if size > self._max_record:  # (the short path's bound keeps larger records off it)
+            raise MessageTooLargeError(size, self._max_record)
         if self._closed:
             raise StoreClosedError("commit log is closed")
         if self._writing:
