@@ -53,6 +53,7 @@ from services.broker.storage.dispatch import DispatchBatch, Scanner
 from services.broker.storage.indexfeed import MAX_KEYED, AppendFeed
 from services.broker.storage.logerrors import (
     CommitLogError,
+    CreateSegmentError,
     StoreClosedError,
 )
 from services.broker.storage.record import (
@@ -99,7 +100,7 @@ from services.broker.storage.segment import (
     default_sync,
 )
 from services.broker.storage.segment_queue import SegmentQueue
-from services.broker.storage.status import PutMessageStatus, PutResult
+from services.broker.storage.status import PutMessageStatus, PutResult, not_available, refused
 
 log = logging.getLogger(__name__)
 
@@ -270,12 +271,24 @@ def _buffer_chain(buf: mmap.mmap) -> tuple[list[int], list[int]]:
     return offsets, ends
 
 
+def append_failed(exc: Exception) -> PutResult:
+    """The result of an append that failed for ``exc`` (not for the message: see
+    :func:`~services.broker.storage.status.refused`)."""
+    if isinstance(exc, StoreClosedError):
+        return not_available()
+    if isinstance(exc, CreateSegmentError):
+        log.error("cannot create a commit log segment: %s", exc)
+        return PutResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, error=str(exc))
+    log.exception("append failed")
+    return PutResult(PutMessageStatus.UNKNOWN_ERROR, error=f"{type(exc).__name__}: {exc}")
+
+
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
 class CommitLog(ReplicaAppends, Reput):
-    #: The segment the short path of :meth:`append` writes (while :attr:`_fast_until` >= 0).
+    #: The segment the short path of :meth:`put` writes (while :attr:`_fast_until` >= 0).
     _fast_seg: Segment
 
     def __init__(self, directory: str, segment_size: int, *, store_host: Host, dispatcher: Dispatcher,
@@ -413,10 +426,12 @@ class CommitLog(ReplicaAppends, Reput):
         #: The message index's feed (None: no index): every append and batch dispatch is
         #: recorded in it under the lock (see :mod:`.indexfeed`).
         self.index_feed: AppendFeed | None = None
-        #: :meth:`append`'s short path: the log offset of the write buffer's first byte, and
+        #: :meth:`put`'s short path: the log offset of the write buffer's first byte, and
         #: the offset a record must end at or before to take it (-1: none may; see :meth:`_arm`).
         self._fast_start = 0
         self._fast_until = -1
+        #: maxMessageSize: :meth:`put` refuses larger records (set by the store).
+        self.max_message_size = MAX_RECORD_SIZE
 
     @property
     def closed(self) -> bool:
@@ -500,95 +515,104 @@ class CommitLog(ReplicaAppends, Reput):
         self._last_store_ts = ts
         return ts
 
-    def append(self, msg: Message, max_size: int = MAX_RECORD_SIZE) -> PutResult:
-        """Append one message; it is in its consume queue when this returns.
+    def put(self, msg: Message) -> PutResult:
+        """Append one message; it is in its consume queue when this returns. Never raises for
+        the message or the log: an invalid message (or one whose record exceeds
+        :attr:`max_message_size` or a segment) is refused with MESSAGE_ILLEGAL or
+        PROPERTIES_SIZE_EXCEEDED and nothing is written; a closed log answers
+        SERVICE_NOT_AVAILABLE, a failed segment creation CREATE_MAPPED_FILE_FAILED.
 
-        Raises :class:`~services.broker.storage.record.RecordError` for an invalid message (or
-        one whose record exceeds ``max_size``): nothing is written then. The validation and
-        encoding of :func:`~services.broker.storage.record.prepare`, inlined (hot path: no
-        intermediate objects; the header is packed straight into the write buffer). Under the
-        lock, one comparison with :attr:`_fast_until` stands for every check of the general
-        path (:meth:`_append_locked`; see :meth:`_arm`).
+        The validation and encoding of :func:`~services.broker.storage.record.prepare`,
+        inlined (hot path: no intermediate objects; the record is packed straight into the
+        write buffer). Under the lock, one comparison with :attr:`_fast_until` stands for every
+        check of the general path (:meth:`_append_locked`; see :meth:`_arm`). The store hands
+        single puts straight to this method when nothing has to happen after the append (see
+        ``MessageStore.put_message``), so it is the whole single put: one Python call.
         """
-        (topic, body, queue_id, flag, props, born_ts, born_host, sys_flag, reconsume_times,
-         prepared_tx) = msg
-        tail, tags_code = encode_tail(topic, props)
-        if type(body) is not bytes or queue_id < 0 or sys_flag & HOST_V6_FLAGS:
-            body = checked_body(body, queue_id, sys_flag)
-        body_len = len(body)
-        size = HEADER_SIZE + body_len + len(tail)
-        if size > max_size:
-            raise MessageTooLargeError(size, min(max_size, self._max_record))
-        crc = body_crc(body)
-        if born_host is self._last_born_host:  # (a tuple: immutable; usually the same object)
-            born = self._last_born
-        else:
-            try:
-                born = _born_hosts[born_host]
-            except (KeyError, TypeError):
-                born = _packed_host(born_host)
-            if type(born_host) is tuple:
-                self._last_born_host, self._last_born = born_host, born
-        lock = self.lock
-        lock.acquire()  # (cheaper than ``with`` on this path)
         try:
-            at = self._wb_len
-            physical_offset = self._fast_start + at
-            end_offset = physical_offset + size
-            if end_offset > self._fast_until or sys_flag & TRANSACTION_PREPARED_TYPE:
-                return self._append_locked(msg, tail, tags_code, body, size, crc, born)
-            ts = time_ns() // 1_000_000
-            if ts < self._last_store_ts:  # keep store timestamps monotonic for lookup by time
-                ts = self._last_store_ts
+            (topic, body, queue_id, flag, props, born_ts, born_host, sys_flag, reconsume_times,
+             prepared_tx) = msg
+            tail, tags_code = encode_tail(topic, props)
+            if type(body) is not bytes or queue_id < 0 or sys_flag & HOST_V6_FLAGS:
+                body = checked_body(body, queue_id, sys_flag)
+            body_len = len(body)
+            size = HEADER_SIZE + body_len + len(tail)
+            if size > self.max_message_size:
+                raise MessageTooLargeError(size, min(self.max_message_size, self._max_record))
+            crc = body_crc(body)
+            if born_host is self._last_born_host:  # (a tuple: immutable; usually the same object)
+                born = self._last_born
             else:
-                self._last_store_ts = ts
-            index = self._find((topic, queue_id)) or self._create(topic, queue_id)
-            queue_offset = index.max_offset
-            # Into the write buffer: header (MAGICCODE last: a torn record there is none),
-            # body, topic and properties.
-            mm = self._wb
-            pack = _record_packers.get(size << 32 | body_len) or _record_packer(size, body_len)
+                try:
+                    born = _born_hosts[born_host]
+                except (KeyError, TypeError):
+                    born = _packed_host(born_host)
+                if type(born_host) is tuple:
+                    self._last_born_host, self._last_born = born_host, born
+            lock = self.lock
+            lock.acquire()  # (cheaper than ``with`` on this path)
             try:
-                pack(mm, at, size, 0, crc, queue_id, flag, queue_offset, physical_offset, sys_flag,
-                     born_ts or ts, born, ts, self._store_host_bytes, reconsume_times, prepared_tx, body_len,
-                     body, tail)
-            except struct.error as exc:
-                mm[at:at + HEADER_SIZE] = bytes(HEADER_SIZE)
-                raise RecordError(f"a header field is out of range: {exc}") from None
-            record_end = at + size
-            mm[at + 4:at + 8] = _MAGIC_BYTES
-            self._wb_len = record_end
-            self._fast_seg.write_pos = self._wb_base + record_end
-            cq_pos = queue_offset * CQ_ENTRY_SIZE
-            if cq_pos < index.fast_end:  # ConsumeQueue.put's common case, inlined (see fast_end)
-                cq_seg = index.fast_seg
-                cq_rel = cq_pos - cq_seg.start
-                _PACK_CQ_ENTRY(cq_seg.mm, cq_rel, physical_offset, size, tags_code)
-                cq_seg.write_pos = cq_rel + CQ_ENTRY_SIZE
-                index.max_offset = queue_offset + 1
-                index.last_physical_end = end_offset
-            else:
-                index.put(queue_offset, physical_offset, size, tags_code)
-            self._dispatched = end_offset
-            feed = self.index_feed
-            if feed is not None:  # (a keyless record only moves the run's end)
-                if feed.end != physical_offset:
-                    feed.restart(physical_offset)
-                if props and (_KEYS_NAME in props or _UNIQ_NAME in props):
-                    keyed = feed.keyed
-                    keyed += (physical_offset, ts, msg)
-                    if len(keyed) > MAX_KEYED:
-                        feed.overflow()
-                feed.end = end_offset
-                if feed.idle:
-                    feed.wake()
-        finally:
-            lock.release()
+                at = self._wb_len
+                physical_offset = self._fast_start + at
+                end_offset = physical_offset + size
+                if end_offset > self._fast_until or sys_flag & TRANSACTION_PREPARED_TYPE:
+                    return self._append_locked(msg, tail, tags_code, body, size, crc, born)
+                ts = time_ns() // 1_000_000
+                if ts < self._last_store_ts:  # keep store timestamps monotonic for lookup by time
+                    ts = self._last_store_ts
+                else:
+                    self._last_store_ts = ts
+                index = self._find((topic, queue_id)) or self._create(topic, queue_id)
+                queue_offset = index.max_offset
+                # Into the write buffer: header (MAGICCODE last: a torn record there is none),
+                # body, topic and properties.
+                mm = self._wb
+                pack = _record_packers.get(size << 32 | body_len) or _record_packer(size, body_len)
+                try:
+                    pack(mm, at, size, 0, crc, queue_id, flag, queue_offset, physical_offset, sys_flag,
+                         born_ts or ts, born, ts, self._store_host_bytes, reconsume_times, prepared_tx,
+                         body_len, body, tail)
+                except struct.error as exc:
+                    mm[at:at + HEADER_SIZE] = bytes(HEADER_SIZE)
+                    raise RecordError(f"a header field is out of range: {exc}") from None
+                record_end = at + size
+                mm[at + 4:at + 8] = _MAGIC_BYTES
+                self._wb_len = record_end
+                self._fast_seg.write_pos = self._wb_base + record_end
+                cq_pos = queue_offset * CQ_ENTRY_SIZE
+                if cq_pos < index.fast_end:  # ConsumeQueue.put's common case, inlined (see fast_end)
+                    cq_seg = index.fast_seg
+                    cq_rel = cq_pos - cq_seg.start
+                    _PACK_CQ_ENTRY(cq_seg.mm, cq_rel, physical_offset, size, tags_code)
+                    cq_seg.write_pos = cq_rel + CQ_ENTRY_SIZE
+                    index.max_offset = queue_offset + 1
+                    index.last_physical_end = end_offset
+                else:
+                    index.put(queue_offset, physical_offset, size, tags_code)
+                self._dispatched = end_offset
+                feed = self.index_feed
+                if feed is not None:  # (a keyless record only moves the run's end)
+                    if feed.end != physical_offset:
+                        feed.restart(physical_offset)
+                    if props and (_KEYS_NAME in props or _UNIQ_NAME in props):
+                        keyed = feed.keyed
+                        keyed += (physical_offset, ts, msg)
+                        if len(keyed) > MAX_KEYED:
+                            feed.overflow()
+                    feed.end = end_offset
+                    if feed.idle:
+                        feed.wake()
+            finally:
+                lock.release()
+        except RecordError as exc:
+            return refused(exc)
+        except Exception as exc:
+            return append_failed(exc)
         return _new_result(PutResult, (_PUT_OK, (queue_offset,), (physical_offset,), size, end_offset, ts,
                                        self.store_host, ""))
 
     def _arm(self) -> None:
-        """Let the next local appends take :meth:`append`'s short path (hold the lock): it
+        """Let the next local appends take :meth:`put`'s short path (hold the lock): it
         writes at the end of the write buffer, which holds the end of the active segment, as
         long as the record ends at or before :attr:`_fast_until`, set here to the first offset
         where the general path would do more: roll to a new segment, refill the mapping,
@@ -611,8 +635,9 @@ class CommitLog(ReplicaAppends, Reput):
 
     def _append_locked(self, msg: Message, tail: bytes, tags_code: int, body: bytes, size: int, crc: int,
                        born: bytes) -> PutResult:
-        """:meth:`append`'s general path, for the record of ``msg`` encoded so far (hold the
-        lock): roll, refill, commit or wake as needed, then arm the short path again."""
+        """:meth:`put`'s general path, for the record of ``msg`` encoded so far (hold the lock):
+        roll, refill, commit or wake as needed, then arm the short path again. Raises what
+        :meth:`put` answers for."""
         (topic, _, queue_id, flag, props, born_ts, _, sys_flag, reconsume_times, prepared_tx) = msg
         body_len = len(body)
         if size > self._max_record:  # (the short path's bound keeps larger records off it)
