@@ -38,27 +38,10 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from benchlib import ROOT, cpu_seconds, free_port
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from benchlib import ROOT, cpu_seconds, free_port, wait_healthy
 
 from pocketmq.broker.v1 import broker_pb2, broker_pb2_grpc
 from pocketmq.cli.bench import CPU_SAMPLE_S
-
-
-def wait_healthy(addr: str, proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    with grpc.insecure_channel(addr) as channel:
-        stub = health_pb2_grpc.HealthStub(channel)
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise SystemExit(f"process for {addr} exited with {proc.returncode}")
-            try:
-                if stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status == 1:
-                    return
-            except grpc.RpcError:
-                pass
-            time.sleep(0.1)
-    raise SystemExit(f"{addr} not healthy within {timeout} s")
 
 
 def cli() -> list[str]:

@@ -29,8 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import grpc
-from benchlib import ROOT, free_port
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from benchlib import ROOT, free_port, wait_healthy
 
 from pocketmq import Admin, Message, Producer
 from pocketmq.broker.v1 import broker_pb2 as pb
@@ -44,22 +43,6 @@ SDK_EPOCH_S = 1_609_459_200
 
 def sdk_id(seq: int) -> str:
     return f"01{0x0242AC110002:012X}{os.getpid() & 0xFFFF:04X}{int(time.time()) - SDK_EPOCH_S:08X}{seq:08X}"
-
-
-def wait_healthy(addr: str, proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    with grpc.insecure_channel(addr) as channel:
-        stub = health_pb2_grpc.HealthStub(channel)
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise SystemExit(f"process for {addr} exited with {proc.returncode}")
-            try:
-                if stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status == 1:
-                    return
-            except grpc.RpcError:
-                pass
-            time.sleep(0.1)
-    raise SystemExit(f"{addr} not healthy within {timeout} s")
 
 
 def percentiles(samples: list[float]) -> tuple[float, float]:

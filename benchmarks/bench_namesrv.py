@@ -32,8 +32,7 @@ import time
 from pathlib import Path
 
 import grpc
-from benchlib import ROOT, cpu_seconds, free_port
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from benchlib import ROOT, cpu_seconds, free_port, wait_healthy
 
 from pocketmq.common.v1 import common_pb2
 from pocketmq.namesrv.v1 import namesrv_pb2 as pb
@@ -122,26 +121,6 @@ def client_main(addr: str, phase: str, start_at: float, seconds: float, concurre
 # ---------------------------------------------------------------- server process
 
 
-
-
-
-
-def wait_healthy(addr: str, proc: subprocess.Popen[bytes], log: Path, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    with grpc.insecure_channel(addr) as ch:
-        stub = health_pb2_grpc.HealthStub(ch)
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise SystemExit(f"namesrv exited with {proc.returncode}:\n{log.read_text()}")
-            try:
-                if stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status == 1:
-                    return
-            except grpc.RpcError:
-                pass
-            time.sleep(0.05)
-    raise SystemExit(f"namesrv not healthy within {timeout}s:\n{log.read_text()}")
-
-
 def run_phase(pool: concurrent.futures.ProcessPoolExecutor, args: argparse.Namespace, addr: str, pid: int,
               phase: str, seconds: float) -> tuple[float, str]:
     start_at = time.time() + 1.5  # clients import grpc and connect before the clock starts
@@ -182,7 +161,7 @@ def main() -> int:
             cwd=ROOT, env=env, stdout=log_file, stderr=subprocess.STDOUT,
         )
     try:
-        wait_healthy(addr, proc, log)
+        wait_healthy(addr, proc, log=log)
         print(f"namesrv bench: {BROKERS} brokers x {TOPICS_PER_BROKER} topics ({TOPICS} topics, "
               f"~{BROKERS * TOPICS_PER_BROKER // TOPICS} brokers per topic); "
               f"{args.clients} client processes x {args.concurrency} calls in flight; "

@@ -41,8 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from benchlib import ROOT, free_port
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from benchlib import ROOT, free_port, wait_healthy
 
 from pocketmq.broker.v1 import broker_pb2 as pb
 from pocketmq.broker.v1 import broker_pb2_grpc
@@ -53,8 +52,6 @@ BODY_SIZE = 1024
 SEND_BATCH = 256
 TOPIC = "bench-spark"
 BROKER = "broker-a"
-
-
 
 
 class Processes:
@@ -79,24 +76,6 @@ class Processes:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(5)
-
-
-def wait_healthy(addr: str, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    with grpc.insecure_channel(addr) as channel:
-        stub = health_pb2_grpc.HealthStub(channel)
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"{proc.args} exited with {proc.returncode}")
-            try:
-                if stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status == \
-                        health_pb2.HealthCheckResponse.SERVING:
-                    return
-            except grpc.RpcError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{addr} not healthy within {timeout:g}s")
-            time.sleep(0.1)
 
 
 def create_topic(broker: str, namesrv: str, queues: int) -> None:

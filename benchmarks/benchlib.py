@@ -7,12 +7,14 @@ import asyncio
 import os
 import resource
 import socket
+import subprocess
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from pocketmq.broker.v1 import broker_pb2 as pb
 
@@ -37,6 +39,29 @@ def wait_port(port: int, timeout: float = 30.0) -> None:
                 return
         time.sleep(0.05)
     raise RuntimeError(f"nothing listens on port {port} after {timeout}s")
+
+
+def wait_healthy(addr: str, proc: subprocess.Popen[bytes], timeout: float = 30.0,
+                 log: Path | None = None) -> None:
+    """Wait until the gRPC health service at ``addr`` (served by ``proc``) says SERVING; fail
+    at once if ``proc`` exits (with ``log``'s text, when given)."""
+    def failed(why: str) -> RuntimeError:
+        return RuntimeError(why + (f":\n{log.read_text()}" if log is not None else ""))
+
+    deadline = time.monotonic() + timeout
+    with grpc.insecure_channel(addr) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise failed(f"the process serving {addr} exited with {proc.returncode}")
+            try:
+                if stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status == \
+                        health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.RpcError:
+                pass
+            time.sleep(0.05)
+    raise failed(f"{addr} not healthy within {timeout:g} s")
 
 
 def wait_redis_replica(replica: Any, timeout: float = 20.0) -> None:

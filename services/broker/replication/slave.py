@@ -11,7 +11,6 @@ reconnects with backoff and repairs a log that is ahead of the master's.  Design
 from __future__ import annotations
 
 import asyncio
-import collections
 import concurrent.futures
 import contextlib
 import dataclasses
@@ -19,11 +18,12 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 from services.broker.config import BrokerConfig
+from services.broker.replication.appends import Appends, Write, chain
 from services.broker.replication.auth import SlaveAuthenticator, handshake_timeout_s
 from services.broker.replication.epochfile import EpochFile
 from services.broker.replication.epochs import last_common_offset
@@ -71,9 +71,6 @@ _RECV_BUFFERS: Final = 4
 #: A read of at least this many bytes is appended on the writer thread, while the next read
 #: goes on (smaller ones, the steady state, are appended and acked at once).
 _THREADED_APPEND: Final = 64 * 1024
-#: An append handed to the writer thread (done with the bytes it appended once they are in
-#: the commit log).
-_Write = concurrent.futures.Future[int]
 
 
 #: The built-in configuration: the one owner of every default below.
@@ -465,7 +462,7 @@ class HASlave:
         # Large appends queue up on the writer thread (its disk writes release the GIL), in
         # order, while reads go on into the free buffers; the protocol's data events are views
         # of a buffer, which is read into again only once its append returned.
-        appends = _Appends(_RECV_BUFFERS, _RECV_SIZE)
+        appends = Appends(_RECV_BUFFERS, _RECV_SIZE)
         try:
             while True:
                 if not appends.free:  # every buffer waits for the writer thread to take its bytes
@@ -494,7 +491,7 @@ class HASlave:
         finally:
             appends.wait_all()  # the next session starts from the store's max offset
 
-    async def _recv_into(self, sock: socket.socket, view: memoryview, appends: _Appends,
+    async def _recv_into(self, sock: socket.socket, view: memoryview, appends: Appends,
                          state: _SessionState, loop: asyncio.AbstractEventLoop) -> int:
         """The next read; meanwhile every append of the writer thread is acked as soon as it
         is done (the master may have nothing more to send until it hears of it)."""
@@ -521,7 +518,7 @@ class HASlave:
             raise _SessionEndError("the master closed the connection")
         return n
 
-    async def _settle(self, appends: _Appends, sock: socket.socket, state: _SessionState,
+    async def _settle(self, appends: Appends, sock: socket.socket, state: _SessionState,
                       loop: asyncio.AbstractEventLoop, wait: asyncio.Future[int] | None = None) -> None:
         """Count and ack the appends that are in the commit log (after ``wait``, if given);
         raises what an append raised."""
@@ -552,12 +549,12 @@ class HASlave:
         start = next(event for event in events if type(event) is DataReceived).offset
         return self.store.append_data(start, bodies) - start
 
-    def _queue_append(self, events: Sequence[Event], written: _Write) -> None:
+    def _queue_append(self, events: Sequence[Event], written: Write) -> None:
         """:meth:`_append` on the writer thread: returns once the bytes are taken (the receive
         buffer is free again); ``written`` gets how many once they are in the commit log."""
         start = next(event for event in events if type(event) is DataReceived).offset
         bodies = [event.body for event in events if type(event) is DataReceived]
-        _chain(self.store.queue_data(start, bodies), written, start)
+        chain(self.store.queue_data(start, bodies), written, start)
 
     def _count(self, size: int, state: _SessionState) -> None:
         if size:
@@ -603,82 +600,6 @@ async def _recv_exactly(loop: asyncio.AbstractEventLoop, sock: socket.socket, si
             return None
         data += chunk
     return bytes(data)
-
-
-def _chain(source: concurrent.futures.Future[int], target: _Write, minus: int) -> None:
-    """Give ``target`` the outcome of ``source`` (less ``minus``) once it is done."""
-    def done(source: concurrent.futures.Future[int]) -> None:
-        exc = source.exception()
-        if exc is not None:
-            target.set_exception(exc)
-        else:
-            target.set_result(source.result() - minus)
-
-    source.add_done_callback(done)
-
-
-class _Appends:
-    """A session's receive buffers; the appends handed to the writer thread whose bytes it has
-    not taken yet, each with the buffer they are views of; and every append not yet in the
-    commit log, oldest first."""
-
-    def __init__(self, count: int, size: int) -> None:
-        self.free = collections.deque(memoryview(bytearray(size)) for _ in range(count))
-        self.taking: collections.deque[tuple[concurrent.futures.Future[None], memoryview]] = \
-            collections.deque()
-        self.running: collections.deque[_Write] = collections.deque()
-        self._waiter: tuple[concurrent.futures.Future[Any], asyncio.Future[Any]] | None = None
-
-    def submit(self, writer: concurrent.futures.Executor, append: Callable[[Sequence[Event], _Write], None],
-               events: Sequence[Event]) -> None:
-        """Hand the append of ``events``, views of the first free buffer, to ``writer``:
-        ``append(events, written)`` returns once it took the bytes, and ``written`` gets how
-        many once they are in the commit log."""
-        written: _Write = concurrent.futures.Future()
-
-        def take() -> None:
-            try:
-                append(events, written)
-            except BaseException as exc:
-                written.set_exception(exc)
-                raise
-
-        self.taking.append((writer.submit(take), self.free.popleft()))
-        self.running.append(written)
-
-    def oldest_taken(self) -> asyncio.Future[Any]:
-        """An asyncio future of the writer thread taking the oldest buffer's bytes."""
-        return self._wait(self.taking[0][0])
-
-    def oldest_done(self) -> asyncio.Future[Any]:
-        """An asyncio future of the oldest append being in the commit log."""
-        return self._wait(self.running[0])
-
-    def _wait(self, future: concurrent.futures.Future[Any]) -> asyncio.Future[Any]:
-        """The same asyncio future for every wait on ``future`` (each one made wakes the event
-        loop when ``future`` is done)."""
-        if self._waiter is None or self._waiter[0] is not future:
-            waiter = asyncio.wrap_future(future)
-            # (what it raises is reported by collect(); an unread exception would be logged)
-            waiter.add_done_callback(lambda done: done.cancelled() or done.exception())
-            self._waiter = (future, waiter)
-        return self._waiter[1]
-
-    def collect(self) -> int:
-        """Free the buffers whose bytes were taken; returns the bytes of the appends at the
-        head of the queue that are in the commit log; raises what one of them raised."""
-        while self.taking and self.taking[0][0].done():
-            self.free.append(self.taking.popleft()[1])
-        size = 0
-        while self.running and self.running[0].done():
-            size += self.running.popleft().result()
-        return size
-
-    def wait_all(self) -> None:
-        """Wait for every append (errors were or will be reported by the session)."""
-        for written in self.running:
-            with contextlib.suppress(Exception):
-                written.result()
 
 
 @dataclass
