@@ -656,7 +656,11 @@ class CommitLog(ReplicaAppends, Reput):
         end = pos + size
         if end > seg.refill_pos:
             self._refill(seg, end)
-        ts = self._store_timestamp()
+        ts = time_ns() // 1_000_000  # (inlined: every append through the mapping comes here)
+        if ts < self._last_store_ts:  # keep store timestamps monotonic for lookup by time
+            ts = self._last_store_ts
+        else:
+            self._last_store_ts = ts
         if sys_flag & TRANSACTION_PREPARED_TYPE:  # prepared / rolled back: not dispatched
             index = None
             queue_offset = 0
@@ -692,7 +696,16 @@ class CommitLog(ReplicaAppends, Reput):
         seg.write_pos = end
         end_offset = physical_offset + size
         if index is not None:
-            index.put(queue_offset, physical_offset, size, tags_code)
+            cq_pos = queue_offset * CQ_ENTRY_SIZE
+            if cq_pos < index.fast_end:  # (as in put: appends through the mapping come here)
+                cq_seg = index.fast_seg
+                cq_rel = cq_pos - cq_seg.start
+                _PACK_CQ_ENTRY(cq_seg.mm, cq_rel, physical_offset, size, tags_code)
+                cq_seg.write_pos = cq_rel + CQ_ENTRY_SIZE
+                index.max_offset = queue_offset + 1
+                index.last_physical_end = end_offset
+            else:
+                index.put(queue_offset, physical_offset, size, tags_code)
         self._dispatched = end_offset
         feed = self.index_feed
         if feed is not None:  # (a keyless record only moves the run's end)
