@@ -49,7 +49,7 @@ class Summary:
     requests: int = 0
     errors: int = 0
     latency_what: str = "request"
-    latencies_ms: list[float] = dataclasses.field(default_factory=list)
+    latencies_ms: list[float] = dataclasses.field(default_factory=list, repr=False)  # (200k floats)
     first_error: str = ""
     #: CPU time of this process over ``seconds`` (all its threads).
     cpu_seconds: float = 0.0

@@ -51,7 +51,15 @@ from pocketmq.client.offsets import OffsetTracker
 from pocketmq.client.producer import namesrv_from_env
 from pocketmq.client.redelivery import DLQ_PREFIX, MessageHandler, Redelivery, retry_topic
 from pocketmq.client.routes import TopicRoute
-from pocketmq.client.subscription import ConsumeFrom, ConsumerSettings, ProcessQueue, SubscriptionState
+from pocketmq.client.subscription import (
+    Batch,
+    BatchQueue,
+    ConsumeFrom,
+    ConsumerSettings,
+    ProcessQueue,
+    SubscriptionState,
+    built,
+)
 from pocketmq.client.tags import parse_subscription
 from pocketmq.client.transport import RelayMode
 from pocketmq.errors import ClientClosedError, InvalidArgumentError
@@ -62,6 +70,19 @@ from pocketmq.wire.tls import resolve as resolve_tls
 log = logging.getLogger("pocketmq.client")
 
 __all__ = ["DLQ_PREFIX", "AsyncConsumer", "ConsumeFrom", "Consumer", "MessageHandler"]
+
+
+#: Messages of a pull reply the iterator's buffer is sized for: a reply once held at most 32
+#: (maxTransferCountOnMessageInMemory); raw-record replies now hold up to ``pull_batch_size``.
+_SIZED_FOR = 32
+
+
+def ready_capacity(buffer_batches: int, pull_batch_size: int) -> int:
+    """Pulled batches the iterator's buffer holds: ``4 * buffer_batches`` batches of 32 messages'
+    worth, in batches of ``pull_batch_size`` (at least 2: one being read, one arriving). Counted
+    in messages, not replies: more decoded messages waiting only fall out of the CPU caches
+    before they are read."""
+    return max(2, -(-4 * buffer_batches * _SIZED_FOR // pull_batch_size))
 
 
 def default_client_id() -> str:
@@ -95,7 +116,8 @@ class AsyncConsumer:
         pull_batch_size: messages per pull.
         long_poll_timeout: how long a pull waits at the broker for new messages (seconds).
         heartbeat_interval / rebalance_interval / commit_interval: periods in seconds.
-        buffer_batches: pulled batches buffered per queue (per consumer with the iterator).
+        buffer_batches: pulled batches buffered per queue (per consumer with the iterator: about
+            ``4 * buffer_batches`` batches of 32 messages, see :func:`ready_capacity`).
         max_reconsume_times: handler attempts per message before it goes to ``%DLQ%<group>``.
         master_retry_interval: while reading from a slave, how often to try the master again.
         relay: ``"relay"`` makes every broker call through a NameServer (see AsyncProducer).
@@ -160,7 +182,7 @@ class AsyncConsumer:
         self._pqs = self._state.pqs
         self._handler: MessageHandler | None = None
         #: Iterator mode: pulled batches of every owned queue, each with its queue's state.
-        self._ready: asyncio.Queue[tuple[ProcessQueue, list[ReceivedMessage]] | None] | None = None
+        self._ready: BatchQueue[tuple[ProcessQueue, Batch] | None] | None = None
         #: A receive() waiting for ``_ready`` to fill (woken by whoever fills it), the time it
         #: gives up and the timer that checks that time. The timer is not set again per wait: it
         #: is moved only to an earlier time, and when it fires late waits are re-armed (a wait per
@@ -245,7 +267,7 @@ class AsyncConsumer:
             raise InvalidArgumentError("subscribe to at least one topic before start()")
         self._handler = handler
         if handler is None:
-            self._ready = asyncio.Queue(self.buffer_batches * 4)
+            self._ready = BatchQueue(ready_capacity(self.buffer_batches, self.pull_batch_size))
         else:
             self._redelivery = Redelivery(self.group, self.max_reconsume_times, self.namesrv_addrs,
                                           self._relay, send_back=self._send_back, tls=self.tls,
@@ -259,7 +281,7 @@ class AsyncConsumer:
         failover = Failover(core.routes, core.caller, self.master_retry_interval, self.request_timeout)
         self._offsets = OffsetTracker(settings, core.caller, failover, self._state.reset_generations)
         self._fetcher = Fetcher(settings, self._state, core.routes, core.caller, failover, self._offsets,
-                                self._deliver, self._offer, stream_pulls=self._stream_pulls)
+                                self._deliver, self._offer, self._room, stream_pulls=self._stream_pulls)
         self._coordinator = GroupCoordinator(settings, self._state, core.routes, core.caller, failover,
                                              self._add, self._drop)
         self._state.on_reset = self._on_reset
@@ -419,7 +441,7 @@ class AsyncConsumer:
         self._consumed += len(batch)
         return batch
 
-    async def _next_batch(self, ready: asyncio.Queue[tuple[ProcessQueue, list[ReceivedMessage]] | None],
+    async def _next_batch(self, ready: BatchQueue[tuple[ProcessQueue, Batch] | None],
                           timeout: float | None, deadline: float | None,  # noqa: ASYNC109
                           ) -> tuple[ProcessQueue, list[ReceivedMessage], float | None] | None:
         """The next pulled batch (waiting up to the deadline set from ``timeout`` on the first
@@ -438,7 +460,7 @@ class AsyncConsumer:
                         item = await ready.get()
                 except TimeoutError:
                     return None
-                return None if item is None else (item[0], item[1], deadline)
+                return None if item is None else (item[0], built(item[1]), deadline)
             waiter = self._waiter = loop.create_future()
             if deadline is not None:
                 self._wait_until = deadline
@@ -459,7 +481,7 @@ class AsyncConsumer:
         item = ready.get_nowait()
         if item is None:
             return None
-        return item[0], item[1], deadline
+        return item[0], built(item[1]), deadline
 
     def _wake(self) -> None:
         """``_ready`` has something (or the consumer closed): the waiting receive() goes on."""
@@ -556,11 +578,19 @@ class AsyncConsumer:
         if pq.initialized and commit:
             await self._offsets.commit(pq)
 
-    def _offer(self, pq: ProcessQueue, messages: list[ReceivedMessage]) -> bool:
+    def _room(self, pq: ProcessQueue) -> asyncio.Future[None] | None:
+        """None if pulled messages of ``pq`` can be handed on now, else a future done when
+        there may be room (see BatchQueue)."""
+        if self._handler is not None:
+            return pq.buffer.room()
+        assert self._ready is not None
+        return self._ready.room()
+
+    def _offer(self, pq: ProcessQueue, messages: Batch) -> bool:
         """Hand pulled messages on as :meth:`_deliver` does if their buffer has room (False if
         not): no coroutine per pulled batch."""
         try:
-            if self._handler is not None:
+            if self._handler is not None:  # (built by the handler's loop)
                 pq.buffer.put_nowait(messages)
             else:
                 assert self._ready is not None
@@ -570,7 +600,7 @@ class AsyncConsumer:
             return False
         return True
 
-    async def _deliver(self, pq: ProcessQueue, messages: list[ReceivedMessage]) -> None:
+    async def _deliver(self, pq: ProcessQueue, messages: Batch) -> None:
         """Hand pulled messages to the handler task of the queue or to receive() (waits while
         their buffer is full)."""
         if self._handler is not None:

@@ -17,10 +17,15 @@ from collections.abc import Awaitable, Callable
 
 from pocketmq.broker.v1 import broker_pb2
 from pocketmq.client.failover import UNREACHABLE, Failover
-from pocketmq.client.message import ReceivedMessage, decode_records, from_message_ext
+from pocketmq.client.message import (
+    ReceivedMessage,
+    decode_pending_records,
+    decode_records,
+    from_message_ext,
+)
 from pocketmq.client.offsets import OffsetTracker
 from pocketmq.client.routes import BrokerGroup, RouteCache
-from pocketmq.client.subscription import ConsumerSettings, ProcessQueue, SubscriptionState
+from pocketmq.client.subscription import Batch, ConsumerSettings, ProcessQueue, SubscriptionState
 from pocketmq.client.tags import TagFilter
 from pocketmq.client.transport import BrokerCaller
 from pocketmq.errors import NoRouteError, PocketMQError, RequestTimeoutError, UnimplementedError
@@ -33,17 +38,21 @@ __all__ = ["Fetcher"]
 _ACCEPTED = frozenset({broker_pb2.FOUND, broker_pb2.NO_NEW_MSG, broker_pb2.NO_MATCHED_MSG})
 _QUEUE_OFFSET = operator.attrgetter("queue_offset")
 
-Deliver = Callable[[ProcessQueue, list[ReceivedMessage]], Awaitable[None]]
-Offer = Callable[[ProcessQueue, list[ReceivedMessage]], bool]
+Deliver = Callable[[ProcessQueue, Batch], Awaitable[None]]
+Offer = Callable[[ProcessQueue, Batch], bool]
+Room = Callable[[ProcessQueue], Awaitable[None] | None]
 
 
 class Fetcher:
     """Pull loops of owned queues; ``offer(pq, messages)`` takes what they find if the
-    consumer's buffer has room (False if not), ``deliver(pq, messages)`` waits for room."""
+    consumer's buffer has room (False if not), ``deliver(pq, messages)`` waits for room;
+    ``room(pq)`` is None when there is room, else something to await until there may be: a reply
+    is decoded only then (what waits for the application is a few decoded batches, the rest
+    stays raw)."""
 
     def __init__(self, settings: ConsumerSettings, state: SubscriptionState, routes: RouteCache,
                  caller: BrokerCaller, failover: Failover, offsets: OffsetTracker, deliver: Deliver,
-                 offer: Offer, *, stream_pulls: bool = True) -> None:
+                 offer: Offer, room: Room | None = None, *, stream_pulls: bool = True) -> None:
         self.settings = settings
         self.state = state
         self.routes = routes
@@ -52,6 +61,7 @@ class Fetcher:
         self.offsets = offsets
         self.deliver = deliver
         self.offer = offer
+        self.room = room
         #: Pull with PullMessageStream (direct connections); PullMessage when relayed, or after
         #: a broker answered UNIMPLEMENTED.
         self.stream_pulls = stream_pulls
@@ -107,6 +117,12 @@ class Fetcher:
             self.state.learn_reset(pq.queue.topic, reply.reset_generation)  # restarts this queue
             return False
         if status in _ACCEPTED:
+            if status == broker_pb2.FOUND and self.room is not None and (wait := self.room(pq)) is not None:
+                if timer is not None:
+                    timer.reschedule(None)
+                await wait
+                if pq.dropped:  # (its next owner reads these again)
+                    return True
             messages = self.accept(pq, filt, reply)
             if messages and not self.offer(pq, messages):
                 if timer is not None:
@@ -122,22 +138,33 @@ class Fetcher:
         return True
 
     @staticmethod
-    def accept(pq: ProcessQueue, filt: TagFilter, reply: broker_pb2.PullMessageResponse
-               ) -> list[ReceivedMessage]:
+    def accept(pq: ProcessQueue, filt: TagFilter, reply: broker_pb2.PullMessageResponse) -> Batch:
         """Apply a FOUND / NO_NEW_MSG / NO_MATCHED_MSG reply to ``pq``: advance its next offset
-        and return the messages to deliver (now in flight)."""
+        and return the messages to deliver (now in flight). Records of a subscription to every
+        tag are checked now and built into messages when first asked for (see
+        :class:`~pocketmq.wire.fast.Pending`)."""
         if reply.status != broker_pb2.FOUND:
             if reply.next_begin_offset > pq.next_offset:
                 pq.next_offset = reply.next_begin_offset
             return []
         records = reply.records  # one copy out of the reply
-        if records:
+        next_offset = pq.next_offset
+        if records and filt.matches_all:
+            pending = decode_pending_records(records, pq.queue.broker_name, pq.decode_hint)
+            offsets = pending.queue_offsets
+            if not offsets or offsets[0] >= next_offset:  # ascending: only a re-read repeats
+                pq.next_offset = max(next_offset, reply.next_begin_offset)
+                if offsets:
+                    first, last = offsets[0], offsets[-1]
+                    pq.add_inflight(range(first, last + 1) if last - first + 1 == len(offsets) else offsets)
+                return pending
+            messages: list[ReceivedMessage] = pending.messages()
+        elif records:
             messages = decode_records(records, pq.queue.broker_name, pq.decode_hint)
         else:
             messages = [from_message_ext(m, pq.queue.broker_name) for m in reply.messages]
         if not filt.matches_all:
             messages = [m for m in messages if filt.matches(m.tags)]
-        next_offset = pq.next_offset
         if messages and messages[0].queue_offset < next_offset:  # ascending: only a re-read repeats
             messages = [m for m in messages if m.queue_offset >= next_offset]
         pq.next_offset = max(next_offset, reply.next_begin_offset)

@@ -12,7 +12,7 @@ from typing import Any
 from pocketmq.broker.v1 import broker_pb2
 from pocketmq.errors import InternalError, InvalidArgumentError
 from pocketmq.wire.errors import RecordError
-from pocketmq.wire.fast import DecodeHint, decode_received
+from pocketmq.wire.fast import DecodeHint, Pending, decode_pending, decode_received
 from pocketmq.wire.messages import MessageQueue, ReceivedMessage
 from pocketmq.wire.record import (
     PROPERTY_DELAY_TIME_LEVEL,
@@ -25,8 +25,8 @@ from pocketmq.wire.record import (
 
 __all__ = [
     "PROPERTY_DELAY", "PROPERTY_KEYS", "PROPERTY_REAL_QUEUE_ID", "PROPERTY_REAL_TOPIC", "PROPERTY_TAGS",
-    "STORED_STATUSES", "Message", "MessageQueue", "ReceivedMessage", "SendResult", "SendStatus",
-    "decode_records", "from_message_ext",
+    "STORED_STATUSES", "Message", "MessageQueue", "Pending", "ReceivedMessage", "SendResult", "SendStatus",
+    "decode_pending_records", "decode_records", "from_message_ext",
 ]
 
 _EMPTY: Mapping[str, str] = MappingProxyType({})
@@ -175,5 +175,16 @@ def decode_records(data: bytes | bytearray | memoryview, broker_name: str,
     Raises :class:`~pocketmq.errors.InternalError` on bytes that are not valid records."""
     try:
         return decode_received(data, broker_name, hint)
+    except RecordError as exc:
+        raise InternalError(f"corrupt record in pull reply {exc}") from None
+
+
+def decode_pending_records(data: bytes | bytearray | memoryview, broker_name: str,
+                           hint: DecodeHint | None = None) -> Pending:
+    """:func:`decode_records`, checked now, the messages built when first asked for
+    (:class:`~pocketmq.wire.fast.Pending`). Raises :class:`~pocketmq.errors.InternalError` as it
+    does."""
+    try:
+        return decode_pending(data, broker_name, hint)
     except RecordError as exc:
         raise InternalError(f"corrupt record in pull reply {exc}") from None

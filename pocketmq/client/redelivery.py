@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from pocketmq.client.message import Message, MessageQueue, ReceivedMessage
 from pocketmq.client.producer import AsyncProducer
-from pocketmq.client.subscription import ProcessQueue
+from pocketmq.client.subscription import ProcessQueue, built
 from pocketmq.client.transport import RelayMode
 from pocketmq.errors import PocketMQError
 from pocketmq.wire.auth import Credentials
@@ -111,7 +111,7 @@ class Redelivery:
             batch = await pq.buffer.get()
             if batch is None or pq.dropped:
                 return
-            for msg in batch:
+            for msg in built(batch):
                 if pq.dropped:
                     return
                 try:

@@ -9,12 +9,16 @@ import collections
 import dataclasses
 import enum
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from pocketmq.client.message import MessageQueue, ReceivedMessage
 from pocketmq.client.tags import TagFilter
-from pocketmq.wire.fast import DecodeHint
+from pocketmq.wire.fast import DecodeHint, Pending
 
-__all__ = ["ConsumeFrom", "ConsumerSettings", "ProcessQueue", "SubscriptionState"]
+__all__ = ["Batch", "BatchQueue", "ConsumeFrom", "ConsumerSettings", "ProcessQueue", "SubscriptionState",
+           "built"]
+
+T = TypeVar("T")
 
 
 class ConsumeFrom(enum.Enum):
@@ -47,6 +51,46 @@ class ConsumerSettings:
     request_timeout: float
 
 
+#: What a pull found: messages, or a checked reply whose messages are built when first asked for
+#: (when handed out: see :class:`~pocketmq.wire.fast.Pending`).
+Batch = list[ReceivedMessage] | Pending
+
+
+def built(batch: Batch) -> list[ReceivedMessage]:
+    """The messages of a pulled batch, built now if they were left for when it is handed out."""
+    return batch if isinstance(batch, list) else batch.messages()
+
+
+class BatchQueue(asyncio.Queue[T]):
+    """The queue pulled batches wait in for the application, whose fillers may wait for room
+    before they make an item: a fetcher decodes a reply only once it can hand it on, so a reply
+    held back stays raw bytes and decoded messages wait only here (few, so the application reads
+    them while they are still in the CPU caches)."""
+
+    def __init__(self, maxsize: int) -> None:
+        super().__init__(maxsize)
+        self._room_waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+
+    def room(self) -> asyncio.Future[None] | None:
+        """None if :meth:`put_nowait` would succeed now; else a future that is done once an item
+        has been taken (another filler may take the room first)."""
+        if not self.full():
+            return None
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._room_waiters.append(waiter)
+        return waiter
+
+    def get_nowait(self) -> T:  # (get() ends here too)
+        item = super().get_nowait()
+        waiters = self._room_waiters
+        while waiters:
+            waiter = waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                break
+        return item
+
+
 class ProcessQueue:
     """State of one owned queue: where to pull next, what is delivered but not yet processed,
     what was committed."""
@@ -75,7 +119,7 @@ class ProcessQueue:
         #: first batch are processed. Kept per batch, not per message.
         self.inflight: collections.deque[Sequence[int]] = collections.deque()
         self.done = 0
-        self.buffer: asyncio.Queue[list[ReceivedMessage] | None] = asyncio.Queue(buffer_batches)
+        self.buffer: BatchQueue[Batch | None] = BatchQueue(buffer_batches)
         self.pull_task: asyncio.Task[None] | None = None
         self.consume_task: asyncio.Task[None] | None = None
         #: A slave the master suggested reading from (0 = the master).

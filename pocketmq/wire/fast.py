@@ -40,7 +40,7 @@ from pocketmq.wire.record import (
     split_keys,
 )
 
-__all__ = ["DecodeHint", "Messages", "Reply", "decode_received"]
+__all__ = ["DecodeHint", "Messages", "Pending", "Reply", "decode_pending", "decode_received"]
 
 #: The header integers a message carries (read at once), and the checks' sizes.
 _HEADER = struct.Struct(header_format(
@@ -216,29 +216,35 @@ def _uniform_layout(data: bytes) -> struct.Struct | None:
     return layout
 
 
-def _decode_uniform(data: bytes, broker_name: str, reply: Reply, out: Messages) -> bool:
-    """Decode a reply whose records all have one layout (one body, topic and properties size: a
-    batch of like messages, the common case) in one ``struct.iter_unpack`` pass, every check
-    made on whole columns, into ``out``. False (``out`` untouched) when the reply is not like
-    that, or fails a check: the record-by-record decoder then decodes it or names the fault."""
+def _check_uniform(data: bytes) -> tuple[list[tuple[Any, ...]], tuple[int, ...]] | None:
+    """The records of a reply whose records all have one layout (one body, topic and properties
+    size: a batch of like messages, the common case), read in one ``struct.iter_unpack`` pass and
+    checked on whole columns, and their queue offsets. None when the reply is not like that, or
+    fails a check: the record-by-record decoder then decodes it or names the fault."""
     layout = _uniform_layout(data)
     if layout is None:
-        return False
+        return None
     rows = list(layout.iter_unpack(data))
     n = len(rows)
-    (totals, magics, crcs, queue_ids, _, _, _, _, _, body_lens, bodies, topic_lens, topics,
+    (totals, magics, crcs, queue_ids, queue_offsets, _, _, _, _, body_lens, bodies, topic_lens, topics,
      props_lens) = zip(*rows)  # noqa: B905 - every row has every field
     total, _, _, queue_id, *_ = rows[0]
     if (totals.count(total) != n or magics.count(MAGIC_CODE) != n or queue_ids.count(queue_id) != n
             or body_lens.count(body_lens[0]) != n or topic_lens.count(topic_lens[0]) != n
             or props_lens.count(total - HEADER_SIZE - body_lens[0] - 3 - topic_lens[0]) != n
             or topics.count(topics[0]) != n or tuple(map(crc32, bodies)) != crcs):
-        return False
-    topic = topics[0].decode("utf-8", "replace")
+        return None
+    return rows, queue_offsets
+
+
+def _build_uniform(rows: list[tuple[Any, ...]], broker_name: str, reply: Reply, out: Messages) -> None:
+    """The messages of checked rows (:func:`_check_uniform`), into ``out``."""
+    total, _, _, queue_id, *_ = rows[0]
+    topic = rows[0][12].decode("utf-8", "replace")
     queue = MessageQueue(topic, broker_name, queue_id)
     received = ReceivedMessage
     allocate: Any = object.__new__
-    out.extend(map(allocate, repeat(MessageSlots, n)))  # allocated in one C loop
+    out.extend(map(allocate, repeat(MessageSlots, len(rows))))  # allocated in one C loop
     pos = 0
     msg: Any
     for msg, (_, _, _, _, queue_offset, physical_offset, born_ts, store_ts, reconsume, _, body, _, _,
@@ -255,7 +261,54 @@ def _decode_uniform(data: bytes, broker_name: str, reply: Reply, out: Messages) 
         msg._position = pos
         msg.__class__ = received
         pos += total
-    return True
+
+
+class Pending:
+    """A reply checked whole (it decodes, or :func:`decode_pending` raised) whose messages are
+    built when first asked for (:meth:`messages`): a reader that holds replies until its
+    application asks for them builds each just before it is read (in the CPU caches still, and
+    gone again before the garbage collector's older generations see it). ``queue_offsets`` are
+    the records' queue offsets (ascending as stored)."""
+
+    __slots__ = ("_broker_name", "_built", "_data", "_hint", "_rows", "queue_offsets")
+
+    def __init__(self, data: bytes, broker_name: str, hint: DecodeHint | None,
+                 rows: list[tuple[Any, ...]] | None, built: Messages | None,
+                 queue_offsets: tuple[int, ...]) -> None:
+        self._data = data
+        self._broker_name = broker_name
+        self._hint = hint
+        self._rows = rows
+        self._built = built
+        self.queue_offsets = queue_offsets
+
+    def __len__(self) -> int:
+        return len(self.queue_offsets)
+
+    def messages(self) -> Messages:
+        """The messages (built once)."""
+        built = self._built
+        if built is None:
+            rows = self._rows
+            assert rows is not None
+            built = self._built = Messages()
+            _build_uniform(rows, self._broker_name, Reply(self._data, built, self._hint), built)
+            self._rows = None
+        return built
+
+
+def decode_pending(data: bytes | bytearray | memoryview, broker_name: str,
+                   hint: DecodeHint | None = None) -> Pending:
+    """:func:`decode_received`, the messages built when first asked for (see :class:`Pending`).
+    Raises :class:`RecordError` on bytes that are not valid records, as it does."""
+    if type(data) is not bytes:
+        data = bytes(data)
+    if hint is None or not hint.eager:
+        checked = _check_uniform(data)
+        if checked is not None:
+            return Pending(data, broker_name, hint, checked[0], None, checked[1])
+    built = decode_received(data, broker_name, hint)
+    return Pending(data, broker_name, hint, None, built, tuple(m.queue_offset for m in built))
 
 
 def decode_received(data: bytes | bytearray | memoryview, broker_name: str,
@@ -269,7 +322,8 @@ def decode_received(data: bytes | bytearray | memoryview, broker_name: str,
     out = Messages()
     eager = hint is not None and hint.eager
     reply = Reply(data, out, hint)
-    if not eager and _decode_uniform(data, broker_name, reply, out):
+    if not eager and (checked := _check_uniform(data)) is not None:
+        _build_uniform(checked[0], broker_name, reply, out)
         return out  # (a reader of every field is served best by one pass that decodes them all)
     hosts_at = _HOSTS.unpack_from
     hosts = _hosts

@@ -191,7 +191,7 @@ class BrokerServicer(AclAdminMixin, OpsMethods, broker_pb2_grpc.BrokerServicer):
     ) -> AsyncIterator[pb.PullMessageResponse]:
         pull = self.app.pull
         try:
-            query = pull.query(request)
+            query = pull.query(request, stream=True)
         except ServiceError as exc:
             await context.abort(exc.code, str(exc))
         keepalive_s = request.suspend_timeout_ms / 1000 if request.suspend_timeout_ms > 0 else 30.0

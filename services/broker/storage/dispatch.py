@@ -12,8 +12,8 @@ Record boundaries form a chain (each TOTALSIZE gives the next position). The cha
 by stride: where ``k`` records of the same size follow each other, which is the common case,
 one strided NumPy view of their headers checks all their TOTALSIZE and MAGICCODE fields at
 once (no copy); where sizes vary, a plain loop walks it. Everything after the chain is column
-arithmetic, except the body CRC (one ``body_crc`` call per record) and the TAGS of records that
-carry properties.
+arithmetic: the body CRCs (:class:`BodyCrcs`), and the properties, parsed once for the tags and
+for the message index's keys (:mod:`.propscan`).
 """
 
 from __future__ import annotations
@@ -26,14 +26,10 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from pocketmq.wire.record import (
-    HEADER_FIELDS,
-    PROPERTY_TAGS,
-    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
-    property_value,
-    tag_hash_code,
-)
+from pocketmq.wire.record import HEADER_FIELDS, PROPERTY_TAGS
+from services.broker.storage import propscan
 from services.broker.storage.config import CQ_ENTRY_SIZE
+from services.broker.storage.propscan import Properties
 from services.broker.storage.record import (
     END_FILE_MIN_BLANK_LENGTH,
     HEADER_SIZE,
@@ -49,8 +45,7 @@ I64Array = npt.NDArray[np.int64]
 #: Stride runs shorter than this go back to the plain loop for :data:`_WALK_AFTER_MISS` records.
 _MIN_RUN = 8
 _WALK_AFTER_MISS = 64
-_TAGS_KEY = PROPERTY_TAGS.encode() + b"\x01"
-_UNIQ_KEY = PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX.encode() + b"\x01"
+_TAGS = PROPERTY_TAGS.encode()
 _CACHE_MAX = 4096
 #: Records of one size checked with one CRC call at least (see :class:`BodyCrcs`), and the
 #: bytes one such call covers at most.
@@ -82,10 +77,11 @@ class DispatchBatch(NamedTuple):
     dispatchable: npt.NDArray[np.bool_]
     max_store_timestamp: int
     store_timestamps: I64Array
-    #: Rows whose records carry properties, and those properties (encoded, one per row of
-    #: :attr:`props_rows`): what the message index takes its keys from (one parse for both).
+    #: Rows whose records carry properties, and those properties split into pairs (row ``r``
+    #: of :attr:`props` is batch row ``props_rows[r]``): the pass that found the tags, handed
+    #: to the message index, which finds the keys in it (None: no record has properties).
     props_rows: I64Array
-    props: list[bytes]
+    props: Properties | None
 
     def __len__(self) -> int:
         return len(self.physical_offsets)
@@ -134,15 +130,13 @@ def consecutive(values: I64Array) -> bool:
 
 
 class Scanner:
-    """Per-log caches for :func:`scan_batch` (topic names, tag codes of property strings)."""
+    """Validates and dispatches runs of records (:meth:`scan`); keeps the topic names and the
+    body CRC work buffer of a log."""
 
-    __slots__ = ("_crcs", "tag_values", "tags", "topics")
+    __slots__ = ("_crcs", "topics")
 
     def __init__(self) -> None:
         self.topics: dict[bytes, str] = {}
-        self.tags: dict[bytes, int] = {}
-        #: Tag codes by ``TAGS`` value.
-        self.tag_values: dict[bytes, int] = {}
         self._crcs = BodyCrcs()
 
     def scan(self, data: memoryview, base: int, end: int, room: int, max_records: int,
@@ -185,53 +179,17 @@ class Scanner:
         dispatchable = (header["sys_flag"] & TRANSACTION_PREPARED_TYPE) == 0
         tags_codes = np.zeros(n, dtype=np.int64)
         props_rows = np.flatnonzero(props_len > 0)
-        props: list[bytes] = []
+        props = None
         if len(props_rows):
-            starts = (props_at[props_rows] + 2).tolist()
-            ends = (positions + total)[props_rows].tolist()
-            props = list(map(bytes, map(data.__getitem__, map(slice, starts, ends))))
-            tags_codes[props_rows] = self._tag_codes(props)
+            # One pass over the properties, for the tags here and the keys in the index.
+            props = propscan.gather(data, u8, props_at[props_rows] + 2, props_len[props_rows])
+            tags = propscan.first_values(props, _TAGS)
+            tags_codes[props_rows[tags.rows]] = propscan.tag_codes(props, tags)
             tags_codes[~dispatchable] = 0
         return DispatchBatch(positions + base, total, header["queue_id"].astype(np.int64),
                              header["queue_offset"].astype(np.int64), tags_codes, topic_ids, topics,
                              dispatchable, int(header["store_timestamp"].max()),
                              header["store_timestamp"].astype(np.int64), props_rows, props)
-
-    def _tag_codes(self, props: list[bytes]) -> list[int]:
-        """The consume-queue tag code of each record's encoded properties. Properties seen
-        before (no ``UNIQ_KEY``: the same few over and over) come from a cache in one C-level
-        pass; the others take the ``TAGS`` value where it starts a pair, its code cached by the
-        value (a message's unique id makes its properties new, its tag is not)."""
-        cache = self.tags
-        codes: list[int | None] = list(map(cache.get, props))
-        if None not in codes:
-            return codes  # type: ignore[return-value]  # (every row found)
-        by_value = self.tag_values
-        for row, (raw, code) in enumerate(zip(props, codes, strict=True)):
-            if code is not None:
-                continue
-            at = raw.find(_TAGS_KEY)
-            if at < 0:
-                code = 0
-            elif at == 0 or raw[at - 1] == 2:  # (starts a pair)
-                start = at + len(_TAGS_KEY)
-                end = raw.find(b"\x02", start)
-                value = raw[start:end] if end >= 0 else raw[start:]
-                code = by_value.get(value)
-                if code is None:
-                    code = tag_hash_code(value.decode("utf-8", "replace")) if value else 0
-                    if len(by_value) >= _CACHE_MAX:
-                        by_value.clear()
-                    by_value[value] = code
-            else:  # ("TAGS" inside another property: parse properly)
-                tags = property_value(raw, PROPERTY_TAGS)
-                code = tag_hash_code(tags) if tags else 0
-            codes[row] = code
-            if _UNIQ_KEY not in raw:  # (unique per message: not worth keeping)
-                if len(cache) >= _CACHE_MAX:
-                    cache.clear()
-                cache[raw] = code
-        return codes  # type: ignore[return-value]  # (every row filled)
 
     def _topics(self, u8: npt.NDArray[np.uint8], data: memoryview, starts: I64Array,
                 lengths: I64Array) -> tuple[I64Array, list[str], int]:

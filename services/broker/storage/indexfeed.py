@@ -42,8 +42,10 @@ MAX_KEYED = 3 * 800_000
 #: Memory the closed runs may hold: the log bytes a run of local appends covers (its keyed
 #: messages), or what a replicated batch holds (:func:`batch_weight`).
 MAX_CLOSED_BYTES = 64 * 1024 * 1024
-#: Bytes a replicated batch holds per record besides its properties (its NumPy columns).
+#: Bytes a replicated batch holds per record besides its properties (its NumPy columns), and
+#: per property pair (where it starts and ends, its row).
 BATCH_ROW_BYTES = 80
+PAIR_BYTES = 24
 
 KEYS = PROPERTY_KEYS
 UNIQ_KEY = PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
@@ -162,7 +164,9 @@ class AppendFeed:
 
 def batch_weight(batch: DispatchBatch) -> int:
     """Bytes a fed replicated batch holds (its columns and the properties it cut out)."""
-    return len(batch) * BATCH_ROW_BYTES + sum(map(len, batch.props))
+    props = batch.props
+    held = 0 if props is None else props.flat.nbytes + PAIR_BYTES * len(props.pair_starts)
+    return len(batch) * BATCH_ROW_BYTES + held
 
 
 def appended_entries(keyed: list[Any], prefixes: dict[bytes, int]) -> Entries:

@@ -1,7 +1,7 @@
 """Index keys: which keys of a message or record the message index files (``KEYS``, each
 space-separated business key, and ``UNIQ_KEY``), and their hashes, found three ways - from a
-local append's property dicts, from the encoded properties the batch dispatcher cut out of
-replicated records (one vectorised pass, NumPy), and by reading whole records back from the
+local append's property dicts, from the properties the batch dispatcher split into pairs
+(:mod:`.propscan`, NumPy, the keys hashed together), and by reading whole records back from the
 commit log (plain Python). :mod:`services.broker.storage.index` writes and queries the files.
 """
 
@@ -10,15 +10,14 @@ from __future__ import annotations
 import functools
 import struct
 from collections.abc import Callable, MutableSequence, Sequence
-from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 from isal.isal_zlib import crc32 as _isal_crc32
-from numpy.lib.stride_tricks import sliding_window_view
 
 from pocketmq.wire.record import header_format
+from services.broker.storage.propscan import concat, key_spans
 from services.broker.storage.record import (
     BLANK_MAGIC_CODE,
     HEADER_SIZE,
@@ -41,7 +40,6 @@ _KEYS = (PROPERTY_KEYS.encode() + b"\x01", PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYID
 #: values; on keys a few dozen bytes long less than half zlib's cost per call).
 key_crc32: Callable[[ReadableBuffer, int], int] = _isal_crc32
 _crc32 = key_crc32
-_PADDING = bytes(16)
 #: Keys of one length that a batch holds at least this many of are hashed together, four bytes
 #: per NumPy step (:func:`crc32_rows`); the others (and keys longer than
 #: :data:`VECTOR_KEY_MAX`) with one CRC call each. Per key: ~0.09 us against ~0.2 us for a
@@ -130,84 +128,60 @@ Entries = tuple[Column, Column, Column]
 
 
 def batch_keys(batches: Sequence[DispatchBatch], prefixes: dict[bytes, int]) -> Entries:
-    """The index entries of dispatched batches of records (NumPy arrays, commit log order),
-    from the encoded properties the batch dispatcher already cut out (:attr:`DispatchBatch.props`)
-    in one vectorised pass over all of them: the properties are joined, pair starts found
-    where a ``\x02`` precedes, the two key names matched at pair starts, each value's end
-    found by a sorted search; only the CRC of each key is a call per key."""
-    props: list[bytes] = []
+    """The index entries of dispatched batches of records (NumPy arrays, commit log order), from
+    the properties the batch dispatcher laid out and split into pairs in its pass
+    (:attr:`DispatchBatch.props`): the key values are found in them
+    (:func:`~services.broker.storage.propscan.key_spans`) and the keys of all the batches
+    hashed together (:func:`hash_keys`); only a ``KEYS`` value holding several keys takes a
+    loop."""
+    fed = [batch for batch in batches if batch.props is not None]
+    if not fed:
+        return (), (), ()
+    # Per row of the properties (a record that has some): its topic prefix, offset, store time.
     row_prefix, row_offset, row_stamp = [], [], []
-    for batch in batches:
-        if not batch.props:
-            continue
-        props += batch.props
-        topic_prefix = []
-        for topic in batch.topics:
-            raw = topic.encode()
-            cached = prefixes.get(raw)
-            if cached is None:
-                if len(prefixes) > 8192:
-                    prefixes.clear()
-                cached = prefixes[raw] = _crc32(raw + b"#", 0)
-            topic_prefix.append(cached)
+    for batch in fed:
+        topic_prefixes = np.array([topic_prefix(topic, prefixes) for topic in batch.topics], dtype=np.uint32)
         rows = batch.props_rows
-        row_prefix.append(np.array(topic_prefix, dtype=np.int64)[batch.topic_ids[rows]])
-        row_offset.append(batch.physical_offsets[rows])
-        row_stamp.append(batch.store_timestamps[rows])
-    if not props:
+        if len(rows) == len(batch):  # (every record has properties: the columns as they are)
+            row_prefix.append(topic_prefixes[batch.topic_ids])
+            row_offset.append(batch.physical_offsets)
+            row_stamp.append(batch.store_timestamps)
+        else:
+            row_prefix.append(topic_prefixes[batch.topic_ids[rows]])
+            row_offset.append(batch.physical_offsets[rows])
+            row_stamp.append(batch.store_timestamps[rows])
+    props = concat([batch.props for batch in fed if batch.props is not None])
+    spans = key_spans(props)
+    if spans is None:
         return (), (), ()
-    # "\x02" p0 "\x02" p1 ... "\x02" padding (the needle checks read past the end): one copy.
-    joined = b"\x02".join(chain((b"",), props, (_PADDING,)))
-    u = np.frombuffer(joined, dtype=np.uint8)
-    lengths = np.fromiter(map(len, props), dtype=np.int64, count=len(props))
-    record_starts = np.cumsum(lengths + 1) - lengths  # (each record's properties start there)
-    seps = np.flatnonzero(u == 2)
-    pair_starts = seps[:-1] + 1  # (pair i runs from seps[i] + 1 to seps[i + 1])
-    first = u[pair_starts]
-    found = []
-    for needle in _KEYS:
-        pairs = np.flatnonzero(first == needle[0])
-        for j in range(1, len(needle)):
-            pairs = pairs[u[pair_starts[pairs] + j] == needle[j]]
-        found.append(pairs)
-    pairs = np.concatenate(found)
-    if not len(pairs):
-        return (), (), ()
-    is_keys = np.zeros(len(pairs), dtype=bool)
-    is_keys[:len(found[0])] = True
-    skip = np.where(is_keys, len(_KEYS[0]), len(_KEYS[1]))
-    order = np.argsort(pairs, kind="stable")
-    pairs, is_keys = pairs[order], is_keys[order]
-    value_at, value_end = pair_starts[pairs] + skip[order], seps[pairs + 1]
-    keep = value_end > value_at
-    value_at, value_end, is_keys = value_at[keep], value_end[keep], is_keys[keep]
-    rows = np.searchsorted(record_starts, value_at, side="right") - 1
-    all_prefixes = np.concatenate(row_prefix)
-    key_offsets = np.concatenate(row_offset)[rows]
-    key_stamps = np.concatenate(row_stamp)[rows]
+    rows = spans.rows
+    u, value_at, value_end, keys_value = spans.flat, spans.at, spans.end, spans.is_keys
+    one = len(fed) == 1
+    all_prefixes = (row_prefix[0] if one else np.concatenate(row_prefix))[rows]
+    key_offsets = (row_offset[0] if one else np.concatenate(row_offset))[rows]
+    key_stamps = (row_stamp[0] if one else np.concatenate(row_stamp))[rows]
+    data = memoryview(u.data)
     # A KEYS value with a space holds several keys: then one ordered loop splits them.
-    split = None
-    if b" " in joined:
-        spaces = np.flatnonzero(u == 32)
-        split = is_keys & (np.searchsorted(spaces, value_end) > np.searchsorted(spaces, value_at))
-    if split is not None and split.any():
-        hashes: list[int] = []
-        offsets: list[int] = []
-        stamps: list[int] = []
-        for a, b, cut, prefix, offset, stamp in zip(
-                value_at.tolist(), value_end.tolist(), split.tolist(), all_prefixes[rows].tolist(),
-                key_offsets.tolist(), key_stamps.tolist(), strict=True):
-            for key in (joined[a:b].split(b" ") if cut else (joined[a:b],)):
-                if key:
-                    hashes.append(_crc32(key, prefix))
-                    offsets.append(offset)
-                    stamps.append(stamp)
-        return hashes, offsets, stamps
-    hashes_of = hash_keys(joined, u, value_at, value_end, all_prefixes[rows].astype(np.uint32))
-    return hashes_of, key_offsets, key_stamps
+    spaces = np.flatnonzero(u == 32)
+    if len(spaces):
+        split = keys_value & (np.searchsorted(spaces, value_end) > np.searchsorted(spaces, value_at))
+        if split.any():
+            hashes: list[int] = []
+            offsets: list[int] = []
+            stamps: list[int] = []
+            for a, b, cut, prefix, offset, stamp in zip(
+                    value_at.tolist(), value_end.tolist(), split.tolist(), all_prefixes.tolist(),
+                    key_offsets.tolist(), key_stamps.tolist(), strict=True):
+                for key in (bytes(data[a:b]).split(b" ") if cut else (data[a:b],)):
+                    if key:
+                        hashes.append(_crc32(key, prefix))
+                        offsets.append(offset)
+                        stamps.append(stamp)
+            return hashes, offsets, stamps
+    return hash_keys(data, u, value_at, value_end, all_prefixes), key_offsets, key_stamps
 
 
-def hash_keys(data: bytes, u8: npt.NDArray[np.uint8], starts: I64Array, ends: I64Array,
+def hash_keys(data: ReadableBuffer, u8: npt.NDArray[np.uint8], starts: I64Array, ends: I64Array,
               prefixes: U32Array) -> U32Array:
     """``key_crc32(data[s:e], p)`` for every key ``[s, e)`` of ``data`` (``u8``: its bytes as an
     array) and topic prefix ``p``: keys of a length that many share in one vectorised pass per
@@ -223,7 +197,7 @@ def hash_keys(data: bytes, u8: npt.NDArray[np.uint8], starts: I64Array, ends: I6
             left[rows] = False
     rest = np.flatnonzero(left)
     if len(rest):
-        values = map(data.__getitem__, map(slice, starts[rest].tolist(), ends[rest].tolist()))
+        values = map(memoryview(data).__getitem__, map(slice, starts[rest].tolist(), ends[rest].tolist()))
         out[rest] = np.fromiter(map(_crc32, values, prefixes[rest].tolist()), dtype=np.uint32,
                                 count=len(rest))
     return out
@@ -251,7 +225,7 @@ def crc32_rows(u8: npt.NDArray[np.uint8], starts: I64Array, length: int, init: U
     ``init``, all at once: the keys are gathered as the rows of a matrix and fed four bytes per
     step (two table lookups), any last bytes one at a time."""
     byte, low, high = _crc_tables()
-    rows = sliding_window_view(u8, length)[starts]
+    rows = np.ndarray((len(u8) - length + 1, length), np.uint8, buffer=u8, strides=(1, 1))[starts]
     crc = init ^ np.uint32(0xFFFFFFFF)
     whole = length // 4 * 4
     if whole:

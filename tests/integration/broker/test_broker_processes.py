@@ -90,6 +90,46 @@ def test_produce_pull_round_trip_on_two_broker_groups(namesrv: str, start_broker
     assert "pocketmq_broker_commitlog_max_offset" in text
 
 
+def test_stream_replies_go_past_the_transfer_count(start_broker: StartBroker) -> None:
+    """maxTransferCountOnMessageInMemory (32) caps a unary pull; a PullMessageStream reply of raw
+    records takes selection after selection up to the pull's count within the byte caps, tag
+    filter included."""
+    c = start_broker().client
+    c.create_topic("big", read=1, write=1)
+    for i in range(3):
+        c.send_batch("big", [b"m%03d" % (32 * i + j) for j in range(32)], queue_id=0)
+    c.send("big", b"tagged", queue_id=0, tags="t")
+    c.send("big", b"other", queue_id=0, tags="u")
+
+    def first_reply(offset: int, count: int, max_bytes: int = 0, subscription: str = "*"
+                    ) -> pb.PullMessageResponse:
+        call = c.stub.PullMessageStream(pb.PullMessageRequest(
+            consumer_group="g", topic="big", queue_id=0, queue_offset=offset, max_msg_nums=count,
+            max_bytes=max_bytes, subscription=subscription, raw_records=True), timeout=10)
+        try:
+            reply: pb.PullMessageResponse = next(call)
+            return reply
+        finally:
+            call.cancel()
+
+    unary = c.pull("big", 0, 0, 256, raw=True)
+    assert len(decode_records(unary.records)) == 32 and unary.next_begin_offset == 32
+    whole = first_reply(0, 256)
+    records = decode_records(whole.records)
+    assert [r.body for r in records] == [b"m%03d" % i for i in range(96)] + [b"tagged", b"other"]
+    assert (whole.status, whole.next_begin_offset) == (pb.FOUND, 98)
+    part = first_reply(10, 40)
+    assert [r.queue_offset for r in decode_records(part.records)] == list(range(10, 50))
+    # The byte cap: whole records only, at least one.
+    sizes = [r.store_size for r in records]
+    capped = first_reply(0, 256, max_bytes=sum(sizes[:40]) + sizes[40] // 2)
+    assert len(decode_records(capped.records)) == 40 and capped.next_begin_offset == 40
+    one = first_reply(5, 256, max_bytes=1)
+    assert [r.queue_offset for r in decode_records(one.records)] == [5] and one.next_begin_offset == 6
+    tagged = first_reply(0, 256, subscription="t")
+    assert [r.body for r in decode_records(tagged.records)] == [b"tagged"]
+
+
 def test_long_polling_and_streams(start_broker: StartBroker) -> None:
     broker = start_broker()
     c = broker.client

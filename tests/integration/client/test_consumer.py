@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import gc
 import json
 import threading
 import time
@@ -261,6 +262,49 @@ async def test_batches_received_count_as_processed_at_the_next_call(shared: Clus
     finally:
         await consumer.close()
     assert sorted(m.text for m in first + rest) == sorted(f"b{i}" for i in range(30))
+
+
+@pytest.mark.asyncio
+async def test_a_consumer_that_does_not_read_holds_its_buffer_unbuilt(shared: Cluster) -> None:
+    """Stream replies hold up to pull_batch_size messages (more than the broker's 32 per
+    selection); while the application does not read, the buffer holds its batches checked but
+    not built into messages, and the fetchers wait for room with their replies raw; then
+    everything arrives once, in order."""
+    topic, group = "c-buffer", "g-buffer"
+    await asyncio.to_thread(shared.create_topic, topic, 2)
+    async with AsyncProducer(shared.namesrv) as producer:
+        for i in range(12):
+            # (like messages: the batches a reply holds are checked in one pass, built later)
+            await producer.send_batch([Message(topic, f"{i:02}-{j:02}") for j in range(50)])
+    consumer = AsyncConsumer(group, shared.namesrv, consume_from="first", pull_batch_size=64,
+                             buffer_batches=1, **FAST)  # type: ignore[arg-type]
+    consumer.subscribe(topic)
+    await consumer.start()
+    try:
+        ready = consumer._ready
+        assert ready is not None and ready.maxsize == 2  # 4 x 1 x 32 messages in batches of 64
+        queues = len(consumer.assignment())
+        # Both queues' fetchers wait for room (one queue of an uneven split may have none).
+        await async_wait_until(lambda: ready.full() and len(ready._room_waiters) >= queues - 1, 10,
+                               "the fetchers wait for room")
+        gc.collect()  # (messages other tests left in reference cycles)
+        built = sum(isinstance(o, ReceivedMessage) and o.topic == topic for o in gc.get_objects())
+        assert built == 0  # checked replies wait, their messages are built when handed out
+        got: list[ReceivedMessage] = []
+        sizes = []
+        while len(got) < 600:
+            batch = await consumer.receive_batch(None, 10)
+            assert batch
+            sizes.append(len(batch))
+            got += batch
+        assert max(sizes) > 32
+        by_queue = collections.defaultdict(list)
+        for m in got:
+            by_queue[m.queue].append(m.queue_offset)
+        assert all(offsets == sorted(offsets) for offsets in by_queue.values())
+        assert sorted(m.text for m in got) == sorted(f"{i:02}-{j:02}" for i in range(12) for j in range(50))
+    finally:
+        await consumer.close()
 
 
 @pytest.mark.asyncio

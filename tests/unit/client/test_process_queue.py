@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pocketmq.client.consumer import AsyncConsumer, ConsumeFrom
+from pocketmq.client.consumer import AsyncConsumer, ConsumeFrom, ready_capacity
 from pocketmq.client.message import MessageQueue, ReceivedMessage
 from pocketmq.client.offsets import OffsetTracker
-from pocketmq.client.subscription import ProcessQueue
+from pocketmq.client.subscription import BatchQueue, ProcessQueue
 from pocketmq.errors import ClientClosedError, InvalidArgumentError
 
 
@@ -255,3 +255,27 @@ def test_acks_one_by_one_or_several_at_once_commit_the_first_unprocessed_offset(
         pq.ack(ack)
         acked = max(acked, ack)
         assert pq.commit_offset() == next((o for o in delivered if o > acked), offset)
+
+
+@pytest.mark.asyncio
+async def test_batch_queue_room_wakes_one_filler_per_item_taken() -> None:
+    q: BatchQueue[int] = BatchQueue(1)
+    assert q.room() is None  # room now
+    q.put_nowait(1)
+    first, second, cancelled = q.room(), q.room(), q.room()
+    assert first is not None and second is not None and cancelled is not None
+    assert not first.done() and not second.done()
+    assert await q.get() == 1  # get() takes through get_nowait()
+    assert first.done() and not second.done()
+    q.put_nowait(2)
+    second.cancel()
+    assert q.get_nowait() == 2
+    assert cancelled.done() and not cancelled.cancelled()  # a cancelled waiter is skipped
+
+
+def test_ready_capacity_counts_messages_not_replies() -> None:
+    assert ready_capacity(4, 32) == 16  # 4 x buffer_batches batches of 32 messages
+    assert ready_capacity(8, 256) == 4  # large replies: fewer of them
+    assert ready_capacity(4, 100) == 6  # (rounded up)
+    assert ready_capacity(1, 4096) == 2  # at least 2
+    assert ready_capacity(2, 1) == 256

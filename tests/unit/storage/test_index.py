@@ -286,12 +286,15 @@ def _odd_properties(i: int, spaces: bool = True) -> dict[str, str]:
     return shapes[i % len(shapes)]
 
 
-@pytest.mark.parametrize(("spaces", "topics"), [(True, 2), (False, 2), (False, 1)],
-                         ids=["several-keys", "one-key-each", "one-topic"])
+@pytest.mark.parametrize(("spaces", "topics", "batches"),
+                         [(True, 2, 1), (False, 2, 1), (False, 1, 1), (True, 2, 7), (False, 2, 7)],
+                         ids=["several-keys", "one-key-each", "one-topic", "several-keys-7-batches",
+                              "one-key-each-7-batches"])
 def test_the_batch_dispatcher_keys_match_the_record_parser(open_store: StoreFactory, spaces: bool,
-                                                           topics: int) -> None:
-    """The slave's one-pass key extraction (from the properties the batch dispatcher cuts out)
-    yields exactly the entries of the record-at-a-time parser, in commit log order."""
+                                                           topics: int, batches: int) -> None:
+    """The slave's one-pass key extraction (from the properties the batch dispatcher split
+    into pairs, of one batch or of several taken together) yields exactly the entries of the
+    record-at-a-time parser, in commit log order."""
     from services.broker.storage.dispatch import Scanner
 
     store = open_store(message_index_enable=False, mapped_file_size_commit_log=1 << 20)
@@ -300,12 +303,19 @@ def test_the_batch_dispatcher_keys_match_the_record_parser(open_store: StoreFact
                         for i in range(400)])
     data = store.get_data(0, store.max_offset)
     assert data is not None
+    scanned = []
     with data:
-        batch = Scanner().scan(data.data, 0, data.size, 1 << 30, 10_000, True)
-        assert batch is not None and len(batch) == 400
+        scanner = Scanner()
+        at = 0
+        while at < data.size:  # (equal batches but the last)
+            batch = scanner.scan(data.data[at:], at, data.size - at, 1 << 30, -(-400 // batches), True)
+            assert batch is not None
+            scanned.append(batch)
+            at = batch.end_offset
         expected = indexkeys.scan_records(data.data, 0, {})
-    got = [[int(v) for v in column] for column in indexkeys.batch_keys([batch], {})]
-    assert expected[0] == batch.end_offset == store.max_offset
+    assert len(scanned) == batches and sum(map(len, scanned)) == 400
+    got = [[int(v) for v in column] for column in indexkeys.batch_keys(scanned, {})]
+    assert expected[0] == scanned[-1].end_offset == store.max_offset
     # (within a record the entries may come in either order: they share offset and time)
     assert got[1] == sorted(got[1]) and len(got[0]) == (500 if spaces else 400)  # (keys per 8 shapes)
     assert (sorted(zip(got[1], got[0], got[2], strict=True))

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pocketmq.client.message import MessageQueue, ReceivedMessage, decode_records
+from pocketmq.client.message import MessageQueue, ReceivedMessage, decode_pending_records, decode_records
 from pocketmq.errors import InternalError
 from pocketmq.spark import columnar
 from pocketmq.wire import fast
@@ -352,3 +352,37 @@ def test_a_reader_that_reads_deferred_fields_gets_its_next_replies_decoded_whole
     assert second == first == reference_decode(data, "b")
     assert second[0].properties is not second[1].properties
 
+
+
+def pending_decode(data: bytes, broker_name: str) -> list[ReceivedMessage]:
+    """decode_pending_records, its messages built at once."""
+    pending = decode_pending_records(data, broker_name)
+    messages = pending.messages()
+    assert pending.messages() is messages  # built once
+    assert pending.queue_offsets == tuple(m.queue_offset for m in messages) and len(pending) == len(messages)
+    return messages
+
+
+@settings(max_examples=200)
+@given(st.one_of(replies(), uniform_replies()), st.sampled_from(["broker-a", "b-ü"]), st.booleans())
+def test_a_pending_reply_builds_the_reference_messages(
+    reply: tuple[bytes, list[bytes]], broker: str, eager: bool
+) -> None:
+    data, _ = reply
+    hint = DecodeHint()
+    hint.eager = eager
+    pending = decode_pending_records(data, broker, hint)
+    assert pending.messages() == reference_decode(data, broker)
+    assert pending_decode(data, broker) == reference_decode(data, broker)
+
+
+@settings(max_examples=200)
+@given(st.one_of(replies(), uniform_replies()), st.data())
+def test_a_damaged_pending_reply_fails_when_checked_not_when_built(
+    reply: tuple[bytes, list[bytes]], data: st.DataObject
+) -> None:
+    raw, _ = reply
+    damaged = bytearray(raw)
+    at = data.draw(st.integers(0, len(raw) - 1))
+    damaged[at] ^= data.draw(st.integers(1, 255))
+    assert outcome(pending_decode, bytes(damaged)) == outcome(reference_decode, bytes(damaged))
