@@ -48,10 +48,12 @@ from services.broker.storage import bulk
 from services.broker.storage.bulk import UniformBatch
 from services.broker.storage.config import CQ_ENTRY_SIZE
 from services.broker.storage.consumequeue import ENTRY as CQ_ENTRY
+from services.broker.storage.consumequeue import MemoryFile
 from services.broker.storage.dispatch import DispatchBatch, Scanner
 from services.broker.storage.indexfeed import MAX_KEYED, AppendFeed
 from services.broker.storage.logerrors import (
     CommitLogError,
+    CreateSegmentError,
     StoreClosedError,
 )
 from services.broker.storage.record import (
@@ -98,7 +100,7 @@ from services.broker.storage.segment import (
     default_sync,
 )
 from services.broker.storage.segment_queue import SegmentQueue
-from services.broker.storage.status import PutMessageStatus, PutResult
+from services.broker.storage.status import PutMessageStatus, PutResult, not_available, refused
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +134,7 @@ class QueueIndex(Protocol):
     #: mapping) holds while the entry's byte position is below ``fast_end``; see
     #: :attr:`~services.broker.storage.consumequeue.ConsumeQueue.fast_end`.
     fast_end: int
-    fast_seg: Segment
+    fast_seg: Segment | MemoryFile
 
     def put(self, queue_offset: int, physical_offset: int, size: int, tags_code: int) -> bool:
         """Index a record; False if that queue offset is already indexed."""
@@ -188,6 +190,42 @@ _born_hosts: dict[Host, bytes] = {}
 _BORN_HOSTS_MAX = 4096
 
 
+#: ``size << 32 | body_len`` -> ``pack_into`` of a struct for the whole record of that shape:
+#: header, body and tail in one call (bounded, cleared when full) ...
+_record_packers: dict[int, Callable[..., None]] = {}
+#: ... made the second time a shape is met (a stream of ever new sizes would spend more on
+#: making structs than one saves); the first time the parts go in one by one.
+_shapes_seen: set[int] = set()
+_RECORD_PACKERS_MAX = 4096
+
+
+def _record_packer(size: int, body_len: int) -> Callable[..., None]:
+    """The packer of records of ``size`` bytes with a ``body_len``-byte body (see above)."""
+    key = size << 32 | body_len
+    if key not in _shapes_seen:
+        if len(_shapes_seen) >= _RECORD_PACKERS_MAX:
+            _shapes_seen.clear()
+        _shapes_seen.add(key)
+        return _pack_parts
+    if len(_record_packers) >= _RECORD_PACKERS_MAX:
+        _record_packers.clear()
+    packer = _record_packers[key] = struct.Struct(
+        f"{_PACK.format}{body_len}s{size - HEADER_SIZE - body_len}s").pack_into
+    return packer
+
+
+def _pack_parts(mm: mmap.mmap, at: int, size: int, magic: int, crc: int, queue_id: int, flag: int,
+                queue_offset: int, physical_offset: int, sys_flag: int, born_ts: int, born: bytes,
+                store_ts: int, store_host: bytes, reconsume_times: int, prepared_tx: int, body_len: int,
+                body: bytes, tail: bytes) -> None:
+    """A record packer for any shape: the header, then body and tail."""
+    _PACK_HEADER(mm, at, size, magic, crc, queue_id, flag, queue_offset, physical_offset, sys_flag, born_ts,
+                 born, store_ts, store_host, reconsume_times, prepared_tx, body_len)
+    body_end = at + HEADER_SIZE + body_len
+    mm[at + HEADER_SIZE:body_end] = body
+    mm[body_end:at + size] = tail
+
+
 def _packed_host(host: Host) -> bytes:
     """IPv4 4 · port 4 of ``host`` (remembered in ``_born_hosts``); RecordError if it cannot
     be encoded."""
@@ -233,11 +271,26 @@ def _buffer_chain(buf: mmap.mmap) -> tuple[list[int], list[int]]:
     return offsets, ends
 
 
+def append_failed(exc: Exception) -> PutResult:
+    """The result of an append that failed for ``exc`` (not for the message: see
+    :func:`~services.broker.storage.status.refused`)."""
+    if isinstance(exc, StoreClosedError):
+        return not_available()
+    if isinstance(exc, CreateSegmentError):
+        log.error("cannot create a commit log segment: %s", exc)
+        return PutResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, error=str(exc))
+    log.exception("append failed")
+    return PutResult(PutMessageStatus.UNKNOWN_ERROR, error=f"{type(exc).__name__}: {exc}")
+
+
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
 class CommitLog(ReplicaAppends, Reput):
+    #: The segment the short path of :meth:`put` writes (while :attr:`_fast_until` >= 0).
+    _fast_seg: Segment
+
     def __init__(self, directory: str, segment_size: int, *, store_host: Host, dispatcher: Dispatcher,
                  sync: SyncFn = default_sync, populate_size: int = 0, populate_write: bool = False,
                  warm_size: int = 0, direct_write: bool = False, write_buffer: bool = False,
@@ -333,7 +386,7 @@ class CommitLog(ReplicaAppends, Reput):
         self._ring_restarts = 0
         #: Bumped whenever written bytes are cut away (a scan made outside the lock is void).
         self._generation = 0
-        self.closed = False
+        self._closed = False
         # -- the write buffer (see docs/architecture.md, "The write buffer") --
         #: A master's appends go into a buffer in memory (``_wb``), which :meth:`commit` writes
         #: to the file with ``pwrite`` in large chunks; readers commit what they need first.
@@ -373,6 +426,22 @@ class CommitLog(ReplicaAppends, Reput):
         #: The message index's feed (None: no index): every append and batch dispatch is
         #: recorded in it under the lock (see :mod:`.indexfeed`).
         self.index_feed: AppendFeed | None = None
+        #: :meth:`put`'s short path: the log offset of the write buffer's first byte, and
+        #: the offset a record must end at or before to take it (-1: none may; see :meth:`_arm`).
+        self._fast_start = 0
+        self._fast_until = -1
+        #: maxMessageSize: :meth:`put` refuses larger records (set by the store).
+        self.max_message_size = MAX_RECORD_SIZE
+
+    @property
+    def closed(self) -> bool:
+        """Set (under the lock) when the log refuses appends from now on."""
+        return self._closed
+
+    @closed.setter
+    def closed(self, value: bool) -> None:
+        self._closed = value
+        self._fast_until = -1
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -446,90 +515,70 @@ class CommitLog(ReplicaAppends, Reput):
         self._last_store_ts = ts
         return ts
 
-    def append(self, msg: Message, max_size: int = MAX_RECORD_SIZE) -> PutResult:
-        """Append one message; it is in its consume queue when this returns.
+    def put(self, msg: Message) -> PutResult:
+        """Append one message; it is in its consume queue when this returns. Never raises for
+        the message or the log: an invalid message (or one whose record exceeds
+        :attr:`max_message_size` or a segment) is refused with MESSAGE_ILLEGAL or
+        PROPERTIES_SIZE_EXCEEDED and nothing is written; a closed log answers
+        SERVICE_NOT_AVAILABLE, a failed segment creation CREATE_MAPPED_FILE_FAILED.
 
-        Raises :class:`~services.broker.storage.record.RecordError` for an invalid message (or
-        one whose record exceeds ``max_size``): nothing is written then. The validation and
-        encoding of :func:`~services.broker.storage.record.prepare`, inlined (hot path: no
-        intermediate objects; the header is packed straight into the mapping).
+        The validation and encoding of :func:`~services.broker.storage.record.prepare`,
+        inlined (hot path: no intermediate objects; the record is packed straight into the
+        write buffer). Under the lock, one comparison with :attr:`_fast_until` stands for every
+        check of the general path (:meth:`_append_locked`; see :meth:`_arm`). The store hands
+        single puts straight to this method when nothing has to happen after the append (see
+        ``MessageStore.put_message``), so it is the whole single put: one Python call.
         """
-        (topic, body, queue_id, flag, props, born_ts, born_host, sys_flag, reconsume_times,
-         prepared_tx) = msg
-        tail, tags_code = encode_tail(topic, props)
-        if type(body) is not bytes or queue_id < 0 or sys_flag & HOST_V6_FLAGS:
-            body = checked_body(body, queue_id, sys_flag)
-        body_len = len(body)
-        size = HEADER_SIZE + body_len + len(tail)
-        if size > max_size or size > self._max_record:
-            raise MessageTooLargeError(size, min(max_size, self._max_record))
-        crc = body_crc(body)
-        if born_host is self._last_born_host:  # (a tuple: immutable; usually the same object)
-            born = self._last_born
-        else:
-            try:
-                born = _born_hosts[born_host]
-            except (KeyError, TypeError):
-                born = _packed_host(born_host)
-            if type(born_host) is tuple:
-                self._last_born_host, self._last_born = born_host, born
-        lock = self.lock
-        lock.acquire()  # (cheaper than ``with`` on this path)
         try:
-            if self.closed:
-                raise StoreClosedError("commit log is closed")
-            if self._writing:
-                self.wait_writes()
-            seg = self._queue.active
-            if seg is None or seg.write_pos + size + END_FILE_MIN_BLANK_LENGTH > seg.size:
-                seg = self._roll()
-            pos = seg.write_pos
-            physical_offset = seg.start + pos
-            if self._dispatched != physical_offset:  # replicated records not yet dispatched
-                self._dispatch_locked(None, True)
-            end = pos + size
-            if end > seg.refill_pos:
-                self._refill(seg, end)
-            ts = time_ns() // 1_000_000
-            if ts < self._last_store_ts:  # keep store timestamps monotonic for lookup by time
-                ts = self._last_store_ts
+            (topic, body, queue_id, flag, props, born_ts, born_host, sys_flag, reconsume_times,
+             prepared_tx) = msg
+            tail, tags_code = encode_tail(topic, props)
+            if type(body) is not bytes or queue_id < 0 or sys_flag & HOST_V6_FLAGS:
+                body = checked_body(body, queue_id, sys_flag)
+            body_len = len(body)
+            size = HEADER_SIZE + body_len + len(tail)
+            if size > self.max_message_size:
+                raise MessageTooLargeError(size, min(self.max_message_size, self._max_record))
+            crc = body_crc(body)
+            if born_host is self._last_born_host:  # (a tuple: immutable; usually the same object)
+                born = self._last_born
             else:
-                self._last_store_ts = ts
-            if sys_flag & TRANSACTION_PREPARED_TYPE:  # prepared / rolled back: not dispatched
-                index = None
-                queue_offset = 0
-            else:
+                try:
+                    born = _born_hosts[born_host]
+                except (KeyError, TypeError):
+                    born = _packed_host(born_host)
+                if type(born_host) is tuple:
+                    self._last_born_host, self._last_born = born_host, born
+            lock = self.lock
+            lock.acquire()  # (cheaper than ``with`` on this path)
+            try:
+                at = self._wb_len
+                physical_offset = self._fast_start + at
+                end_offset = physical_offset + size
+                if end_offset > self._fast_until or sys_flag & TRANSACTION_PREPARED_TYPE:
+                    return self._append_locked(msg, tail, tags_code, body, size, crc, born)
+                ts = time_ns() // 1_000_000
+                if ts < self._last_store_ts:  # keep store timestamps monotonic for lookup by time
+                    ts = self._last_store_ts
+                else:
+                    self._last_store_ts = ts
                 index = self._find((topic, queue_id)) or self._create(topic, queue_id)
                 queue_offset = index.max_offset
-            # Straight into the write buffer (or the mapping): header, body, topic and properties.
-            if not self._buffered:
-                mm, at = seg.mm, pos
-            elif self._wb_seg is seg and (at := self._wb_len) + size <= WRITE_BUFFER_SIZE:
+                # Into the write buffer: header (MAGICCODE last: a torn record there is none),
+                # body, topic and properties.
                 mm = self._wb
-            else:
-                mm, at = self._write_target(seg, pos, size)
-            buffered = mm is self._wb
-            try:  # (in the buffer, MAGICCODE goes in last: a torn record there is none)
-                _PACK_HEADER(
-                    mm, at, size, 0 if buffered else MAGIC_CODE, crc, queue_id, flag, queue_offset,
-                    physical_offset, sys_flag, born_ts or ts, born, ts, self._store_host_bytes,
-                    reconsume_times, prepared_tx, body_len)
-            except struct.error as exc:
-                mm[at:at + HEADER_SIZE] = bytes(HEADER_SIZE)
-                raise RecordError(f"a header field is out of range: {exc}") from None
-            body_end = at + HEADER_SIZE + body_len
-            record_end = at + size
-            mm[at + HEADER_SIZE:body_end] = body
-            mm[body_end:record_end] = tail
-            if buffered:
+                pack = _record_packers.get(size << 32 | body_len) or _record_packer(size, body_len)
+                try:
+                    pack(mm, at, size, 0, crc, queue_id, flag, queue_offset, physical_offset, sys_flag,
+                         born_ts or ts, born, ts, self._store_host_bytes, reconsume_times, prepared_tx,
+                         body_len, body, tail)
+                except struct.error as exc:
+                    mm[at:at + HEADER_SIZE] = bytes(HEADER_SIZE)
+                    raise RecordError(f"a header field is out of range: {exc}") from None
+                record_end = at + size
                 mm[at + 4:at + 8] = _MAGIC_BYTES
                 self._wb_len = record_end
-                # (the record crosses a multiple of COMMIT_CHUNK: another chunk is buffered)
-                if record_end % COMMIT_CHUNK < size and self.commit_wakeup is not None:
-                    self.commit_wakeup()
-            seg.write_pos = end
-            end_offset = physical_offset + size
-            if index is not None:
+                self._fast_seg.write_pos = self._wb_base + record_end
                 cq_pos = queue_offset * CQ_ENTRY_SIZE
                 if cq_pos < index.fast_end:  # ConsumeQueue.put's common case, inlined (see fast_end)
                     cq_seg = index.fast_seg
@@ -540,21 +589,138 @@ class CommitLog(ReplicaAppends, Reput):
                     index.last_physical_end = end_offset
                 else:
                     index.put(queue_offset, physical_offset, size, tags_code)
-            self._dispatched = end_offset
-            feed = self.index_feed
-            if feed is not None:  # (a keyless record only moves the run's end)
-                if feed.end != physical_offset:
-                    feed.restart(physical_offset)
-                if props and (_KEYS_NAME in props or _UNIQ_NAME in props):
-                    keyed = feed.keyed
-                    keyed += (physical_offset, ts, msg)
-                    if len(keyed) > MAX_KEYED:
-                        feed.overflow()
-                feed.end = end_offset
-                if feed.idle:
-                    feed.wake()
-        finally:
-            lock.release()
+                self._dispatched = end_offset
+                feed = self.index_feed
+                if feed is not None:  # (a keyless record only moves the run's end)
+                    if feed.end != physical_offset:
+                        feed.restart(physical_offset)
+                    if props and (_KEYS_NAME in props or _UNIQ_NAME in props):
+                        keyed = feed.keyed
+                        keyed += (physical_offset, ts, msg)
+                        if len(keyed) > MAX_KEYED:
+                            feed.overflow()
+                    feed.end = end_offset
+                    if feed.idle:
+                        feed.wake()
+            finally:
+                lock.release()
+        except RecordError as exc:
+            return refused(exc)
+        except Exception as exc:
+            return append_failed(exc)
+        return _new_result(PutResult, (_PUT_OK, (queue_offset,), (physical_offset,), size, end_offset, ts,
+                                       self.store_host, ""))
+
+    def _arm(self) -> None:
+        """Let the next local appends take :meth:`put`'s short path (hold the lock): it
+        writes at the end of the write buffer, which holds the end of the active segment, as
+        long as the record ends at or before :attr:`_fast_until`, set here to the first offset
+        where the general path would do more: roll to a new segment, refill the mapping,
+        commit the buffer first, or wake the committer (the record reaches the next
+        ``COMMIT_CHUNK``). Anything else that changes what the short path relies on (the
+        buffers, the segments, the dispatched offset, ``closed``, a direct write) sets
+        :attr:`_fast_until` to -1 under the lock; the next append then takes the general path,
+        which arms again."""
+        seg = self._wb_seg
+        self._fast_until = -1
+        if (seg is None or seg is not self._queue.active or self._closed or self._writing
+                or seg.write_pos != self._wb_base + self._wb_len
+                or self._dispatched != seg.start + seg.write_pos):
+            return
+        self._fast_seg = seg
+        start = self._fast_start = seg.start + self._wb_base
+        next_chunk = (self._wb_len // COMMIT_CHUNK + 1) * COMMIT_CHUNK
+        self._fast_until = min(seg.start + seg.size - END_FILE_MIN_BLANK_LENGTH, seg.start + seg.refill_pos,
+                               start + WRITE_BUFFER_SIZE, start + next_chunk - 1)
+
+    def _append_locked(self, msg: Message, tail: bytes, tags_code: int, body: bytes, size: int, crc: int,
+                       born: bytes) -> PutResult:
+        """:meth:`put`'s general path, for the record of ``msg`` encoded so far (hold the lock):
+        roll, refill, commit or wake as needed, then arm the short path again. Raises what
+        :meth:`put` answers for."""
+        (topic, _, queue_id, flag, props, born_ts, _, sys_flag, reconsume_times, prepared_tx) = msg
+        body_len = len(body)
+        if size > self._max_record:  # (the short path's bound keeps larger records off it)
+            raise MessageTooLargeError(size, self._max_record)
+        if self._closed:
+            raise StoreClosedError("commit log is closed")
+        if self._writing:
+            self.wait_writes()
+        seg = self._queue.active
+        if seg is None or seg.write_pos + size + END_FILE_MIN_BLANK_LENGTH > seg.size:
+            seg = self._roll()
+        pos = seg.write_pos
+        physical_offset = seg.start + pos
+        if self._dispatched != physical_offset:  # replicated records not yet dispatched
+            self._dispatch_locked(None, True)
+        end = pos + size
+        if end > seg.refill_pos:
+            self._refill(seg, end)
+        ts = time_ns() // 1_000_000  # (inlined: every append through the mapping comes here)
+        if ts < self._last_store_ts:  # keep store timestamps monotonic for lookup by time
+            ts = self._last_store_ts
+        else:
+            self._last_store_ts = ts
+        if sys_flag & TRANSACTION_PREPARED_TYPE:  # prepared / rolled back: not dispatched
+            index = None
+            queue_offset = 0
+        else:
+            index = self._find((topic, queue_id)) or self._create(topic, queue_id)
+            queue_offset = index.max_offset
+        # Straight into the write buffer (or the mapping): header, body, topic and properties.
+        if not self._buffered:
+            mm, at = seg.mm, pos
+        elif self._wb_seg is seg and (at := self._wb_len) + size <= WRITE_BUFFER_SIZE:
+            mm = self._wb
+        else:
+            mm, at = self._write_target(seg, pos, size)
+        buffered = mm is self._wb
+        try:  # (in the buffer, MAGICCODE goes in last: a torn record there is none)
+            _PACK_HEADER(
+                mm, at, size, 0 if buffered else MAGIC_CODE, crc, queue_id, flag, queue_offset,
+                physical_offset, sys_flag, born_ts or ts, born, ts, self._store_host_bytes,
+                reconsume_times, prepared_tx, body_len)
+        except struct.error as exc:
+            mm[at:at + HEADER_SIZE] = bytes(HEADER_SIZE)
+            raise RecordError(f"a header field is out of range: {exc}") from None
+        body_end = at + HEADER_SIZE + body_len
+        record_end = at + size
+        mm[at + HEADER_SIZE:body_end] = body
+        mm[body_end:record_end] = tail
+        if buffered:
+            mm[at + 4:at + 8] = _MAGIC_BYTES
+            self._wb_len = record_end
+            # (the record crosses a multiple of COMMIT_CHUNK: another chunk is buffered)
+            if record_end % COMMIT_CHUNK < size and self.commit_wakeup is not None:
+                self.commit_wakeup()
+        seg.write_pos = end
+        end_offset = physical_offset + size
+        if index is not None:
+            cq_pos = queue_offset * CQ_ENTRY_SIZE
+            if cq_pos < index.fast_end:  # (as in put: appends through the mapping come here)
+                cq_seg = index.fast_seg
+                cq_rel = cq_pos - cq_seg.start
+                _PACK_CQ_ENTRY(cq_seg.mm, cq_rel, physical_offset, size, tags_code)
+                cq_seg.write_pos = cq_rel + CQ_ENTRY_SIZE
+                index.max_offset = queue_offset + 1
+                index.last_physical_end = end_offset
+            else:
+                index.put(queue_offset, physical_offset, size, tags_code)
+        self._dispatched = end_offset
+        feed = self.index_feed
+        if feed is not None:  # (a keyless record only moves the run's end)
+            if feed.end != physical_offset:
+                feed.restart(physical_offset)
+            if props and (_KEYS_NAME in props or _UNIQ_NAME in props):
+                keyed = feed.keyed
+                keyed += (physical_offset, ts, msg)
+                if len(keyed) > MAX_KEYED:
+                    feed.overflow()
+            feed.end = end_offset
+            if feed.idle:
+                feed.wake()
+        if buffered:
+            self._arm()
         return _new_result(PutResult, (_PUT_OK, (queue_offset,), (physical_offset,), size, end_offset, ts,
                                        self.store_host, ""))
 
@@ -801,6 +967,7 @@ class CommitLog(ReplicaAppends, Reput):
         n = len(data)
         if pos + n > seg.size:
             raise CommitLogError(f"{n} bytes do not fit in {seg!r}")
+        self._fast_until = -1  # (the next single append arms the short path again)
         mm, at = self._write_target(seg, pos, n)
         if mm is self._wb:
             # the first record's TOTALSIZE and MAGICCODE last: a torn batch there is none
@@ -841,6 +1008,7 @@ class CommitLog(ReplicaAppends, Reput):
                 seg = live
                 chunk = self._wb
                 # Appends go on into the other buffer, after these bytes.
+                self._fast_until = -1
                 self._wb, self._wb_spare = self._wb_spare, chunk
                 self._wb_base = base + n
                 self._wb_len = 0
@@ -863,6 +1031,7 @@ class CommitLog(ReplicaAppends, Reput):
                     seg.file_pos = base + n
                     self._file_end = seg.start + base + n
                 else:  # all in the file
+                    self._fast_until = -1
                     self._file_end = ALL_IN_FILE
                     seg.file_pos = ALL_IN_FILE
                     self._wb_seg = None
@@ -871,6 +1040,7 @@ class CommitLog(ReplicaAppends, Reput):
     def _commit_locked(self) -> None:
         """Write everything buffered to the file now, waiting for a commit in flight (hold the
         lock: before a roll, a truncation, a slave append, closing)."""
+        self._fast_until = -1
         seg = self._wb_seg
         if seg is None:
             return

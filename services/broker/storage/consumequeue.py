@@ -47,14 +47,47 @@ _SIZE_AT = 8
 
 #: One consume queue entry: (commit log offset, size, tag hash code).
 Entry = tuple[int, int, int]
+#: Bytes a new queue's in-memory first file starts with (it doubles as it fills).
+MEMORY_FILE_MIN = 64 * CQ_ENTRY_SIZE
+
+
+class MemoryFile:
+    """A new queue's first file while it is only in memory: ``write_pos`` bytes of entries
+    in ``mm`` from the queue's byte ``start`` on, with room for more (``mm`` doubles when it
+    fills, up to ``file_size``), so the commit log writes entries into it the way it writes
+    them into a file's mapping (:attr:`ConsumeQueue.fast_seg`)."""
+
+    __slots__ = ("file_size", "mm", "start", "write_pos")
+
+    def __init__(self, start: int, data: bytes, file_size: int) -> None:
+        self.start = start
+        self.file_size = file_size
+        self.write_pos = len(data)
+        self.mm = bytearray(max(min(MEMORY_FILE_MIN, file_size), min(2 * len(data), file_size), len(data)))
+        self.mm[:len(data)] = data
+
+    def add(self, data: bytes) -> None:
+        """Append ``data`` (the caller checked that the file holds it)."""
+        pos = self.write_pos
+        end = pos + len(data)
+        if end > len(self.mm):
+            self.mm += bytes(max(end, min(2 * len(self.mm), self.file_size)) - len(self.mm))
+        self.mm[pos:end] = data
+        self.write_pos = end
+
+    def entries(self, rel: int = 0, end: int | None = None) -> bytes:
+        """The entries' bytes from ``rel`` (to ``end``, at most ``write_pos``)."""
+        stop = self.write_pos if end is None else min(end, self.write_pos)
+        return bytes(self.mm[rel:stop])
 
 
 class ConsumeQueue:
     """One (topic, queue id) index. ``max_offset`` is the queue offset the next message gets
     (the commit log reads it to assign queue offsets); ``min_offset`` the first readable one."""
 
-    #: The active file while :attr:`fast_end` is set (read only then).
-    fast_seg: Segment
+    #: The active file (or the in-memory first file) while :attr:`fast_end` is set (read
+    #: only then).
+    fast_seg: Segment | MemoryFile
 
     def __init__(self, topic: str, queue_id: int, directory: str, file_size: int,
                  *, sync: SyncFn = default_sync, defer_dir_sync: Callable[[str], None] | None = None) -> None:
@@ -66,10 +99,9 @@ class ConsumeQueue:
                                    keep_fd=False)
         #: The file being written (the last one), cached for the append path.
         self._active: Segment | None = None
-        #: A new queue's first file, still in memory: its entries (from byte ``_pending_start``
-        #: of the queue) until :meth:`materialize` writes the file, off the send path.
-        self._pending: bytearray | None = None
-        self._pending_start = 0
+        #: A new queue's first file, still in memory, until :meth:`materialize` writes the
+        #: file, off the send path.
+        self._pending: MemoryFile | None = None
         #: Set by :meth:`destroy` (a materialization racing a topic deletion gives up).
         self._destroyed = False
         self.min_offset = 0
@@ -83,7 +115,8 @@ class ConsumeQueue:
         #: The common case of :meth:`put`, which the commit log's single append inlines: the
         #: entry of ``max_offset`` goes straight into the active file's mapping (``_active``)
         #: when its byte position in the queue is below ``fast_end``, i.e. inside the active
-        #: file and its pages already touched (``fast_seg`` is that file). Set by :meth:`put`'s
+        #: file and its pages already touched (``fast_seg`` is that file), or into the
+        #: in-memory first file while it has room (``fast_seg`` is then that). Set by :meth:`put`'s
         #: general path; 0 (never) after anything else changes the files, the write position or
         #: the first file.
         self.fast_end = 0
@@ -121,9 +154,9 @@ class ConsumeQueue:
         pos = index * CQ_ENTRY_SIZE
         pending = self._pending
         if pending is not None:
-            rel = pos - self._pending_start
-            if rel >= 0 and rel + CQ_ENTRY_SIZE <= len(pending):
-                found: Entry = ENTRY.unpack_from(pending, rel)
+            rel = pos - pending.start
+            if rel >= 0 and rel + CQ_ENTRY_SIZE <= pending.write_pos:
+                found: Entry = ENTRY.unpack_from(pending.mm, rel)
                 return found
             return None
         seg = self._queue.find(pos)
@@ -156,11 +189,11 @@ class ConsumeQueue:
         self.fast_end = 0
         pending = self._pending
         if pending is not None:
-            if (queue_offset == self.max_offset
-                    and len(pending) + CQ_ENTRY_SIZE <= self._file_size):
-                pending += ENTRY.pack(physical_offset, size, tags_code)
+            if queue_offset == self.max_offset and pending.write_pos + CQ_ENTRY_SIZE <= self._file_size:
+                pending.add(ENTRY.pack(physical_offset, size, tags_code))
                 self.max_offset = queue_offset + 1
                 self.last_physical_end = physical_offset + size
+                self._fast_to_memory(pending)
                 return True
             self._materialize_locked()  # a gap or a full first file: the file now
         elif self._active is None and queue_offset == self.max_offset and self._queue.is_empty():
@@ -169,11 +202,12 @@ class ConsumeQueue:
             start = queue_offset * CQ_ENTRY_SIZE
             start -= start % self._file_size
             fill = (queue_offset * CQ_ENTRY_SIZE - start) // CQ_ENTRY_SIZE
-            self._pending_start = start
-            self._pending = bytearray(FILLER_ENTRY * fill) + ENTRY.pack(physical_offset, size, tags_code)
+            entry = ENTRY.pack(physical_offset, size, tags_code)
+            pending = self._pending = MemoryFile(start, FILLER_ENTRY * fill + entry, self._file_size)
             self.min_offset = queue_offset
             self.max_offset = queue_offset + 1
             self.last_physical_end = physical_offset + size
+            self._fast_to_memory(pending)
             return True
         if queue_offset != self.max_offset:
             if queue_offset < self.max_offset:
@@ -202,6 +236,11 @@ class ConsumeQueue:
         self.fast_seg = seg
         self.fast_end = min(self._touched, seg.start + self._file_size) - CQ_ENTRY_SIZE + 1
         return True
+
+    def _fast_to_memory(self, pending: MemoryFile) -> None:
+        """The next entries go straight into the in-memory first file while it has room."""
+        self.fast_seg = pending
+        self.fast_end = pending.start + len(pending.mm) - CQ_ENTRY_SIZE + 1
 
     def put_many(self, queue_offsets: I64Array, physical_offsets: I64Array, sizes: I64Array,
                  tags_codes: I64Array) -> int:
@@ -243,8 +282,8 @@ class ConsumeQueue:
             n -= 1
         pending = self._pending
         if pending is not None:
-            if len(pending) + len(entries) <= self._file_size:
-                pending += entries
+            if pending.write_pos + len(entries) <= self._file_size:
+                pending.add(entries)
                 self.max_offset = queue_offset + n
                 self.last_physical_end = physical_end
                 return
@@ -306,10 +345,11 @@ class ConsumeQueue:
         """Write a new queue's first file from its in-memory entries: the file (and its
         directories) is created without ``lock`` (the commit log lock, under which entries are
         added); the entries are written into it and it takes over under the lock."""
-        if self._pending is None:
+        pending = self._pending
+        if pending is None:
             return
         try:
-            seg = self._queue.create(self._pending_start)
+            seg = self._queue.create(pending.start)
         except SegmentError:  # put() created it meanwhile, or it cannot be created now
             with lock:
                 if self._pending is not None and not self._queue.is_empty():
@@ -327,15 +367,16 @@ class ConsumeQueue:
 
     def _materialize_locked(self) -> None:
         """:meth:`materialize` on the append path (the caller holds the commit log lock)."""
-        if self._pending is None:
+        pending = self._pending
+        if pending is None:
             return
         seg = self._queue.last
-        if seg is None or seg.start != self._pending_start:
+        if seg is None or seg.start != pending.start:
             try:
-                seg = self._queue.create(self._pending_start)
+                seg = self._queue.create(pending.start)
             except SegmentError:
                 seg = self._queue.last  # materialize() was creating it
-                if seg is None or seg.start != self._pending_start:
+                if seg is None or seg.start != pending.start:
                     raise
         self._adopt(seg)
 
@@ -344,8 +385,8 @@ class ConsumeQueue:
         commit log lock)."""
         pending = self._pending
         assert pending is not None
-        seg.write_through(0, bytes(pending))  # (no write fault on the new sparse file)
-        seg.write_pos = len(pending)
+        seg.write_through(0, pending.entries())  # (no write fault on the new sparse file)
+        seg.write_pos = pending.write_pos
         self._active = seg
         self.fast_end = 0
         # Readers that took the buffer before still see the same entries in it.
@@ -363,8 +404,10 @@ class ConsumeQueue:
                 entry = self._raw_entry(index)
                 return entry is not None and entry[1] != FILLER_SIZE and entry[0] + entry[1] > physical_offset
 
-            cut = _search(self._pending_start // CQ_ENTRY_SIZE, self.max_offset, dirty)
-            self._pending = bytearray(pending[:cut * CQ_ENTRY_SIZE - self._pending_start])
+            cut = _search(pending.start // CQ_ENTRY_SIZE, self.max_offset, dirty)
+            # (a copy: readers that took the old one still see what they read in it)
+            self._pending = MemoryFile(pending.start, pending.entries(0, cut * CQ_ENTRY_SIZE - pending.start),
+                                       self._file_size)
             self.max_offset = cut
             self.min_offset = min(self.min_offset, cut)
             self._refresh_last_physical_end()
@@ -388,10 +431,14 @@ class ConsumeQueue:
     def correct_min_offset(self, commit_log_min: int) -> None:
         """Move the min offset to the first real entry whose record is still in the commit log."""
         first = self._queue.first
-        if first is None and self._pending is None:
+        pending = self._pending
+        if first is not None:
+            start = first.start
+        elif pending is not None:
+            start = pending.start
+        else:
             self.min_offset = self.max_offset
             return
-        start = first.start if first is not None else self._pending_start
 
         def live(index: int) -> bool:
             entry = self._raw_entry(index)
@@ -429,8 +476,8 @@ class ConsumeQueue:
         pos = queue_offset * CQ_ENTRY_SIZE
         pending = self._pending  # (taken before the files: materialize() adds the file first)
         if pending is not None:
-            rel = pos - self._pending_start  # >= 0: queue_offset >= min_offset
-            return list(ENTRY.iter_unpack(pending[rel:rel + count * CQ_ENTRY_SIZE]))
+            rel = pos - pending.start  # >= 0: queue_offset >= min_offset
+            return list(ENTRY.iter_unpack(pending.mm[rel:rel + count * CQ_ENTRY_SIZE]))
         seg = self._queue.find(pos)
         if seg is None or not seg.hold():
             return []

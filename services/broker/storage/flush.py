@@ -55,8 +55,10 @@ class ServiceThread:
     def wakeup(self) -> None:
         if not self._signalled:
             self._signalled = True
-            with contextlib.suppress(RuntimeError):  # (released already by another thread)
+            try:  # noqa: SIM105 (cheaper than contextlib.suppress: the appending thread calls this)
                 self._signal.release()
+            except RuntimeError:  # released already by another thread
+                pass
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stopping = True

@@ -119,6 +119,7 @@ class ReplicaAppends:
     _queue: SegmentQueue
     _segment_size: int
     _wb_seg: Segment | None
+    _fast_until: int
 
     if TYPE_CHECKING:
         @property
@@ -258,6 +259,7 @@ class ReplicaAppends:
         """Queue the write of ring bytes ``[start, end)`` of ``seg`` for the write thread (hold
         :attr:`lock`; :attr:`_writing` is set until every queued write is done)."""
         queued = QueuedWrite(seg, start, end, concurrent.futures.Future())
+        self._fast_until = -1  # (no local append while it is written: see CommitLog._arm)
         with self._writes_done:
             self._queued.append(queued)
             self._queued_end = end

@@ -85,6 +85,7 @@ class Reput:
     lock: threading.Lock
     closed: bool
     _queue: SegmentQueue
+    _fast_until: int
     _generation: int
     _last_store_ts: int
     _ring_restarts: int
@@ -95,7 +96,9 @@ class Reput:
 
     def set_dispatched_offset(self, offset: int) -> None:
         """Where :meth:`dispatch_pending` resumes (recovery; a record boundary)."""
-        self._dispatched = offset
+        with self.lock:
+            self._dispatched = offset
+            self._fast_until = -1  # (see CommitLog._arm)
 
     def dispatch_pending(self) -> tuple[int, str, int]:
         """Dispatch whole records from :attr:`dispatched_offset` to the end of the data, body

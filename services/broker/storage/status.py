@@ -10,7 +10,13 @@ import enum
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from services.broker.storage.record import Host, MessageRecord, offset_msg_id
+from services.broker.storage.record import (
+    Host,
+    MessageRecord,
+    PropertiesTooLargeError,
+    RecordError,
+    offset_msg_id,
+)
 
 
 class PutMessageStatus(enum.Enum):
@@ -118,3 +124,15 @@ class RecoveryInfo(NamedTuple):
     redispatched: int
     #: Why the scan stopped (``"end of data"``, ``"body CRC mismatch"``, ...).
     stop_reason: str = ""
+
+
+def refused(exc: RecordError) -> PutResult:
+    """The result of a put refused for ``exc`` (an invalid message: nothing was written)."""
+    status = (PutMessageStatus.PROPERTIES_SIZE_EXCEEDED if isinstance(exc, PropertiesTooLargeError)
+              else PutMessageStatus.MESSAGE_ILLEGAL)
+    return PutResult(status, error=str(exc))
+
+
+def not_available() -> PutResult:
+    """The result of a put while the store is not running."""
+    return PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, error="message store is not running")

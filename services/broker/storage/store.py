@@ -28,19 +28,18 @@ from services.broker.storage.checkpoint import (
     create_abort_file,
     remove_abort_file,
 )
-from services.broker.storage.commitlog import CommitLog, now_ms
+from services.broker.storage.commitlog import CommitLog, append_failed, now_ms
 from services.broker.storage.config import FlushDiskType, StoreConfig
 from services.broker.storage.consumequeue import FILLER_SIZE, ConsumeQueueStore
 from services.broker.storage.flush import FlushRealTimeService, GroupCommitService, ServiceThread
 from services.broker.storage.index import IndexService
-from services.broker.storage.logerrors import CreateSegmentError, StoreClosedError
+from services.broker.storage.logerrors import StoreClosedError
 from services.broker.storage.record import (
     Host,
     Message,
     MessageRecord,
     MessageTooLargeError,
     PreparedRecord,
-    PropertiesTooLargeError,
     ReadableBuffer,
     RecordError,
     prepare,
@@ -52,7 +51,9 @@ from services.broker.storage.status import (
     PutMessageStatus,
     PutResult,
     RecoveryInfo,
+    not_available,
 )
+from services.broker.storage.status import refused as refused  # (re-exported: callers that encode records)
 
 if TYPE_CHECKING:
     from services.broker.storage.bulk import UniformBatch
@@ -111,6 +112,16 @@ class MessageStore:
     that blocks to provoke FLUSH_DISK_TIMEOUT).
     """
 
+    #: ``put_message(msg)``: append one message; under SYNC_FLUSH wait until it is on disk
+    #: (:meth:`_put_message`). While nothing has to happen after the append (the store runs,
+    #: ASYNC_FLUSH, no listeners) it is the commit log's ``put`` itself (see :meth:`_route_puts`):
+    #: look it up for each call rather than keeping it across a start, a shutdown or a listener
+    #: added.
+    put_message: Callable[[Message], PutResult]
+    #: ``append_message(msg)``: append one message without waiting for the disk
+    #: (:meth:`_append_message`; routed like :attr:`put_message`).
+    append_message: Callable[[Message], PutResult]
+
     def __init__(self, config: StoreConfig, *, store_host: Host = ("127.0.0.1", 10911),
                  sync: SyncFn | None = None) -> None:
         self.config = config
@@ -127,7 +138,7 @@ class MessageStore:
                               write_buffer=config.write_buffer,
                               write_buffer_dir=config.write_buffer_dir)
         self._cq.append_lock = self._log.lock
-        self._log_append = self._log.append
+        self._log.max_message_size = config.max_message_size
         self._checkpoint = CheckpointFile(config.checkpoint_path)
         #: The message key index (None when ``messageIndexEnable`` is off).
         self.index: IndexService | None = None
@@ -140,8 +151,8 @@ class MessageStore:
         self._max_message_size = config.max_message_size
         self._listeners: tuple[AppendListener, ...] = ()
         self._dispatch_listeners: tuple[DispatchListener, ...] = ()
-        #: Whether :meth:`put_message` has anything to do after the append.
-        self._after_put = self._sync_flush
+        self.put_message = self._put_message
+        self.append_message = self._append_message
         self._reput: ServiceThread | None = None
         self._flush_service: FlushRealTimeService | None = None
         self._group_commit: GroupCommitService | None = None
@@ -230,6 +241,7 @@ class MessageStore:
             self._warmer.start()
             self._warmer.wakeup()
         self._running = True
+        self._route_puts()
         log.info("message store started", extra={"root": cfg.store_path_root_dir,
                                                   "recovery": self.recovery.mode if self.recovery else "",
                                                   "max_offset": self._log.max_offset})
@@ -240,6 +252,7 @@ class MessageStore:
             return
         self._running = False
         self._closed = True
+        self._route_puts()
         if self._maintenance is not None:
             self._maintenance.stop()
         if self._reput is not None:
@@ -363,24 +376,20 @@ class MessageStore:
     # writing
     # ==========================================================================================
 
-    def put_message(self, msg: Message) -> PutResult:
-        """Append one message; under SYNC_FLUSH wait until it is on disk. (:meth:`append_message`
-        and the wait, inlined: the single-send hot path goes straight to the commit log.)"""
-        if not self._running:
-            return _not_available()
-        try:
-            result = self._log_append(msg, self._max_message_size)
-        except RecordError as exc:
-            return _refused(exc)
-        except Exception as exc:
-            return _append_failed(exc)
-        if self._after_put:  # (listeners or SYNC_FLUSH)
-            if self._listeners:
-                self._notify(self._log.max_offset)
-            if self._dispatch_listeners:
-                self._notify_dispatched(result.end_offset)
-            if self._sync_flush:
-                return self._wait_flushed(result)
+    def _route_puts(self) -> None:
+        """Point :attr:`put_message` and :attr:`append_message` at the commit log's ``put``
+        while nothing has to happen after an append (one Python call per single put), else at
+        the store's methods that do it."""
+        direct = self._running and not self._listeners and not self._dispatch_listeners
+        self.append_message = self._log.put if direct else self._append_message
+        self.put_message = self._log.put if direct and not self._sync_flush else self._put_message
+
+    def _put_message(self, msg: Message) -> PutResult:
+        """:attr:`put_message` when it is more than the commit log's ``put``: refuse while not
+        running, notify the listeners, under SYNC_FLUSH wait until the record is on disk."""
+        result = self._append_message(msg)
+        if self._sync_flush and result.status is PutMessageStatus.PUT_OK:
+            return self._wait_flushed(result)
         return result
 
     def put_messages(self, msgs: Sequence[Message]) -> PutResult:
@@ -401,30 +410,24 @@ class MessageStore:
                                error=f"not flushed within syncFlushTimeout ({timeout} ms); "
                                      "the message is stored")
 
-    def append_message(self, msg: Message) -> PutResult:
-        """Append one message without waiting for the disk (see :meth:`flush_future`)."""
+    def _append_message(self, msg: Message) -> PutResult:
+        """:attr:`append_message` when it is more than the commit log's ``put`` (see
+        :meth:`_put_message`): never waits for the disk (see :meth:`flush_future`)."""
         if not self._running:
-            return _not_available()
-        try:
-            result = self._log_append(msg, self._max_message_size)
-        except RecordError as exc:
-            return _refused(exc)
-        except Exception as exc:
-            return _append_failed(exc)
-        if self._listeners:
-            self._notify(self._log.max_offset)
-        if self._dispatch_listeners:
-            self._notify_dispatched(result.end_offset)
+            return not_available()
+        result = self._log.put(msg)
+        if result.status is PutMessageStatus.PUT_OK:
+            self._appended(result)
         return result
 
     def append_messages(self, msgs: Sequence[Message]) -> PutResult:
         """Append a batch without waiting for the disk (see :meth:`flush_future`)."""
         if not self._running:
-            return _not_available()
+            return not_available()
         try:
             prepared = [prepare(msg) for msg in msgs]
         except RecordError as exc:
-            return _refused(exc)
+            return refused(exc)
         return self.append_prepared(prepared, msgs)
 
     def append_prepared(self, prepared: Sequence[PreparedRecord], messages: Sequence[Message]) -> PutResult:
@@ -434,17 +437,17 @@ class MessageStore:
         ``maxMessageSize`` here. ``messages``: one per record, what the key index reads (topic
         and properties; the body and other fields may be left empty)."""
         if not self._running:
-            return _not_available()
+            return not_available()
         limit = self._max_message_size
         for p in prepared:
             if p.size > limit:
-                return _refused(MessageTooLargeError(p.size, limit))
+                return refused(MessageTooLargeError(p.size, limit))
         try:
             result = self._log.append_batch(prepared, messages)
         except RecordError as exc:
-            return _refused(exc)
+            return refused(exc)
         except Exception as exc:
-            return _append_failed(exc)
+            return append_failed(exc)
         if prepared:
             self._appended(result)
         return result
@@ -453,15 +456,15 @@ class MessageStore:
         """:meth:`append_prepared` for a batch whose records differ only in their bodies, made
         by :func:`~services.broker.storage.bulk.uniform_batch` (encoded and indexed in bulk)."""
         if not self._running:
-            return _not_available()
+            return not_available()
         if batch.max_size > self._max_message_size:
-            return _refused(MessageTooLargeError(batch.max_size, self._max_message_size))
+            return refused(MessageTooLargeError(batch.max_size, self._max_message_size))
         try:
             result = self._log.append_uniform(batch, messages)
         except RecordError as exc:
-            return _refused(exc)
+            return refused(exc)
         except Exception as exc:
-            return _append_failed(exc)
+            return append_failed(exc)
         self._appended(result)
         return result
 
@@ -496,11 +499,11 @@ class MessageStore:
         """Call ``listener(max_offset)`` after every append (on the appending thread; keep it
         cheap and non-blocking, e.g. ``loop.call_soon_threadsafe``)."""
         self._listeners = (*self._listeners, listener)
-        self._after_put = True
+        self._route_puts()
 
     def remove_append_listener(self, listener: AppendListener) -> None:
         self._listeners = tuple(x for x in self._listeners if x != listener)
-        self._after_put = bool(self._listeners or self._dispatch_listeners or self._sync_flush)
+        self._route_puts()
 
     def _notify(self, offset: int) -> None:
         for listener in self._listeners:
@@ -514,7 +517,7 @@ class MessageStore:
         local append (on the appending thread) and after each batch of replicated records the
         reput thread dispatched (on that thread). Keep it cheap and non-blocking."""
         self._dispatch_listeners = (*self._dispatch_listeners, listener)
-        self._after_put = True
+        self._route_puts()
 
     def _notify_dispatched(self, offset: int) -> None:
         for listener in self._dispatch_listeners:
@@ -722,7 +725,7 @@ class MessageStore:
 
     def set_max_message_size(self, size: int) -> None:
         """maxMessageSize changed live (validated by the config rules)."""
-        self._max_message_size = size
+        self._max_message_size = self._log.max_message_size = size
 
     @property
     def unopened_queue_count(self) -> int:
@@ -853,29 +856,3 @@ class MessageStore:
 def _selection(status: GetMessageStatus, next_begin: int, min_offset: int, max_offset: int) -> QueueSelection:
     """A selection that picked nothing because the offset is outside the queue."""
     return QueueSelection(status, [], [], 0, next_begin, min_offset, max_offset, status)
-
-
-def _not_available() -> PutResult:
-    return PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, error="message store is not running")
-
-
-def refused(exc: RecordError) -> PutResult:
-    """The result of a put refused for ``exc`` (what :meth:`MessageStore.append_messages` answers
-    for an invalid message), for callers that encode records themselves."""
-    return _refused(exc)
-
-
-def _refused(exc: RecordError) -> PutResult:
-    status = (PutMessageStatus.PROPERTIES_SIZE_EXCEEDED if isinstance(exc, PropertiesTooLargeError)
-              else PutMessageStatus.MESSAGE_ILLEGAL)
-    return PutResult(status, error=str(exc))
-
-
-def _append_failed(exc: Exception) -> PutResult:
-    if isinstance(exc, StoreClosedError):
-        return _not_available()
-    if isinstance(exc, CreateSegmentError):
-        log.error("cannot create a commit log segment: %s", exc)
-        return PutResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, error=str(exc))
-    log.exception("append failed")
-    return PutResult(PutMessageStatus.UNKNOWN_ERROR, error=f"{type(exc).__name__}: {exc}")

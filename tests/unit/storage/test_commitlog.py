@@ -133,14 +133,16 @@ def test_commit_log_refuses_records_larger_than_a_segment(tmp_path: Path) -> Non
     cq = ConsumeQueueStore(str(tmp_path / "cq"), 1000)
     log = CommitLog(str(tmp_path / "log"), 4096, store_host=("127.0.0.1", 1), dispatcher=cq)
     big = Message("T", bytes(4096))
-    with pytest.raises(MessageTooLargeError):
-        log.append(big)
+    refused = log.put(big)
+    assert refused.status is PutMessageStatus.MESSAGE_ILLEGAL and "4088" in refused.error
     with pytest.raises(MessageTooLargeError):
         log.append_batch([prepare(Message("T", b"ok")), prepare(big)])
-    with pytest.raises(MessageTooLargeError):
-        log.append(Message("T", bytes(100)), max_size=50)
+    log.max_message_size = 50
+    refused = log.put(Message("T", bytes(100)))
+    assert refused.status is PutMessageStatus.MESSAGE_ILLEGAL and "(50)" in refused.error
+    log.max_message_size = 4096
     assert log.max_offset == 0
-    fits = log.append(Message("T", bytes(4096 - 8 - 91 - 1)))  # exactly fills the segment but the blank
+    fits = log.put(Message("T", bytes(4096 - 8 - 91 - 1)))  # exactly fills the segment but the blank
     assert fits.wrote_bytes == 4096 - 8 and log.max_offset == 4096 - 8
     # a batch whose record overflows a field is rolled back entirely
     with pytest.raises(RecordError):

@@ -216,6 +216,33 @@ def test_a_new_queue_is_readable_before_its_file_is_written(tmp_path: Path) -> N
         assert [e[0] for e in cq_entries(root, "Big", 1)] == [r.physical_offsets[0] for r in many]
 
 
+def test_a_new_queue_takes_the_short_path_in_memory(tmp_path: Path) -> None:
+    """Until its file is written, a new queue's entries go straight into its in-memory first
+    file (ConsumeQueue.fast_seg), which grows as it fills: readable at every step, and the file
+    written later holds exactly those entries, also with a truncation in between."""
+    root = tmp_path / "s"
+    config = small_config(root, flush_interval_consume_queue=3_600_000,  # flushes only when asked
+                          mapped_file_size_consume_queue=20 * 1000)
+    with MessageStore(config) as store:
+        results = []
+        for i in range(300):  # past MEMORY_FILE_MIN (64 entries) twice
+            results.append(store.put_message(msg(i, topic="Mem", size=20, properties={"TAGS": f"t{i % 3}"})))
+            if i % 50 == 49:
+                got = store.get_messages("Mem", 0, i - 40, 32)
+                assert [m.physical_offset for m in got.messages] == [
+                    r.physical_offsets[0] for r in results[i - 40:i - 8]]
+        queue = store._cq.find(("Mem", 0))
+        assert queue is not None and queue.pending and queue.fast_end > queue.max_offset * 20
+        assert not (root / "consumequeue" / "Mem").exists()
+        store.truncate_dirty(results[250].physical_offsets[0])  # cut back in memory
+        assert store.max_queue_offset("Mem", 0) == 250
+        results = results[:250] + [store.put_message(msg(i, topic="Mem", size=20)) for i in range(250, 260)]
+        store.flush()
+        assert cq_entries(root, "Mem", 0) == [
+            (r.physical_offsets[0], r.wrote_bytes, tag_hash_code(f"t{i % 3}") if i < 250 else 0)
+            for i, r in enumerate(results)]
+
+
 def test_entries_written_straight_into_the_mapping(tmp_path: Path) -> None:
     """The single append writes a queue's next entry straight into its file's mapping while it
     is inside the active file and its touched pages (ConsumeQueue.fast_end); across new files,

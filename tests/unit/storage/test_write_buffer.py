@@ -13,7 +13,7 @@ import pytest
 
 from services.broker.storage import segment as segment_module
 from services.broker.storage.config import FlushDiskType
-from services.broker.storage.record import decode_record
+from services.broker.storage.record import decode_record, encode_record
 from services.broker.storage.store import MessageStore
 from tests.unit.storage.conftest import SEGMENT, StoreFactory, msg
 from tests.unit.storage.test_commitlog import put_mixed, walk_commit_log
@@ -186,3 +186,38 @@ def test_replayed_after_a_crash_even_with_the_buffer_switched_off(open_store: St
     assert again.max_offset == results[-1].end_offset
     got = again.get_messages("TopicA", 0, 0, 32)
     assert [r.body for r in got.messages] == [msg(i).body for i in range(3)]
+
+
+def test_single_puts_take_the_short_path_and_write_what_encode_record_makes(open_store: StoreFactory) -> None:
+    """A single put whose record ends within the bound the last general-path append set
+    (CommitLog._arm) skips the general path's checks and packs the record with one struct per
+    record shape (made when a shape comes a second time; the first time the parts go in one by
+    one). Across roll-overs, commits in between and shapes seen once, twice or often, every
+    record is byte for byte what encode_record makes, and most puts took the short path."""
+    store = pool_store(open_store)
+    log = store._log
+    sent = []
+    short = 0
+    for i in range(400):
+        size = 100 if i % 3 else 37 + i  # (a shape met often, and shapes met once)
+        m = msg(i, queue_id=i % 2, size=size, tags="t" if i % 5 == 0 else None)
+        armed_until = log._fast_until
+        result = store.put_message(m)
+        assert result.ok, result
+        short += result.end_offset <= armed_until
+        sent.append((m, result))
+        if i % 97 == 0:
+            store.flush()  # (commits: the next put takes the general path and arms again)
+    assert short > 300
+    store.flush()
+    for m, r in sent:
+        expected = encode_record(m, queue_offset=r.queue_offsets[0], physical_offset=r.physical_offsets[0],
+                                 store_timestamp=r.store_timestamp, store_host=store.store_host)
+        assert file_bytes(store, r.physical_offsets[0], r.wrote_bytes) == expected
+    for queue_id in (0, 1):
+        bodies: list[bytes] = []
+        while len(bodies) < 200:
+            got = store.get_messages("TopicA", queue_id, len(bodies), 32)
+            assert got.messages
+            bodies += [x.body for x in got.messages]
+        assert bodies == [m.body for m, _ in sent if m.queue_id == queue_id]
