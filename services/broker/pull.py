@@ -195,43 +195,25 @@ class PullService:
 
     def get_raw(self, q: PullQuery, queue_offset: int) -> RawResult:
         """:meth:`MessageStore.select_entries` without decoding: the same records and statuses,
-        contiguous runs copied from the commit log in one piece. A selection stops at
-        ``maxTransferCountOnMessageInMemory`` records; a stream's reply goes on with the next
-        ones, selection after selection, up to the pull's own count within the byte caps (the
-        pull's ``max_bytes`` and ``maxTransferBytesOnMessageInMemory``): what a reply costs the
-        broker, gRPC and the consumer is then paid per reply of up to 256 KiB, not per 32
-        messages. Unary pulls keep RocketMQ's caps (a reader such as Spark's sizes its pulls by
-        them)."""
-        select = self.store.select_entries
-        sel = select(q.topic, q.queue_id, queue_offset, q.max_count, q.max_bytes, q.tag_filter.hash_codes)
+        contiguous runs copied from the commit log in one piece. A stream's reply is not held to
+        ``maxTransferCountOnMessageInMemory`` records, only to the pull's own count within the
+        byte caps (the pull's ``max_bytes`` and ``maxTransferBytesOnMessageInMemory``): what a
+        reply costs the broker, gRPC and the consumer is then paid per reply of up to 256 KiB,
+        not per 32 messages. Unary pulls keep RocketMQ's caps (a reader such as Spark's sizes
+        its pulls by them)."""
+        sel = self.store.select_entries(q.topic, q.queue_id, queue_offset, q.max_count, q.max_bytes,
+                                        q.tag_filter.hash_codes, count_cap=not q.stream)
         if not sel.offsets:
             return RawResult(sel.status, b"", 0, sel.next_begin_offset, sel.min_offset, sel.max_offset)
-        runs = list(sel.runs)
-        found, total, next_offset = len(sel.offsets), sel.total, sel.next_begin_offset
-        budget = min(q.max_bytes, self.store_config.max_transfer_bytes_on_message_in_memory)
-        while q.stream and found < q.max_count and total < budget and next_offset < sel.max_offset:
-            more = select(q.topic, q.queue_id, next_offset, q.max_count - found, budget - total,
-                          q.tag_filter.hash_codes)
-            if not more.offsets or total + more.total > budget:  # (a selection has >= 1 record)
-                break
-            start, end = more.runs[0]
-            if runs[-1][1] == start:  # contiguous with what is taken: one copy
-                runs[-1] = (runs[-1][0], end)
-                runs.extend(more.runs[1:])
-            else:
-                runs.extend(more.runs)
-            found += len(more.offsets)
-            total += more.total
-            next_offset = more.next_begin_offset
         parts: list[bytes] = []
-        for start, end in runs:
+        for start, end in sel.runs:
             self._copy(start, end, parts)
         data = b"".join(parts)
-        if len(data) != total:  # a segment vanished under us: report what is left to read again
+        if len(data) != sel.total:  # a segment vanished under us: report what is left to read again
             return RawResult(GetMessageStatus.OFFSET_FOUND_NULL, b"", 0, queue_offset, sel.min_offset,
                              sel.max_offset)
-        return RawResult(GetMessageStatus.FOUND, data, found, next_offset, sel.min_offset, sel.max_offset,
-                         runs[-1][1])
+        return RawResult(GetMessageStatus.FOUND, data, len(sel.offsets), sel.next_begin_offset,
+                         sel.min_offset, sel.max_offset, sel.runs[-1][1])
 
     async def pull(
         self, q: PullQuery, suspend_s: float, stopping: StopFlag

@@ -589,10 +589,12 @@ class MessageStore:
 
     def select_entries(self, topic: str, queue_id: int, queue_offset: int, max_count: int = 32,
                        max_bytes: int | None = None,
-                       tag_hashes: Collection[int] | None = None) -> QueueSelection:
+                       tag_hashes: Collection[int] | None = None, *,
+                       count_cap: bool = True) -> QueueSelection:
         """Choose the records a pull of a queue from ``queue_offset`` returns (the one place
         that does, for decoded and raw pulls alike): up to ``max_count`` and ``max_bytes`` (at
-        least one record), both capped by ``maxTransferCount/BytesOnMessageInMemory``.
+        least one record), capped by ``maxTransferBytesOnMessageInMemory`` and, unless
+        ``count_cap`` is off (a stream's raw replies), ``maxTransferCountOnMessageInMemory``.
         ``tag_hashes``: keep only records whose tag hash code (see
         :func:`~services.broker.storage.record.tag_hash_code`) is in it (None = all); a filtered
         pull scans at most :data:`MAX_FILTER_SCAN` entries. Filler entries and records below the
@@ -608,7 +610,9 @@ class MessageStore:
         if queue_offset > max_offset:
             return _selection(GetMessageStatus.OFFSET_OVERFLOW_BADLY, max_offset, min_offset, max_offset)
         cfg = self.config
-        max_count = max(1, min(max_count, cfg.max_transfer_count_on_message_in_memory))
+        if count_cap:
+            max_count = min(max_count, cfg.max_transfer_count_on_message_in_memory)
+        max_count = max(1, max_count)
         byte_cap = cfg.max_transfer_bytes_on_message_in_memory
         max_bytes = byte_cap if max_bytes is None else min(max_bytes, byte_cap)
         scan_limit = max(max_count, MAX_FILTER_SCAN) if tag_hashes is not None else max_count
