@@ -11,12 +11,14 @@ reconnects with backoff and repairs a log that is ahead of the master's.  Design
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
 import dataclasses
 import logging
 import os
 import socket
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,6 +27,7 @@ from typing import Final
 from services.broker.config import BrokerConfig
 from services.broker.replication.appends import Appends, Write, chain
 from services.broker.replication.auth import SlaveAuthenticator, handshake_timeout_s
+from services.broker.replication.direct import FrameReceiver, PeerClosedError
 from services.broker.replication.epochfile import EpochFile
 from services.broker.replication.epochs import last_common_offset
 from services.broker.replication.errors import (
@@ -323,7 +326,7 @@ class HASlave:
             except TimeoutError:
                 raise _SessionEndError(f"connect to {addr} timed out after {CONNECT_TIMEOUT_S:g}s") from None
             if self.settings.tls is None:
-                return await self._follow(sock, addr)
+                return await self._follow(sock, addr, direct=True)
             try:
                 stream = await connect_tls(sock, self.settings.tls, CONNECT_TIMEOUT_S)
             except (OSError, TimeoutError) as exc:
@@ -338,7 +341,9 @@ class HASlave:
             if not tls_owns_socket:
                 sock.close()
 
-    async def _follow(self, sock: socket.socket, addr: str) -> bool:
+    async def _follow(self, sock: socket.socket, addr: str, *, direct: bool = False) -> bool:
+        """The handshakes, then the frames: on a receive thread in plaintext (``direct``), on
+        the event loop through the TLS relay."""
         loop = asyncio.get_running_loop()
         store = self.store
         answer = await self._authenticate(sock, loop) if self.settings.auth_secret else b""
@@ -357,7 +362,8 @@ class HASlave:
         log.info("connected to master", extra={"master_ha_addr": addr, "request_offset": start_offset,
                                                "authenticated": authenticated})
         await self._send_ack(sock, start_offset, state, loop, prefix=answer)
-        receiver = asyncio.create_task(self._receive(sock, proto, state, loop))
+        receiver = asyncio.create_task(self._receive_direct(sock, proto, state, loop) if direct
+                                       else self._receive(sock, proto, state, loop))
         keeper = asyncio.create_task(self._keep_alive(sock, state, loop))
         try:
             done, _ = await asyncio.wait({receiver, keeper}, return_when=asyncio.FIRST_COMPLETED)
@@ -453,8 +459,12 @@ class HASlave:
 
     async def _send_ack(self, sock: socket.socket, offset: int, state: _SessionState,
                         loop: asyncio.AbstractEventLoop, prefix: bytes = b"") -> None:
+        data = prefix + encode_ack(offset) if prefix else encode_ack(offset)
         async with self._ack_lock:  # heartbeats and acks never interleave on the wire
-            await loop.sock_sendall(sock, prefix + encode_ack(offset) if prefix else encode_ack(offset))
+            if state.direct:  # (a blocking socket: the receive thread reads it)
+                await send_nowait(loop, sock, data)
+            else:
+                await loop.sock_sendall(sock, data)
         state.last_ack = loop.time()
 
     async def _receive(self, sock: socket.socket, proto: SlaveConnectionProtocol, state: _SessionState,
@@ -490,6 +500,70 @@ class HASlave:
                     await self._send_ack(sock, self.store.max_offset, state, loop)
         finally:
             appends.wait_all()  # the next session starts from the store's max offset
+
+    async def _receive_direct(self, sock: socket.socket, proto: SlaveConnectionProtocol,
+                              state: _SessionState, loop: asyncio.AbstractEventLoop) -> None:
+        """The session's frames on a receive thread (:mod:`.direct`); here, the acks of its
+        appends, oldest first, as they reach the commit log, and why the thread ended."""
+        pending: collections.deque[tuple[int, concurrent.futures.Future[int]]] = collections.deque()
+        ended: list[BaseException] = []
+        wake = asyncio.Event()
+        scheduled = threading.Event()  # (a wake-up is on its way to the loop)
+
+        def notify(_: object = None) -> None:  # (any thread)
+            if not scheduled.is_set():
+                scheduled.set()
+                with contextlib.suppress(RuntimeError):  # (the loop is closed: nobody waits)
+                    loop.call_soon_threadsafe(wake.set)
+
+        def appended(start: int, done: concurrent.futures.Future[int]) -> None:
+            pending.append((start, done))
+            done.add_done_callback(notify)
+
+        def on_read() -> None:
+            state.last_read = time.monotonic()
+            state.anything_read = True
+            self.last_read_ms = int(time.time() * 1000)
+
+        def stopped(exc: BaseException) -> None:
+            ended.append(exc)
+            notify()
+
+        state.direct = True
+        state.last_read = time.monotonic()  # (the clock the thread uses; loop.time() is the same)
+        sock.setblocking(True)
+        receiver = FrameReceiver(sock, proto, self.store, on_read=on_read, appended=appended)
+        receiver.start(stopped)
+        try:
+            while True:
+                await wake.wait()
+                wake.clear()
+                scheduled.clear()
+                size = 0
+                while pending and pending[0][1].done():
+                    start, done = pending.popleft()
+                    size += done.result() - start  # (raises what the append raised)
+                if size:
+                    self._count(size, state)
+                    await self._send_ack(sock, self.store.max_offset, state, loop)
+                if ended and not pending:
+                    self._thread_ended(ended[0], state)
+        finally:
+            receiver.stop()
+            for _, done in pending:  # the next session starts from the store's max offset
+                with contextlib.suppress(Exception):
+                    done.result()
+
+    def _thread_ended(self, exc: BaseException, state: _SessionState) -> None:
+        """Raise why the receive thread ended, as the event loop's reads would have."""
+        if isinstance(exc, (PeerClosedError, ConnectionResetError)):
+            if state.authenticated and not state.anything_read:
+                raise _AuthFailedError(_REJECTED) from None  # (closed with our offset unread)
+            if isinstance(exc, PeerClosedError):
+                raise _SessionEndError(str(exc)) from None
+        if isinstance(exc, ContinuityError):
+            self._continuity_failed(exc, state)
+        raise exc
 
     async def _recv_into(self, sock: socket.socket, view: memoryview, appends: Appends,
                          state: _SessionState, loop: asyncio.AbstractEventLoop) -> int:
@@ -610,3 +684,22 @@ class _SessionState:
     #: The handshake was answered (a close before any byte then means a rejected answer).
     authenticated: bool = False
     anything_read: bool = False
+    #: The frames are read on a receive thread (the socket blocks: acks are sent without waiting).
+    direct: bool = False
+
+
+async def send_nowait(loop: asyncio.AbstractEventLoop, sock: socket.socket, data: bytes) -> None:
+    """``sock.sendall(data)`` for a blocking socket, on the event loop without blocking it
+    (``MSG_DONTWAIT``; waits for the socket to be writable when the send buffer is full)."""
+    view = memoryview(data)
+    while view:
+        with contextlib.suppress(BlockingIOError, InterruptedError):
+            view = view[sock.send(view, socket.MSG_DONTWAIT):]
+        if view:
+            writable = asyncio.Event()
+            fd = sock.fileno()
+            loop.add_writer(fd, writable.set)
+            try:
+                await writable.wait()
+            finally:
+                loop.remove_writer(fd)

@@ -1,0 +1,130 @@
+"""The slave's receive thread: frames read with blocking calls, bodies straight into the ring.
+
+A plaintext session, once the handshakes are done on the event loop, reads its frames on a
+thread of its own (:class:`FrameReceiver`): each frame's 12-byte header into a small buffer,
+then its body with ``recv_into(..., MSG_WAITALL)`` (the GIL released while the kernel copies)
+straight into the commit log's dispatch ring at the write position
+(:meth:`MessageStore.ring_space <services.broker.storage.store.MessageStore.ring_space>`), from
+where the write thread writes it direct and the reput thread dispatches it. No user-space copy
+of a replicated byte, no event-loop work per read; the event loop only sends the acks (see
+``docs/replication.md``, "The receive thread"). Bodies that cannot go into the ring (a small
+frame, a new segment, a dispatcher a ring behind) are read into a buffer of the thread's and
+appended with :meth:`MessageStore.queue_data
+<services.broker.storage.store.MessageStore.queue_data>` as before. The protocol object checks
+every header (continuity, size limit) exactly as on the event loop.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import socket
+import threading
+from collections.abc import Callable
+from typing import Final
+
+from services.broker.replication.framing import TRANSFER_HEADER_SIZE
+from services.broker.replication.protocol import SlaveConnectionProtocol
+from services.broker.storage.store import MessageStore
+
+__all__ = ["BUFFER_SIZE", "FrameReceiver", "PeerClosedError"]
+
+#: The thread's own buffer for bodies that do not go into the ring (read in pieces of this).
+BUFFER_SIZE: Final = 2 * 1024 * 1024
+
+#: An append handed to the store: where it starts, and its future (the new max offset once the
+#: bytes are in the commit log).
+Appended = Callable[[int, concurrent.futures.Future[int]], None]
+
+
+class PeerClosedError(Exception):
+    """The master closed the connection (or it was shut down to stop the thread)."""
+
+
+class FrameReceiver:
+    """Reads frames from a blocking socket and appends their bodies (see the module doc).
+
+    ``on_read`` is called after each header and body read (the session's liveness);
+    ``appended(start, future)`` after each append handed to the store, on this thread, in
+    order. :meth:`run` returns only by raising: :class:`PeerClosedError`, a
+    :class:`~services.broker.replication.errors.ProtocolError` from a bad header, an
+    ``OSError``, or what an append raised. :meth:`stop` (any thread) ends it.
+    """
+
+    def __init__(self, sock: socket.socket, proto: SlaveConnectionProtocol, store: MessageStore, *,
+                 on_read: Callable[[], None], appended: Appended) -> None:
+        self.sock = sock
+        self.proto = proto
+        self.store = store
+        self._on_read = on_read
+        self._appended = appended
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        #: Body bytes received (ring and buffer).
+        self.received = 0
+        #: Of those, bytes received straight into the ring.
+        self.received_in_ring = 0
+
+    def start(self, done: Callable[[BaseException], None]) -> None:
+        """Run on a new thread; ``done(exc)`` gets why it ended (on that thread)."""
+        def main() -> None:
+            try:
+                self.run()
+            except BaseException as exc:  # (handed over: the session reports it)
+                done(exc)
+
+        self._thread = threading.Thread(target=main, name="HASlaveReceiver", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_s: float | None = None) -> None:
+        """End :meth:`run` (shut the socket down: a blocked read returns) and wait for it."""
+        self._stopping = True
+        with contextlib.suppress(OSError):  # (already closed by the peer)
+            self.sock.shutdown(socket.SHUT_RDWR)
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout_s)
+
+    def run(self) -> None:
+        header = memoryview(bytearray(TRANSFER_HEADER_SIZE))
+        buffer: memoryview | None = None
+        proto = self.proto
+        store = self.store
+        while True:
+            self._fill(header)
+            self._on_read()
+            if proto.receive_data(header):  # (a heartbeat; a data frame's header gives no event)
+                continue
+            size = proto.frame_remaining
+            offset = proto.next_offset
+            views = store.ring_space(offset, size)
+            if views is not None:
+                for view in views:
+                    self._fill(view)
+                proto.body_received(size)
+                self._on_read()
+                self.received += size
+                self.received_in_ring += size
+                self._appended(offset, store.queue_received(offset, size))
+                continue
+            if buffer is None:
+                buffer = memoryview(bytearray(BUFFER_SIZE))
+            while proto.frame_remaining:
+                piece = buffer[:min(proto.frame_remaining, BUFFER_SIZE)]
+                self._fill(piece)
+                start = proto.body_received(len(piece))
+                self._on_read()
+                self.received += len(piece)
+                self._appended(start, store.queue_data(start, piece))
+
+    def _fill(self, view: memoryview) -> None:
+        """Read exactly ``len(view)`` bytes into ``view`` (usually one call: MSG_WAITALL)."""
+        got = 0
+        size = len(view)
+        while got < size:
+            if self._stopping:
+                raise PeerClosedError("the session is stopping")
+            n = self.sock.recv_into(view[got:], size - got, socket.MSG_WAITALL)
+            if not n:
+                raise PeerClosedError("the master closed the connection")
+            got += n
+
