@@ -116,6 +116,9 @@ class SlaveSettings:
     broker_addr: str = ""
     #: haTlsEnable: TLS, the master's certificate checked against the CA (None = plaintext).
     tls: HaTls | None = None
+    #: Plaintext frames are read on a receive thread, catch-up bodies straight into the
+    #: dispatch ring (:mod:`.direct`); False: on the event loop, as through the TLS relay.
+    receive_thread: bool = True
 
     @classmethod
     def from_config(cls, cfg: BrokerConfig, store: StoreConfig) -> SlaveSettings:
@@ -326,7 +329,7 @@ class HASlave:
             except TimeoutError:
                 raise _SessionEndError(f"connect to {addr} timed out after {CONNECT_TIMEOUT_S:g}s") from None
             if self.settings.tls is None:
-                return await self._follow(sock, addr, direct=True)
+                return await self._follow(sock, addr, direct=self.settings.receive_thread)
             try:
                 stream = await connect_tls(sock, self.settings.tls, CONNECT_TIMEOUT_S)
             except (OSError, TimeoutError) as exc:
