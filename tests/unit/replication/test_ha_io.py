@@ -25,7 +25,7 @@ from services.broker.replication import (
     encode_heartbeat,
     encode_transfer_header,
 )
-from services.broker.replication import slave as slave_module
+from services.broker.replication import receive as receive_module
 from services.broker.replication.master import HAMaster
 from services.broker.replication.master_settings import MasterSettings
 from services.broker.replication.slave import HASlave, SlaveSettings, is_record_boundary
@@ -704,7 +704,7 @@ async def test_a_failing_queued_append_ends_the_session_and_is_reported_once(
         return real_append(start, pieces)  # type: ignore[arg-type]
 
     monkeypatch.setattr(slave_store, "queue_data", fail_once)
-    monkeypatch.setattr(slave_module, "_THREADED_APPEND", 1)  # every append on the writer thread
+    monkeypatch.setattr(receive_module, "_THREADED_APPEND", 1)  # every append on the writer thread
     with caplog.at_level(logging.WARNING):
         async with running_master(master_store, sync_from_earliest=True) as master, \
                 running_slave(slave_store, slave_settings(f"127.0.0.1:{master.port}",
