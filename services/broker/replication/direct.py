@@ -25,12 +25,17 @@ from typing import Final
 
 from services.broker.replication.framing import TRANSFER_HEADER_SIZE
 from services.broker.replication.protocol import SlaveConnectionProtocol
+from services.broker.storage.segment import DIRECT_MIN
 from services.broker.storage.store import MessageStore
 
-__all__ = ["BUFFER_SIZE", "FrameReceiver", "PeerClosedError"]
+__all__ = ["BUFFER_SIZE", "HAND_BACK_BELOW", "FrameReceiver", "PeerClosedError"]
 
 #: The thread's own buffer for bodies that do not go into the ring (read in pieces of this).
 BUFFER_SIZE: Final = 2 * 1024 * 1024
+
+#: A frame smaller than this (the master's frames after a catch-up), or a heartbeat, hands the
+#: stream back to the event loop (a bulk append's least: ``DIRECT_MIN``).
+HAND_BACK_BELOW: Final = DIRECT_MIN
 
 #: An append handed to the store: where it starts, and its future (the new max offset once the
 #: bytes are in the commit log).
@@ -60,41 +65,56 @@ class FrameReceiver:
         self._appended = appended
         self._stopping = False
         self._thread: threading.Thread | None = None
+        self._buffer: memoryview | None = None
         #: Body bytes received (ring and buffer).
         self.received = 0
         #: Of those, bytes received straight into the ring.
         self.received_in_ring = 0
 
-    def start(self, done: Callable[[BaseException], None]) -> None:
-        """Run on a new thread; ``done(exc)`` gets why it ended (on that thread)."""
+    def start(self, done: Callable[[BaseException | None], None]) -> None:
+        """Run on a new thread; ``done(exc)`` gets why it ended (on that thread): None when it
+        handed the stream back."""
         def main() -> None:
             try:
                 self.run()
             except BaseException as exc:  # (handed over: the session reports it)
                 done(exc)
+            else:
+                done(None)
 
         self._thread = threading.Thread(target=main, name="HASlaveReceiver", daemon=True)
         self._thread.start()
 
-    def stop(self, timeout_s: float | None = None) -> None:
-        """End :meth:`run` (shut the socket down: a blocked read returns) and wait for it."""
+    def stop(self, timeout_s: float | None = None, *, shutdown: bool = True) -> None:
+        """End :meth:`run` (``shutdown``: shut the socket down, so a blocked read returns) and
+        wait for it."""
         self._stopping = True
-        with contextlib.suppress(OSError):  # (already closed by the peer)
-            self.sock.shutdown(socket.SHUT_RDWR)
+        if shutdown:
+            with contextlib.suppress(OSError):  # (already closed by the peer)
+                self.sock.shutdown(socket.SHUT_RDWR)
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout_s)
 
     def run(self) -> None:
+        """Receive frames, from wherever the protocol stands (the event loop's last read may
+        have ended inside a header or a body), until a heartbeat or a frame of less than
+        :data:`HAND_BACK_BELOW` bytes (completed first): the stream is steady again, the event
+        loop takes it back. Raises why it ended otherwise."""
         header = memoryview(bytearray(TRANSFER_HEADER_SIZE))
-        buffer: memoryview | None = None
         proto = self.proto
         store = self.store
+        if proto.frame_remaining:
+            self._rest_of_body()
         while True:
-            self._fill(header)
+            part = header[:TRANSFER_HEADER_SIZE - proto.buffered]
+            self._fill(part)
             self._on_read()
-            if proto.receive_data(header):  # (a heartbeat; a data frame's header gives no event)
-                continue
+            if proto.receive_data(part):  # (a heartbeat; a data frame's header gives no event)
+                return
             size = proto.frame_remaining
+            if size < HAND_BACK_BELOW:
+                self._rest_of_body()
+                return
             offset = proto.next_offset
             views = store.ring_space(offset, size)
             if views is not None:
@@ -105,16 +125,22 @@ class FrameReceiver:
                 self.received += size
                 self.received_in_ring += size
                 self._appended(offset, store.queue_received(offset, size))
-                continue
-            if buffer is None:
-                buffer = memoryview(bytearray(BUFFER_SIZE))
-            while proto.frame_remaining:
-                piece = buffer[:min(proto.frame_remaining, BUFFER_SIZE)]
-                self._fill(piece)
-                start = proto.body_received(len(piece))
-                self._on_read()
-                self.received += len(piece)
-                self._appended(start, store.queue_data(start, piece))
+            else:
+                self._rest_of_body()
+
+    def _rest_of_body(self) -> None:
+        """Receive the rest of the current frame's body into the thread's buffer and append it
+        (a body that cannot go into the ring)."""
+        proto = self.proto
+        if self._buffer is None:
+            self._buffer = memoryview(bytearray(BUFFER_SIZE))
+        while proto.frame_remaining:
+            piece = self._buffer[:min(proto.frame_remaining, BUFFER_SIZE)]
+            self._fill(piece)
+            start = proto.body_received(len(piece))
+            self._on_read()
+            self.received += len(piece)
+            self._appended(start, self.store.queue_data(start, piece))
 
     def _fill(self, view: memoryview) -> None:
         """Read exactly ``len(view)`` bytes into ``view`` (usually one call: MSG_WAITALL)."""

@@ -59,8 +59,19 @@ class SessionReceive:
         def _count(self, size: int, state: SessionState) -> None:
             ...
 
+    async def _receive_switching(self, sock: socket.socket, proto: SlaveConnectionProtocol,
+                                 state: SessionState, loop: asyncio.AbstractEventLoop) -> None:
+        """Plaintext: the event loop's reads while the stream is steady (each read appended and
+        acked at once, the shortest way for a SYNC_MASTER's ack), the receive thread from the
+        first bulk read (a catch-up) until the frames are small again."""
+        while True:
+            await self._receive(sock, proto, state, loop, hand_over=True)
+            await self._receive_direct(sock, proto, state, loop)
+
     async def _receive(self, sock: socket.socket, proto: SlaveConnectionProtocol, state: SessionState,
-                       loop: asyncio.AbstractEventLoop) -> None:
+                       loop: asyncio.AbstractEventLoop, hand_over: bool = False) -> None:
+        """The event loop's reads; with ``hand_over``, returns after the first bulk read, once
+        its append is in the commit log (the receive thread goes on from there)."""
         # Large appends queue up on the writer thread (its disk writes release the GIL), in
         # order, while reads go on into the free buffers; the protocol's data events are views
         # of a buffer, which is read into again only once its append returned.
@@ -87,6 +98,10 @@ class SessionReceive:
                     continue
                 if n >= _THREADED_APPEND or appends.running:  # (appends stay in order)
                     appends.submit(self._writer(), self._queue_append, events)
+                    if hand_over and n >= _THREADED_APPEND:
+                        while appends.running:
+                            await self._settle(appends, sock, state, loop, appends.oldest_done())
+                        return
                 else:
                     self._count(self._append(events), state)
                     await self._send_ack(sock, self.store.max_offset, state, loop)
@@ -95,10 +110,11 @@ class SessionReceive:
 
     async def _receive_direct(self, sock: socket.socket, proto: SlaveConnectionProtocol,
                               state: SessionState, loop: asyncio.AbstractEventLoop) -> None:
-        """The session's frames on a receive thread (:mod:`.direct`); here, the acks of its
-        appends, oldest first, as they reach the commit log, and why the thread ended."""
+        """The session's frames on a receive thread (:mod:`.direct`), from wherever ``proto``
+        stands; here, the acks of its appends, oldest first, as they reach the commit log, and
+        why the thread ended. Returns when the thread handed the stream back (small frames)."""
         pending: collections.deque[tuple[int, concurrent.futures.Future[int]]] = collections.deque()
-        ended: list[BaseException] = []
+        ended: list[BaseException | None] = []
         wake = asyncio.Event()
         scheduled = threading.Event()  # (a wake-up is on its way to the loop)
 
@@ -117,15 +133,14 @@ class SessionReceive:
             state.anything_read = True
             self.last_read_ms = int(time.time() * 1000)
 
-        def stopped(exc: BaseException) -> None:
+        def stopped(exc: BaseException | None) -> None:
             ended.append(exc)
             notify()
 
-        state.direct = True
-        state.last_read = time.monotonic()  # (the clock the thread uses; loop.time() is the same)
         sock.setblocking(True)
         receiver = FrameReceiver(sock, proto, self.store, on_read=on_read, appended=appended)
         receiver.start(stopped)
+        handed_back = False
         try:
             while True:
                 await wake.wait()
@@ -139,12 +154,17 @@ class SessionReceive:
                     self._count(size, state)
                     await self._send_ack(sock, self.store.max_offset, state, loop)
                 if ended and not pending:
-                    self._thread_ended(ended[0], state)
+                    if ended[0] is not None:
+                        self._thread_ended(ended[0], state)
+                    handed_back = True
+                    return
         finally:
-            receiver.stop()
+            receiver.stop(shutdown=not handed_back)
             for _, done in pending:  # the next session starts from the store's max offset
                 with contextlib.suppress(Exception):
                     done.result()
+            if handed_back:
+                sock.setblocking(False)
 
     def _thread_ended(self, exc: BaseException, state: SessionState) -> None:
         """Raise why the receive thread ended, as the event loop's reads would have."""

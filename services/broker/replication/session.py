@@ -62,8 +62,6 @@ class SessionState:
     #: The handshake was answered (a close before any byte then means a rejected answer).
     authenticated: bool = False
     anything_read: bool = False
-    #: The frames are read on a receive thread (the socket blocks: acks are sent without waiting).
-    direct: bool = False
 
 
 async def send_nowait(loop: asyncio.AbstractEventLoop, sock: socket.socket, data: bytes) -> None:

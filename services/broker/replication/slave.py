@@ -310,8 +310,8 @@ class HASlave(SessionReceive):
                 sock.close()
 
     async def _follow(self, sock: socket.socket, addr: str, *, direct: bool = False) -> bool:
-        """The handshakes, then the frames: on a receive thread in plaintext (``direct``), on
-        the event loop through the TLS relay."""
+        """The handshakes, then the frames: in plaintext (``direct``) on a receive thread while
+        catching up, on the event loop otherwise and through the TLS relay."""
         loop = asyncio.get_running_loop()
         store = self.store
         answer = await self._authenticate(sock, loop) if self.settings.auth_secret else b""
@@ -330,7 +330,7 @@ class HASlave(SessionReceive):
         log.info("connected to master", extra={"master_ha_addr": addr, "request_offset": start_offset,
                                                "authenticated": authenticated})
         await self._send_ack(sock, start_offset, state, loop, prefix=answer)
-        receiver = asyncio.create_task(self._receive_direct(sock, proto, state, loop) if direct
+        receiver = asyncio.create_task(self._receive_switching(sock, proto, state, loop) if direct
                                        else self._receive(sock, proto, state, loop))
         keeper = asyncio.create_task(self._keep_alive(sock, state, loop))
         try:
@@ -429,10 +429,8 @@ class HASlave(SessionReceive):
                         loop: asyncio.AbstractEventLoop, prefix: bytes = b"") -> None:
         data = prefix + encode_ack(offset) if prefix else encode_ack(offset)
         async with self._ack_lock:  # heartbeats and acks never interleave on the wire
-            if state.direct:  # (a blocking socket: the receive thread reads it)
-                await send_nowait(loop, sock, data)
-            else:
-                await loop.sock_sendall(sock, data)
+            # (without waiting also while the socket blocks: the receive thread reads it)
+            await send_nowait(loop, sock, data)
         state.last_ack = loop.time()
 
     def _continuity_failed(self, exc: ContinuityError, state: SessionState) -> None:

@@ -73,30 +73,38 @@ def receiver_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == "HASlaveReceiver"]
 
 
+@pytest.mark.parametrize("handover", ["inside a header", "inside a body"])
 async def test_frames_cut_anywhere_by_the_network_are_received_whole(
-        big: tuple[MessageStore, MessageStore], monkeypatch: pytest.MonkeyPatch) -> None:
-    """Headers and bodies arrive in pieces (a header cut in two, bodies in three): bulk bodies
-    still go straight into the ring, small ones through the thread's buffer, every ack covers
+        big: tuple[MessageStore, MessageStore], monkeypatch: pytest.MonkeyPatch, handover: str) -> None:
+    """A first bulk read hands the stream to the receive thread wherever it ends (inside the
+    next header, or inside a body); then headers and bodies arrive in pieces (a header cut in
+    two, bodies in three): bulk bodies still go straight into the ring, the small frames at the
+    end through the thread's buffer (the first of them hands the stream back), every ack covers
     only what is in the file, and the log is the master's byte for byte."""
     master_store, slave_store = big
     fill(master_store, 1500)  # ~1.6 MB
     end = master_store.max_offset
     frames = transfer_frames(master_store, 96 * 1024)
     frames[-1:] = transfer_frames_from(master_store, frames, 3000)  # (the tail in small frames)
-    pieces: list[bytes] = []
-    for frame in frames:
+    cut = 7 if handover == "inside a header" else 12 + 5000
+    stream = b"".join(frames)
+    first = len(frames[0]) + len(frames[1]) + cut
+    pieces = [stream[:first]]
+    rest = stream[first:]
+    at = len(frames[2]) - cut  # the rest of the third frame, then each frame in pieces
+    pieces.append(rest[:at])
+    for frame in frames[3:]:
         body = frame[12:]
         third = len(body) // 3
         pieces += [frame[:5], frame[5:12], body[:third], body[third:2 * third], body[2 * third:]]
     acks: list[tuple[int, int]] = []
-    cut = burst_master(pieces, 0.002, lambda ack: acks.append((ack, slave_store.max_offset)))
+    bursty = burst_master(pieces, 0.002, lambda ack: acks.append((ack, slave_store.max_offset)))
     ring = spy_ring(slave_store, monkeypatch)
-    async with FakeMaster(cut) as fake, running_slave(slave_store, slave_settings(fake.addr)) as slave:
+    async with FakeMaster(bursty) as fake, running_slave(slave_store, slave_settings(fake.addr)) as slave:
         await until(lambda: any(ack == end for ack, _ in acks), 10.0, "the slave acked everything")
         sessions = (slave.reconnects, fake.connections)
     assert sessions == (0, 1)
-    assert ring.count(1) >= 10  # the bulk frames: in place
-    assert 0 in ring  # the last, small ones: through the buffer
+    assert ring.count(1) >= 10  # the bulk frames after the first read: in place
     assert all(ack <= in_file for ack, in_file in acks)
     assert [ack for ack, _ in acks] == sorted(ack for ack, _ in acks)
     assert logs_identical(master_store, slave_store)
@@ -141,12 +149,14 @@ async def test_a_catch_up_wraps_the_ring_and_crosses_segments(
 
 @pytest.mark.parametrize("bad", ["gap", "too large"])
 async def test_a_bad_frame_closes_the_connection_with_a_log_line_and_keeps_what_came_before(
-        big: tuple[MessageStore, MessageStore], caplog: pytest.LogCaptureFixture, bad: str) -> None:
+        big: tuple[MessageStore, MessageStore], caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch, bad: str) -> None:
     master_store, slave_store = big
+    ring = spy_ring(slave_store, monkeypatch)
     fill(master_store, 400)
     frames = transfer_frames(master_store, 96 * 1024)
     good = b"".join(frames[:2])
-    good_end = int.from_bytes(frames[1][:8], "big") + len(frames[1]) - 12
+    good_end = int.from_bytes(frames[2][:8], "big") + len(frames[2]) - 12
     if bad == "gap":  # a frame that does not start where the log ends
         wrong = encode_transfer_header(good_end + 1088, 100) + bytes(100)
     else:  # larger than any slave accepts
@@ -155,8 +165,11 @@ async def test_a_bad_frame_closes_the_connection_with_a_log_line_and_keeps_what_
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         requests.append(int.from_bytes(await reader.readexactly(8), "big"))
-        if len(requests) == 1:
-            writer.write(good + wrong)
+        if len(requests) == 1:  # a bulk read (the thread takes over), a frame, the wrong one
+            for burst in (good, frames[2], wrong):
+                writer.write(burst)
+                await writer.drain()
+                await asyncio.sleep(0.05)
         else:
             writer.write(encode_heartbeat(requests[-1]))
         await writer.drain()
@@ -172,13 +185,15 @@ async def test_a_bad_frame_closes_the_connection_with_a_log_line_and_keeps_what_
     ended = [r for r in caplog.records if r.getMessage() == "replication session ended"]
     kind = "ContinuityError" if bad == "gap" else "FrameTooLargeError"
     assert any(getattr(r, "kind", "") == kind for r in ended), [r.__dict__ for r in ended]
-    assert bytes(slave_store.get_data(0, good_end).data) == b"".join(f[12:] for f in frames[:2])  # type: ignore[union-attr]
+    assert 1 in ring  # the third frame went into the ring: the thread read the wrong header
+    assert bytes(slave_store.get_data(0, good_end).data) == b"".join(f[12:] for f in frames[:3])  # type: ignore[union-attr]
 
 
 async def test_stop_during_a_catch_up_ends_the_receive_thread_at_once(
         big: tuple[MessageStore, MessageStore]) -> None:
     """A stop while the thread waits in the middle of a 1 MiB body: it returns promptly, the
-    thread is gone, the partial frame is not in the log and the whole frames before it are."""
+    thread is gone, and the log holds the master's bytes up to where they stopped coming (the
+    event loop's first bulk read appends whatever part of a frame it holds)."""
     master_store, slave_store = big
     fill(master_store, 3000)
     frames = transfer_frames(master_store, MIB)
@@ -197,7 +212,7 @@ async def test_stop_during_a_catch_up_ends_the_receive_thread_at_once(
                 pass
 
     async with FakeMaster(serve) as fake, running_slave(slave_store, slave_settings(fake.addr)) as slave:
-        await until(lambda: slave_store.max_offset == first_end, 5.0, "the first frame is in")
+        await until(lambda: slave_store.max_offset >= first_end, 5.0, "the first frame is in")
         await sent.wait()
         await until(lambda: receiver_threads(), 2.0, "the receive thread runs")
         started = time.monotonic()
@@ -205,4 +220,9 @@ async def test_stop_during_a_catch_up_ends_the_receive_thread_at_once(
         took = time.monotonic() - started
     assert took < 2.0
     await until(lambda: not receiver_threads(), 2.0, "the receive thread ended")
-    assert slave_store.max_offset == first_end
+    held = slave_store.max_offset
+    assert first_end <= held < first_end + 300 * 1024
+    data = slave_store.get_data(0, held)
+    assert data is not None and data.size == held
+    with data:
+        assert bytes(data.data) == whole[12:] + stalled[12:][:held - first_end]
