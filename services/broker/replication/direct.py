@@ -28,10 +28,16 @@ from services.broker.replication.protocol import SlaveConnectionProtocol
 from services.broker.storage.segment import DIRECT_MIN
 from services.broker.storage.store import MessageStore
 
-__all__ = ["BUFFER_SIZE", "HAND_BACK_BELOW", "FrameReceiver", "PeerClosedError"]
+__all__ = ["BUFFER_SIZE", "HAND_BACK_BELOW", "HAND_OVER_MIN", "FrameReceiver", "PeerClosedError"]
 
 #: The thread's own buffer for bodies that do not go into the ring (read in pieces of this).
 BUFFER_SIZE: Final = 2 * 1024 * 1024
+
+#: The event loop hands the stream to the receive thread after a bulk read that holds a frame of
+#: at least this many bytes: only a master catching a slave up sends them (``CATCHUP_BATCH_SIZE``
+#: frames; a steady stream's are ``haTransferBatchSize``, 32 KiB by default, and stays on the
+#: loop, where a read of many small frames is one append and one ack).
+HAND_OVER_MIN: Final = 256 * 1024
 
 #: A frame smaller than this (the master's frames after a catch-up), or a heartbeat, hands the
 #: stream back to the event loop (a bulk append's least: ``DIRECT_MIN``).

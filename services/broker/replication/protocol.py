@@ -328,6 +328,7 @@ class SlaveConnectionProtocol:
         self._check_heartbeats = check_heartbeats
         self._header = bytearray()  # a partial header (< 12 bytes)
         self._remaining = 0  # body bytes of the current frame still to come
+        self._frame_size = 0  # body bytes of the last data frame
         self._failure: ProtocolError | None = None
 
     @property
@@ -357,6 +358,11 @@ class SlaveConnectionProtocol:
     def frame_remaining(self) -> int:
         """Body bytes of the current frame not received yet."""
         return self._remaining
+
+    @property
+    def frame_size(self) -> int:
+        """Body bytes of the last data frame whose header was decoded (0 before any)."""
+        return self._frame_size
 
     @property
     def failed(self) -> ProtocolError | None:
@@ -421,6 +427,7 @@ class SlaveConnectionProtocol:
                 self._next_offset = offset
                 self._has_data = True
                 self._remaining = size
+                self._frame_size = size
 
     def _check_header(self, offset: int, size: int) -> None:
         if offset >> 32 == AUTH_MAGIC_HIGH:

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final
 
 from services.broker.replication.appends import Appends, Write, chain
-from services.broker.replication.direct import FrameReceiver, PeerClosedError
+from services.broker.replication.direct import HAND_OVER_MIN, FrameReceiver, PeerClosedError
 from services.broker.replication.errors import ContinuityError, ProtocolError
 from services.broker.replication.events import DataReceived, Event
 from services.broker.replication.protocol import SlaveConnectionProtocol
@@ -63,15 +63,16 @@ class SessionReceive:
                                  state: SessionState, loop: asyncio.AbstractEventLoop) -> None:
         """Plaintext: the event loop's reads while the stream is steady (each read appended and
         acked at once, the shortest way for a SYNC_MASTER's ack), the receive thread from the
-        first bulk read (a catch-up) until the frames are small again."""
+        first bulk read of a catch-up (a frame of ``HAND_OVER_MIN`` bytes or more) until the
+        frames are small again."""
         while True:
             await self._receive(sock, proto, state, loop, hand_over=True)
             await self._receive_direct(sock, proto, state, loop)
 
     async def _receive(self, sock: socket.socket, proto: SlaveConnectionProtocol, state: SessionState,
                        loop: asyncio.AbstractEventLoop, hand_over: bool = False) -> None:
-        """The event loop's reads; with ``hand_over``, returns after the first bulk read, once
-        its append is in the commit log (the receive thread goes on from there)."""
+        """The event loop's reads; with ``hand_over``, returns after the first bulk read of a
+        catch-up, once its append is in the commit log (the receive thread goes on from there)."""
         # Large appends queue up on the writer thread (its disk writes release the GIL), in
         # order, while reads go on into the free buffers; the protocol's data events are views
         # of a buffer, which is read into again only once its append returned.
@@ -98,7 +99,7 @@ class SessionReceive:
                     continue
                 if n >= _THREADED_APPEND or appends.running:  # (appends stay in order)
                     appends.submit(self._writer(), self._queue_append, events)
-                    if hand_over and n >= _THREADED_APPEND:
+                    if hand_over and proto.frame_size >= HAND_OVER_MIN:  # (a catch-up)
                         while appends.running:
                             await self._settle(appends, sock, state, loop, appends.oldest_done())
                         return
