@@ -165,9 +165,10 @@ def run_slave(root: str, index: bool, source: MessageStore, count: int, warmup_b
         after = threads_cpu()
         n = count * (end - measured_from) / total
         per = 1e6 / n
-        threads = ", ".join(f"{name} {(cpu - before.get(name, 0.0)) * per:.2f}"
-                            for name, cpu in sorted(after.items())
-                            if name in SLAVE_THREADS and cpu > before.get(name, 0.0))
+        used = {name: (cpu - before.get(name, 0.0)) * per for name, cpu in after.items()}
+        # (an index thread of the previous round may still be ending: under 0.005 is none)
+        threads = ", ".join(f"{name} {us:.2f}" for name, us in sorted(used.items())
+                            if name in SLAVE_THREADS and us >= 0.005)
         print(f"    index {'on ' if index else 'off'}: {threads} us/msg, process {took.cpu * per:.2f} us/msg")
         return n / took.wall, n / took.cpu
 
