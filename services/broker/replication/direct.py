@@ -1,7 +1,8 @@
 """The slave's receive thread: frames read with blocking calls, bodies straight into the ring.
 
-A plaintext session, once the handshakes are done on the event loop, reads its frames on a
-thread of its own (:class:`FrameReceiver`): each frame's 12-byte header into a small buffer,
+A plaintext session catching up (the master's frames are large) reads its frames on a thread
+of its own (:class:`FrameReceiver`), until they are small again: each frame's 12-byte header
+into a small buffer,
 then its body with ``recv_into(..., MSG_WAITALL)`` (the GIL released while the kernel copies)
 straight into the commit log's dispatch ring at the write position
 (:meth:`MessageStore.ring_space <services.broker.storage.store.MessageStore.ring_space>`), from
