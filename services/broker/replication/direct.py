@@ -58,7 +58,8 @@ class FrameReceiver:
 
     ``on_read`` is called after each header and body read (the session's liveness);
     ``appended(start, future)`` after each append handed to the store, on this thread, in
-    order. :meth:`run` returns only by raising: :class:`PeerClosedError`, a
+    order. :meth:`run` returns when it hands the stream back to the event loop, and raises
+    otherwise: :class:`PeerClosedError`, a
     :class:`~services.broker.replication.errors.ProtocolError` from a bad header, an
     ``OSError``, or what an append raised. :meth:`stop` (any thread) ends it.
     """
