@@ -4,14 +4,15 @@ A consumer decodes every message it receives, so this is the client's per-messag
 record it does at once only what cannot wait or costs little: one precompiled unpack of the
 header integers, the range checks that make the whole reply trustworthy, the body copy with its
 CRC check (ISA-L's CRC-32, the broker's; zlib's result) and the topic and queue (shared by the
-messages of a queue). The fields that cost most to build and that many consumers never read
-(tags, keys, properties, message id, hosts) are left unset: the first read of any of them
+messages of a queue). The fields that cost most to build or that many consumers never read
+(commit-log offset, store timestamp, reconsume times, tags, keys, properties, message id,
+hosts) are left unset: the first read of any of them
 decodes them, once, from the reply (:class:`Reply`), for every message of the reply still in the
 list the decoder returned (a consumer that reads one such field usually reads it of every
 message), and tells the reader's :class:`DecodeHint`: its next replies are decoded whole at once.
-A reply of like records (one body, topic and properties size: one producer's batch) is read in
-one ``struct.iter_unpack`` pass and checked on whole columns (:func:`_decode_uniform`); others
-record by record. A message gives what the reference decoder
+A reply of like records (one body, topic and properties size: one producer's batch) is checked
+on byte columns and read in one ``struct.iter_unpack`` pass of what its messages get
+(:func:`_check_uniform`); others record by record. A message gives what the reference decoder
 (:func:`pocketmq.wire.record.decode_record`) gives; a property test checks that they agree.
 """
 
@@ -132,7 +133,7 @@ class Reply:
 
     __slots__ = ("data", "hint", "messages")
 
-    def __init__(self, data: bytes, messages: Messages, hint: DecodeHint | None) -> None:
+    def __init__(self, data: bytes | memoryview, messages: Messages, hint: DecodeHint | None) -> None:
         self.data = data
         self.messages: weakref.ReferenceType[Messages] | None = weakref.ref(messages)
         self.hint = hint
@@ -170,7 +171,7 @@ class Reply:
             if props_at == record_end:
                 props, tags, keys = _NO_PROPERTIES
             else:
-                props_raw = data[props_at:record_end]
+                props_raw = bytes(data[props_at:record_end])  # (the reply may be a memoryview)
                 hit = property_sets.get(props_raw)
                 props, tags, keys = hit if hit is not None else _property_set(props_raw)
             born = hosts.get(born_raw) or _host(born_raw)
@@ -211,7 +212,7 @@ class _Layout:
         self.fields = struct.Struct(f"{_UNIFORM_HEADER}{body_len}s{tail}s{props_len}x")
 
 
-def _uniform_layout(data: bytes) -> _Layout | None:
+def _uniform_layout(data: bytes | memoryview) -> _Layout | None:
     """The layout of the first record, if every record of ``data`` may have it (the reply's
     length is a multiple of its size). None if not, or if the first record is not sane."""
     try:
@@ -241,7 +242,7 @@ def _uniform_layout(data: bytes) -> _Layout | None:
 Uniform = tuple[int, int, bytes, tuple[int, ...], tuple[int, ...], tuple[bytes, ...]]
 
 
-def _check_uniform(data: bytes) -> Uniform | None:
+def _check_uniform(data: bytes | memoryview) -> Uniform | None:
     """A reply whose records all have one layout (one body, topic and properties size: a batch
     of like messages, the common case), checked whole: the header bytes every record has alike
     (sizes, magic, queue id) compared as columns of the reply's bytes, the records read in one
@@ -254,7 +255,7 @@ def _check_uniform(data: bytes) -> Uniform | None:
     size = layout.size
     n = len(data) // size
     for at in _UNIFORM_ALIKE:
-        column = data[at::size]  # that byte of every record
+        column = bytes(data[at::size])  # that byte of every record (bytes(a bytes) is itself)
         if column.count(column[:1]) != n:
             return None
     crcs, queue_offsets, borns, bodies, tails = zip(*layout.fields.iter_unpack(data))  # noqa: B905
@@ -297,7 +298,7 @@ class Pending:
 
     __slots__ = ("_broker_name", "_built", "_checked", "_data", "_hint", "queue_offsets")
 
-    def __init__(self, data: bytes, broker_name: str, hint: DecodeHint | None,
+    def __init__(self, data: bytes | memoryview, broker_name: str, hint: DecodeHint | None,
                  checked: Uniform | None, built: Messages | None,
                  queue_offsets: tuple[int, ...]) -> None:
         self._data = data
@@ -326,10 +327,11 @@ def decode_pending(data: bytes | bytearray | memoryview, broker_name: str,
                    hint: DecodeHint | None = None) -> Pending:
     """:func:`decode_received`, the messages built when first asked for (see :class:`Pending`).
     Raises :class:`RecordError` on bytes that are not valid records, as it does."""
-    if type(data) is not bytes:
+    if type(data) is not bytes and (type(data) is not memoryview or data.format != "B"
+                                    or not data.c_contiguous):
         data = bytes(data)
     if hint is None or not hint.eager:
-        checked = _check_uniform(data)
+        checked = _check_uniform(data)  # (a view of the bytes gRPC delivered is read in place)
         if checked is not None:
             return Pending(data, broker_name, hint, checked, None, checked[3])
     built = decode_received(data, broker_name, hint)

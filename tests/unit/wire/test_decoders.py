@@ -374,6 +374,11 @@ def test_a_pending_reply_builds_the_reference_messages(
     pending = decode_pending_records(data, broker, hint)
     assert pending.messages() == reference_decode(data, broker)
     assert pending_decode(data, broker) == reference_decode(data, broker)
+    # Read in place from a view of a larger buffer (a stream's reply as gRPC delivered it).
+    view = memoryview(b"\x0a" + data + b"\x00\x01")[1:-2]
+    in_place = decode_pending_records(view, broker, hint)
+    assert in_place.messages() == reference_decode(data, broker)
+    assert all(type(m.body) is bytes and type(m.msg_id) is str for m in in_place.messages())
 
 
 @settings(max_examples=200)
