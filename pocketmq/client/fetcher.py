@@ -29,6 +29,7 @@ from pocketmq.client.subscription import Batch, ConsumerSettings, ProcessQueue, 
 from pocketmq.client.tags import TagFilter
 from pocketmq.client.transport import BrokerCaller
 from pocketmq.errors import NoRouteError, PocketMQError, RequestTimeoutError, UnimplementedError
+from pocketmq.wire.protoscan import Span
 
 log = logging.getLogger("pocketmq.client")
 
@@ -107,7 +108,7 @@ class Fetcher:
             reset_generation=self.state.reset_generations.get(q.topic, 0))
 
     async def _apply_reply(self, pq: ProcessQueue, filt: TagFilter, reply: broker_pb2.PullMessageResponse,
-                           timer: asyncio.Timeout | None = None, records: memoryview | None = None) -> bool:
+                           timer: asyncio.Timeout | None = None, records: Span | None = None) -> bool:
         """Deliver what a pull reply (unary or streamed) found; False when its offset was
         illegal (the queue's offset was corrected: pull again from there). ``timer``, the
         stream's read timeout, is disarmed before anything here waits (a full buffer, a commit,
@@ -140,7 +141,7 @@ class Fetcher:
 
     @staticmethod
     def accept(pq: ProcessQueue, filt: TagFilter, reply: broker_pb2.PullMessageResponse,
-               records: memoryview | None = None) -> Batch:
+               records: Span | None = None) -> Batch:
         """Apply a FOUND / NO_NEW_MSG / NO_MATCHED_MSG reply to ``pq``: advance its next offset
         and return the messages to deliver (now in flight). Records of a subscription to every
         tag are checked now and built into messages when first asked for (see
@@ -150,7 +151,7 @@ class Fetcher:
             if reply.next_begin_offset > pq.next_offset:
                 pq.next_offset = reply.next_begin_offset
             return []
-        data: bytes | memoryview = reply.records if records is None else records
+        data: bytes | Span = reply.records if records is None else records
         next_offset = pq.next_offset
         if data and filt.matches_all:
             pending = decode_pending_records(data, pq.queue.broker_name, pq.decode_hint)
@@ -163,7 +164,8 @@ class Fetcher:
                 return pending
             messages: list[ReceivedMessage] = pending.messages()
         elif data:
-            messages = decode_records(data, pq.queue.broker_name, pq.decode_hint)
+            messages = decode_records(data.tobytes() if isinstance(data, Span) else data,
+                                      pq.queue.broker_name, pq.decode_hint)
         else:
             messages = [from_message_ext(m, pq.queue.broker_name) for m in reply.messages]
         if not filt.matches_all:

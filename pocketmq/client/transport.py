@@ -34,7 +34,7 @@ from pocketmq.namesrv.v1 import namesrv_pb2, namesrv_pb2_grpc
 from pocketmq.wire.address import DEFAULT_NAMESRV, AddressError, parse_address_list
 from pocketmq.wire.auth import Credentials
 from pocketmq.wire.grpcauth import signing_interceptors
-from pocketmq.wire.protoscan import split_field
+from pocketmq.wire.protoscan import Span, split_field
 from pocketmq.wire.tls import ClientTls, aio_channel
 
 log = logging.getLogger("pocketmq.client")
@@ -358,9 +358,9 @@ class PullStream:
     def __init__(self, call: Any, address: str) -> None:
         self._call = call
         self.address = address
-        #: The records of the reply :meth:`read` returned last, as a view of the bytes gRPC
+        #: The records of the reply :meth:`read` returned last, where they are in the bytes gRPC
         #: delivered (that reply's ``records`` field is then empty); None: they are in its field.
-        self.records: memoryview | None = None
+        self.records: Span | None = None
 
     async def read(self) -> broker_pb2.PullMessageResponse | None:
         try:

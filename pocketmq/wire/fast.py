@@ -29,6 +29,7 @@ from isal.isal_zlib import crc32
 
 from pocketmq.wire.errors import RecordError
 from pocketmq.wire.messages import MessageQueue, MessageSlots, ReceivedMessage
+from pocketmq.wire.protoscan import Span
 from pocketmq.wire.record import (
     HEADER_SIZE,
     MAGIC_CODE,
@@ -133,7 +134,7 @@ class Reply:
 
     __slots__ = ("data", "hint", "messages")
 
-    def __init__(self, data: bytes | memoryview, messages: Messages, hint: DecodeHint | None) -> None:
+    def __init__(self, data: bytes, messages: Messages, hint: DecodeHint | None) -> None:
         self.data = data
         self.messages: weakref.ReferenceType[Messages] | None = weakref.ref(messages)
         self.hint = hint
@@ -171,7 +172,7 @@ class Reply:
             if props_at == record_end:
                 props, tags, keys = _NO_PROPERTIES
             else:
-                props_raw = bytes(data[props_at:record_end])  # (the reply may be a memoryview)
+                props_raw = data[props_at:record_end]
                 hit = property_sets.get(props_raw)
                 props, tags, keys = hit if hit is not None else _property_set(props_raw)
             born = hosts.get(born_raw) or _host(born_raw)
@@ -212,19 +213,20 @@ class _Layout:
         self.fields = struct.Struct(f"{_UNIFORM_HEADER}{body_len}s{tail}s{props_len}x")
 
 
-def _uniform_layout(data: bytes | memoryview) -> _Layout | None:
-    """The layout of the first record, if every record of ``data`` may have it (the reply's
-    length is a multiple of its size). None if not, or if the first record is not sane."""
+def _uniform_layout(data: bytes, start: int, end: int) -> _Layout | None:
+    """The layout of the first record of ``data[start:end]``, if every record there may have it
+    (the length is a multiple of its size). None if not, or if the first record is not sane."""
     try:
-        total, magic, *_, body_len = _HEADER.unpack_from(data)
+        total, magic, *_, body_len = _HEADER.unpack_from(data, start)
     except struct.error:
         return None
     body_end = HEADER_SIZE + body_len
-    if magic != MAGIC_CODE or body_len < 0 or total < body_end + 3 or len(data) % total:
+    if (magic != MAGIC_CODE or body_len < 0 or total < body_end + 3 or (end - start) % total
+            or end > len(data)):
         return None
-    topic_len = data[body_end]
+    topic_len = data[start + body_end]
     props_len = total - body_end - 3 - topic_len
-    props_at = body_end + 1 + topic_len
+    props_at = start + body_end + 1 + topic_len
     if props_len < 0 or data[props_at] << 8 | data[props_at + 1] != props_len:
         return None
     key = (body_len, topic_len, props_len)
@@ -236,46 +238,50 @@ def _uniform_layout(data: bytes | memoryview) -> _Layout | None:
     return layout
 
 
-#: A uniform reply, checked (:func:`_check_uniform`): record size, queue id, the records' tail
-#: (TOPICLENGTH, TOPIC, PROPERTIESLENGTH), then the records' queue offsets, born timestamps and
-#: bodies.
-Uniform = tuple[int, int, bytes, tuple[int, ...], tuple[int, ...], tuple[bytes, ...]]
+#: A uniform reply, checked (:func:`_check_uniform`): where its records start in the bytes, the
+#: record size, the queue id, the records' tail (TOPICLENGTH, TOPIC, PROPERTIESLENGTH), then the
+#: records' queue offsets, born timestamps and bodies.
+Uniform = tuple[int, int, int, bytes, tuple[int, ...], tuple[int, ...], tuple[bytes, ...]]
 
 
-def _check_uniform(data: bytes | memoryview) -> Uniform | None:
-    """A reply whose records all have one layout (one body, topic and properties size: a batch
-    of like messages, the common case), checked whole: the header bytes every record has alike
-    (sizes, magic, queue id) compared as columns of the reply's bytes, the records read in one
-    ``struct.iter_unpack`` pass (only what their messages get when built, the CRC and the tail),
-    the tails compared and the CRCs computed with one ``map``. None when the reply is not like
-    that, or fails a check: the record-by-record decoder then decodes it or names the fault."""
-    layout = _uniform_layout(data)
+def _check_uniform(data: bytes, start: int = 0, end: int | None = None) -> Uniform | None:
+    """``data[start:end]`` if its records all have one layout (one body, topic and properties
+    size: a batch of like messages, the common case), checked whole: the header bytes every
+    record has alike (sizes, magic, queue id) compared as columns of the bytes, the records read
+    in one ``struct.iter_unpack`` pass (only what their messages get when built, the CRC and the
+    tail), the tails compared and the CRCs computed with one ``map``. None when the records are
+    not like that, or fail a check: the record-by-record decoder then decodes them or names the
+    fault."""
+    if end is None:
+        end = len(data)
+    layout = _uniform_layout(data, start, end)
     if layout is None:
         return None
     size = layout.size
-    n = len(data) // size
+    n = (end - start) // size
     for at in _UNIFORM_ALIKE:
-        column = bytes(data[at::size])  # that byte of every record (bytes(a bytes) is itself)
+        column = data[start + at:end:size]  # that byte of every record
         if column.count(column[:1]) != n:
             return None
-    crcs, queue_offsets, borns, bodies, tails = zip(*layout.fields.iter_unpack(data))  # noqa: B905
+    records = data if start == 0 and end == len(data) else memoryview(data)[start:end]
+    crcs, queue_offsets, borns, bodies, tails = zip(*layout.fields.iter_unpack(records))  # noqa: B905
     tail = tails[0]
     if tails.count(tail) != n or tuple(map(crc32, bodies)) != crcs:
         return None
-    return size, int.from_bytes(data[12:16], "big", signed=True), tail, queue_offsets, borns, bodies
+    queue_id = int.from_bytes(data[start + 12:start + 16], "big", signed=True)
+    return start, size, queue_id, tail, queue_offsets, borns, bodies
 
 
 def _build_uniform(checked: Uniform, broker_name: str, reply: Reply, out: Messages) -> None:
     """The messages of a checked uniform reply (:func:`_check_uniform`), into ``out``: each gets
     its body, queue offset and born timestamp and the reply's topic and queue here; the other
     fields are deferred."""
-    size, queue_id, tail, queue_offsets, borns, bodies = checked
+    pos, size, queue_id, tail, queue_offsets, borns, bodies = checked
     topic = tail[1:-2].decode("utf-8", "replace")
     queue = MessageQueue(topic, broker_name, queue_id)
     received = ReceivedMessage
     allocate: Any = object.__new__
     out.extend(map(allocate, repeat(MessageSlots, len(bodies))))  # allocated in one C loop
-    pos = 0
     msg: Any
     for msg, queue_offset, born_ts, body in zip(out, queue_offsets, borns, bodies, strict=True):
         msg.topic = topic
@@ -298,7 +304,7 @@ class Pending:
 
     __slots__ = ("_broker_name", "_built", "_checked", "_data", "_hint", "queue_offsets")
 
-    def __init__(self, data: bytes | memoryview, broker_name: str, hint: DecodeHint | None,
+    def __init__(self, data: bytes, broker_name: str, hint: DecodeHint | None,
                  checked: Uniform | None, built: Messages | None,
                  queue_offsets: tuple[int, ...]) -> None:
         self._data = data
@@ -323,17 +329,25 @@ class Pending:
         return built
 
 
-def decode_pending(data: bytes | bytearray | memoryview, broker_name: str,
+def decode_pending(data: bytes | bytearray | memoryview | Span, broker_name: str,
                    hint: DecodeHint | None = None) -> Pending:
     """:func:`decode_received`, the messages built when first asked for (see :class:`Pending`).
-    Raises :class:`RecordError` on bytes that are not valid records, as it does."""
-    if type(data) is not bytes and (type(data) is not memoryview or data.format != "B"
-                                    or not data.c_contiguous):
+    Raises :class:`RecordError` on bytes that are not valid records, as it does. A
+    :class:`~pocketmq.wire.protoscan.Span` (records inside a larger message) is read in place
+    when its records are alike."""
+    if isinstance(data, Span):
+        whole, start, end = data
+        if hint is None or not hint.eager:
+            checked = _check_uniform(whole, start, end)
+            if checked is not None:
+                return Pending(whole, broker_name, hint, checked, None, checked[4])
+        data = whole[start:end]
+    elif type(data) is not bytes:
         data = bytes(data)
     if hint is None or not hint.eager:
-        checked = _check_uniform(data)  # (a view of the bytes gRPC delivered is read in place)
+        checked = _check_uniform(data)
         if checked is not None:
-            return Pending(data, broker_name, hint, checked, None, checked[3])
+            return Pending(data, broker_name, hint, checked, None, checked[4])
     built = decode_received(data, broker_name, hint)
     return Pending(data, broker_name, hint, None, built, tuple(m.queue_offset for m in built))
 

@@ -10,7 +10,20 @@ format: each field is a varint key (field number << 3 | wire type) and a value: 
 
 from __future__ import annotations
 
-__all__ = ["split_field"]
+from typing import NamedTuple
+
+__all__ = ["Span", "split_field"]
+
+
+class Span(NamedTuple):
+    """``data[start:end]``, not copied out."""
+
+    data: bytes
+    start: int
+    end: int
+
+    def tobytes(self) -> bytes:
+        return self.data[self.start:self.end]
 
 
 def _varint(raw: bytes, pos: int, end: int) -> tuple[int, int]:
@@ -27,9 +40,9 @@ def _varint(raw: bytes, pos: int, end: int) -> tuple[int, int]:
     raise ValueError("truncated varint")
 
 
-def split_field(raw: bytes, number: int) -> tuple[bytes, memoryview] | None:
+def split_field(raw: bytes, number: int) -> tuple[bytes, Span] | None:
     """``raw`` (a serialized message) without its top-level field ``number``, a length-delimited
-    field (bytes, string or message), and that field's value as a view of ``raw``. None when the
+    field (bytes, string or message), and where that field's value is in ``raw``. None when the
     field is absent or occurs more than once, or ``raw`` is not well-formed at the top level
     (parse it whole then: the protobuf parser keeps the last occurrence or names the fault)."""
     pos = 0
@@ -63,4 +76,4 @@ def split_field(raw: bytes, number: int) -> tuple[bytes, memoryview] | None:
         return None
     start, value_at, value_end = found
     rest = raw[:start] + raw[value_end:] if value_end < end else raw[:start]
-    return rest, memoryview(raw)[value_at:value_end]
+    return rest, Span(raw, value_at, value_end)

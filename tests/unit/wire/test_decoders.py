@@ -17,6 +17,7 @@ from pocketmq.spark import columnar
 from pocketmq.wire import fast
 from pocketmq.wire import record as wire_record
 from pocketmq.wire.fast import DecodeHint
+from pocketmq.wire.protoscan import Span
 from services.broker.storage import record
 
 
@@ -250,7 +251,8 @@ def test_a_uniform_reply_with_one_bad_record_names_that_record(reply: tuple[byte
                                                                data: st.DataObject) -> None:
     raw, pieces = reply
     if len(set(map(len, pieces))) == 1:
-        assert fast._uniform_layout(raw) is not None  # the one-pass decoder reads (or declines) it
+        # the one-pass decoder reads (or declines) it
+        assert fast._uniform_layout(raw, 0, len(raw)) is not None
     i = data.draw(st.integers(0, len(pieces) - 1))
     at = sum(map(len, pieces[:i]))
     field = data.draw(st.sampled_from([8, len(pieces[i]) - 1]))  # BODYCRC, or the last byte
@@ -363,6 +365,12 @@ def pending_decode(data: bytes, broker_name: str) -> list[ReceivedMessage]:
     return messages
 
 
+def span_decode(data: bytes, broker_name: str) -> list[ReceivedMessage]:
+    """decode_pending_records of the records inside a larger message, built at once."""
+    records = Span(b"\x32\x00" + data + b"\x38\x01", 2, 2 + len(data))
+    return decode_pending_records(records, broker_name).messages()
+
+
 @settings(max_examples=200)
 @given(st.one_of(replies(), uniform_replies()), st.sampled_from(["broker-a", "b-ü"]), st.booleans())
 def test_a_pending_reply_builds_the_reference_messages(
@@ -374,11 +382,13 @@ def test_a_pending_reply_builds_the_reference_messages(
     pending = decode_pending_records(data, broker, hint)
     assert pending.messages() == reference_decode(data, broker)
     assert pending_decode(data, broker) == reference_decode(data, broker)
-    # Read in place from a view of a larger buffer (a stream's reply as gRPC delivered it).
-    view = memoryview(b"\x0a" + data + b"\x00\x01")[1:-2]
-    in_place = decode_pending_records(view, broker, hint)
-    assert in_place.messages() == reference_decode(data, broker)
-    assert all(type(m.body) is bytes and type(m.msg_id) is str for m in in_place.messages())
+    # Read in place from a larger message (a stream's reply as gRPC delivered it), or a view.
+    whole = b"\x0a\x05" + data + b"\x00\x01"
+    for records in (Span(whole, 2, 2 + len(data)), memoryview(whole)[2:-2]):
+        in_place = decode_pending_records(records, broker, hint)
+        assert in_place.messages() == reference_decode(data, broker)
+        assert all(type(m.body) is bytes and type(m.msg_id) is str and type(m.properties) is dict
+                   for m in in_place.messages())
 
 
 @settings(max_examples=200)
@@ -391,3 +401,4 @@ def test_a_damaged_pending_reply_fails_when_checked_not_when_built(
     at = data.draw(st.integers(0, len(raw) - 1))
     damaged[at] ^= data.draw(st.integers(1, 255))
     assert outcome(pending_decode, bytes(damaged)) == outcome(reference_decode, bytes(damaged))
+    assert outcome(span_decode, bytes(damaged)) == outcome(reference_decode, bytes(damaged))

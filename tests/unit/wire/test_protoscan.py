@@ -40,10 +40,10 @@ def test_the_records_read_in_place_and_the_rest_parse_to_the_reply(
         return
     assert split is not None
     rest, view = split
-    assert view.obj is raw and bytes(view) == reply.records  # a view, not a copy
+    assert view.data is raw and view.tobytes() == reply.records  # where it is, not a copy
     again = broker_pb2.PullMessageResponse.FromString(rest)
     assert not again.records
-    again.records = bytes(view)
+    again.records = view.tobytes()
     assert again == reply
 
 
@@ -71,7 +71,7 @@ def test_any_bytes_split_or_left_to_the_parser(
     whole, again = parse(bytes(raw)), parse(rest)
     assert (whole is None) == (again is None)
     if whole is not None and again is not None:
-        again.records = bytes(view)
+        again.records = view.tobytes()
         assert again == whole
 
 
@@ -79,7 +79,7 @@ def test_examples() -> None:
     raw = broker_pb2.PullMessageResponse(status=broker_pb2.FOUND, next_begin_offset=300, records=b"x" * 200,
                                          reset_generation=2).SerializeToString()
     split = split_field(raw, RECORDS)
-    assert split is not None and bytes(split[1]) == b"x" * 200
+    assert split is not None and split[1].tobytes() == b"x" * 200
     assert split_field(raw, 8) is None  # absent
     assert split_field(b"\x08", RECORDS) is None  # a truncated varint
     assert split_field(b"\x0b\x00", RECORDS) is None  # a group
