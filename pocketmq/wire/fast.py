@@ -61,6 +61,9 @@ _CACHE_MAX = 4096
 #: What a uniform reply's record gives when read whole (see _Layout): BODYCRC, then the fields its
 #: message gets when built, then BODY and the tail (TOPICLENGTH, TOPIC, PROPERTIESLENGTH).
 _UNIFORM_HEADER = header_format(("body_crc", "queue_offset", "born_timestamp"))
+#: What the deferred fields of a uniform reply's record need (see _Layout), hosts raw.
+_UNIFORM_REST = header_format(("physical_offset", "born_host", "store_timestamp", "store_host",
+                               "reconsume_times"), raw_hosts=True)
 #: The header bytes every record of a uniform reply has alike: TOTALSIZE, MAGICCODE, QUEUEID,
 #: BODYLENGTH (checked as columns of the reply's bytes).
 _UNIFORM_ALIKE = tuple(
@@ -202,15 +205,17 @@ def _corrupt(data: bytes, pos: int) -> RecordError:
 class _Layout:
     """How the records of a uniform reply are read: ``size`` bytes each; ``fields`` unpacks one
     record's BODYCRC, QUEUEOFFSET, BORNTIMESTAMP, BODY and tail (TOPICLENGTH, TOPIC,
-    PROPERTIESLENGTH), the other bytes skipped."""
+    PROPERTIESLENGTH), the other bytes skipped; ``rest`` what the deferred fields need, for a
+    reader of them (PHYSICALOFFSET, the hosts, STORETIMESTAMP, RECONSUMETIMES, properties)."""
 
-    __slots__ = ("fields", "size")
+    __slots__ = ("fields", "rest", "size")
 
     def __init__(self, size: int, body_len: int, topic_len: int) -> None:
         tail = 3 + topic_len
         self.size = size
         props_len = size - HEADER_SIZE - body_len - tail
         self.fields = struct.Struct(f"{_UNIFORM_HEADER}{body_len}s{tail}s{props_len}x")
+        self.rest = struct.Struct(f"{_UNIFORM_REST}{body_len + tail}x{props_len}s")
 
 
 def _uniform_layout(data: bytes, start: int, end: int) -> _Layout | None:
@@ -238,10 +243,10 @@ def _uniform_layout(data: bytes, start: int, end: int) -> _Layout | None:
     return layout
 
 
-#: A uniform reply, checked (:func:`_check_uniform`): where its records start in the bytes, the
-#: record size, the queue id, the records' tail (TOPICLENGTH, TOPIC, PROPERTIESLENGTH), then the
-#: records' queue offsets, born timestamps and bodies.
-Uniform = tuple[int, int, int, bytes, tuple[int, ...], tuple[int, ...], tuple[bytes, ...]]
+#: A uniform reply, checked (:func:`_check_uniform`): the bytes and where its records start in
+#: them, the layout, the queue id, the records' tail (TOPICLENGTH, TOPIC, PROPERTIESLENGTH), then
+#: the records' queue offsets, born timestamps and bodies.
+Uniform = tuple[bytes, int, _Layout, int, bytes, tuple[int, ...], tuple[int, ...], tuple[bytes, ...]]
 
 
 def _check_uniform(data: bytes, start: int = 0, end: int | None = None) -> Uniform | None:
@@ -269,20 +274,25 @@ def _check_uniform(data: bytes, start: int = 0, end: int | None = None) -> Unifo
     if tails.count(tail) != n or tuple(map(crc32, bodies)) != crcs:
         return None
     queue_id = int.from_bytes(data[start + 12:start + 16], "big", signed=True)
-    return start, size, queue_id, tail, queue_offsets, borns, bodies
+    return data, start, layout, queue_id, tail, queue_offsets, borns, bodies
 
 
-def _build_uniform(checked: Uniform, broker_name: str, reply: Reply, out: Messages) -> None:
+def _build_uniform(checked: Uniform, broker_name: str, reply: Reply | None, out: Messages) -> None:
     """The messages of a checked uniform reply (:func:`_check_uniform`), into ``out``: each gets
     its body, queue offset and born timestamp and the reply's topic and queue here; the other
-    fields are deferred."""
-    pos, size, queue_id, tail, queue_offsets, borns, bodies = checked
+    fields are deferred to ``reply``, or set here too when there is none (a reader of them:
+    see :class:`DecodeHint`)."""
+    _, pos, layout, queue_id, tail, queue_offsets, borns, bodies = checked
+    size = layout.size
     topic = tail[1:-2].decode("utf-8", "replace")
     queue = MessageQueue(topic, broker_name, queue_id)
     received = ReceivedMessage
     allocate: Any = object.__new__
     out.extend(map(allocate, repeat(MessageSlots, len(bodies))))  # allocated in one C loop
     msg: Any
+    if reply is None:
+        _build_uniform_whole(checked, topic, queue, out)
+        return
     for msg, queue_offset, born_ts, body in zip(out, queue_offsets, borns, bodies, strict=True):
         msg.topic = topic
         msg.queue = queue
@@ -293,6 +303,49 @@ def _build_uniform(checked: Uniform, broker_name: str, reply: Reply, out: Messag
         msg._position = pos
         msg.__class__ = received
         pos += size
+
+
+def _build_uniform_whole(checked: Uniform, topic: str, queue: MessageQueue, out: Messages) -> None:
+    """:func:`_build_uniform` with every field set at once (``out`` holds the allocated
+    messages): one more ``struct.iter_unpack`` pass reads what the deferred fields need."""
+    data, start, layout, _, _, queue_offsets, borns, bodies = checked
+    end = start + layout.size * len(bodies)
+    records = data if start == 0 and end == len(data) else memoryview(data)[start:end]
+    hosts = _hosts
+    property_sets = _property_sets
+    last_born = last_store = b""
+    born_host = store_host = store_hex = ""
+    received = ReceivedMessage
+    msg: Any
+    for msg, queue_offset, born_ts, body, (physical_offset, born_raw, store_ts, store_raw, reconsume,
+                                           props_raw) in zip(out, queue_offsets, borns, bodies,
+                                                             layout.rest.iter_unpack(records), strict=True):
+        msg.topic = topic
+        msg.queue = queue
+        msg.body = body
+        msg.queue_offset = queue_offset
+        msg.born_timestamp = born_ts
+        msg.commit_log_offset = physical_offset
+        msg.store_timestamp = store_ts
+        msg.reconsume_times = reconsume
+        if born_raw != last_born:
+            born_host = (hosts.get(born_raw) or _host(born_raw))[0]
+            last_born = born_raw
+        if store_raw != last_store:
+            store_host, store_hex = hosts.get(store_raw) or _host(store_raw)
+            last_store = store_raw
+        if props_raw:
+            hit = property_sets.get(props_raw)
+            props, msg.tags, msg.keys = hit if hit is not None else _property_set(props_raw)
+            msg.properties = props.copy()
+        else:
+            msg.properties = {}
+            msg.tags = ""
+            msg.keys = ()
+        msg.msg_id = f"{store_hex}{physical_offset & _U64:016X}"
+        msg.born_host = born_host
+        msg.store_host = store_host
+        msg.__class__ = received
 
 
 class Pending:
@@ -324,7 +377,10 @@ class Pending:
             checked = self._checked
             assert checked is not None
             built = self._built = Messages()
-            _build_uniform(checked, self._broker_name, Reply(self._data, built, self._hint), built)
+            hint = self._hint
+            whole = hint is not None and hint.eager  # (as it is now: a read may have set it since)
+            reply = None if whole else Reply(self._data, built, hint)
+            _build_uniform(checked, self._broker_name, reply, built)
             self._checked = None
         return built
 
@@ -337,17 +393,15 @@ def decode_pending(data: bytes | bytearray | memoryview | Span, broker_name: str
     when its records are alike."""
     if isinstance(data, Span):
         whole, start, end = data
-        if hint is None or not hint.eager:
-            checked = _check_uniform(whole, start, end)
-            if checked is not None:
-                return Pending(whole, broker_name, hint, checked, None, checked[4])
+        checked = _check_uniform(whole, start, end)
+        if checked is not None:
+            return Pending(whole, broker_name, hint, checked, None, checked[5])
         data = whole[start:end]
     elif type(data) is not bytes:
         data = bytes(data)
-    if hint is None or not hint.eager:
-        checked = _check_uniform(data)
-        if checked is not None:
-            return Pending(data, broker_name, hint, checked, None, checked[4])
+    checked = _check_uniform(data)
+    if checked is not None:
+        return Pending(data, broker_name, hint, checked, None, checked[5])
     built = decode_received(data, broker_name, hint)
     return Pending(data, broker_name, hint, None, built, tuple(m.queue_offset for m in built))
 
@@ -363,9 +417,9 @@ def decode_received(data: bytes | bytearray | memoryview, broker_name: str,
     out = Messages()
     eager = hint is not None and hint.eager
     reply = Reply(data, out, hint)
-    if not eager and (checked := _check_uniform(data)) is not None:
-        _build_uniform(checked, broker_name, reply, out)
-        return out  # (a reader of every field is served best by one pass that decodes them all)
+    if (checked := _check_uniform(data)) is not None:
+        _build_uniform(checked, broker_name, None if eager else reply, out)
+        return out
     hosts_at = _HOSTS.unpack_from
     hosts = _hosts
     property_sets = _property_sets

@@ -353,6 +353,12 @@ def test_a_reader_that_reads_deferred_fields_gets_its_next_replies_decoded_whole
     assert all(not hasattr(x, "_source") for x in second)  # nothing deferred, nothing to hold
     assert second == first == reference_decode(data, "b")
     assert second[0].properties is not second[1].properties
+    # A reply checked before its reader turned to reading those fields is built whole when handed out.
+    lazy = DecodeHint()
+    pending = decode_pending_records(data, "b", lazy)
+    lazy.eager = True
+    third = pending.messages()
+    assert all(not hasattr(x, "_source") for x in third) and third == first
 
 
 
