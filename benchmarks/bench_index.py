@@ -8,6 +8,9 @@
     - master, single: ``append_message`` per message (the SendMessage path);
     - slave: the master's commit log bytes appended with ``append_data`` (as replication does)
       and dispatched by the reput thread.
+    Each round also prints the CPU per message of the threads that do the work (for a
+    master the appending thread and the index thread; for a slave the copying, writing,
+    dispatching and index threads), so a difference can be located.
     A round ends when every message is dispatched and, with the index on, indexed: the
     figure is messages per second including the index catching up. Every message has one
     business key (KEYS) and a unique id (UNIQ_KEY, as RocketMQ producers set it): two index
@@ -43,6 +46,9 @@ from services.broker.storage.index import IndexService, key_hash
 from services.broker.storage.record import Message
 
 TOPIC = "BenchTopic"
+#: The threads of the slave case whose CPU per message is printed: copying the master's log
+#: in (main: ``append_data``), writing it, dispatching it (reput), indexing it.
+SLAVE_THREADS = ("MainThread", "CommitLogWriter", "ReputMessageService", "IndexService")
 
 
 def messages(n: int, body_size: int) -> list[Message]:
@@ -84,6 +90,22 @@ class Cpu:
 def thread_cpu(ident: int | None) -> float:
     """CPU seconds of one thread of this process (0 for none)."""
     return 0.0 if ident is None else time.clock_gettime(time.pthread_getcpuclockid(ident))
+
+
+def threads_cpu() -> dict[str, float]:
+    """CPU seconds of each live thread of this process, by thread name (threads of one name
+    added up)."""
+    out: dict[str, float] = {}
+    for thread in threading.enumerate():
+        if thread.ident is None:
+            continue
+        try:
+            cpu = thread_cpu(thread.ident)
+        except (OSError, ProcessLookupError):  # (ended meanwhile)
+            continue
+        name = thread.name.split("_")[0]  # (pool threads: CommitLogWriter_0 -> CommitLogWriter)
+        out[name] = out.get(name, 0.0) + cpu
+    return out
 
 
 def run_master(root: str, index: bool, msgs: list[Message], batch: int,
@@ -136,10 +158,18 @@ def run_slave(root: str, index: bool, source: MessageStore, count: int, warmup_b
         warm_end = copy(offset + warmup_bytes)
         wait_caught_up(store, warm_end - 64 * 1024)  # (a chunk may end inside a record)
         measured_from = store.dispatched_offset
+        before = threads_cpu()
         with Cpu() as took:
             copy(end)
             wait_caught_up(store)
+        after = threads_cpu()
         n = count * (end - measured_from) / total
+        per = 1e6 / n
+        used = {name: (cpu - before.get(name, 0.0)) * per for name, cpu in after.items()}
+        # (an index thread of the previous round may still be ending: under 0.005 is none)
+        threads = ", ".join(f"{name} {us:.2f}" for name, us in sorted(used.items())
+                            if name in SLAVE_THREADS and us >= 0.005)
+        print(f"    index {'on ' if index else 'off'}: {threads} us/msg, process {took.cpu * per:.2f} us/msg")
         return n / took.wall, n / took.cpu
 
 
