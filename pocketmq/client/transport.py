@@ -8,6 +8,7 @@ created them).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import random
@@ -25,6 +26,7 @@ from pocketmq.errors import (
     FailedPreconditionError,
     InternalError,
     InvalidArgumentError,
+    PermissionDeniedError,
     RequestTimeoutError,
     RpcError,
     UnimplementedError,
@@ -68,6 +70,10 @@ BROKER_UNARY_METHODS: dict[str, Any] = {
 
 RelayMode = Literal["direct", "relay", "auto"]
 
+#: ``mode="auto"``: how long a broker's direct channel may take to connect before its calls
+#: stay relayed (see :class:`BrokerCaller`).
+DIRECT_PROBE_S = 2.0
+
 
 def parse_addresses(value: str | Iterable[str] | None, what: str = "namesrv") -> list[str]:
     """``"h1:9876;h2:9876"`` (also ``,``-separated) or a list -> ``["h1:9876", "h2:9876"]``."""
@@ -108,6 +114,19 @@ class ChannelPool:
         if stub is None:
             stub = self._stubs[key] = getattr(broker_pb2_grpc, f"{service}Stub")(self.channel(address))
         return stub
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    async def discard(self, address: str) -> None:
+        """Close the channel to ``address`` (if any); the next use opens a new one."""
+        channel = self._channels.pop(address, None)
+        for key in [k for k in self._stubs if k[0] == address]:
+            del self._stubs[key]
+        if channel is not None:
+            with contextlib.suppress(Exception):
+                await channel.close(grace=None)
 
     async def close(self) -> None:
         self._closed = True
@@ -208,7 +227,15 @@ class BrokerCaller:
     """Unary calls to brokers, either over a direct channel to the broker's address or relayed
     by a NameServer (``mode="relay"``: the client only ever connects to NameServers, as with a
     single ``kubectl port-forward``). ``mode="auto"`` relays and falls back to direct calls when
-    the NameServer has no relay (UNIMPLEMENTED)."""
+    the NameServer has no relay (UNIMPLEMENTED); and after the first relayed call to a broker it
+    tries, in the background, to connect to the broker's address: once that connects (within
+    :data:`DIRECT_PROBE_S`), the calls to that broker go direct, one hop and one NameServer
+    call fewer each (a loop of admin calls costs about half). A broker that cannot be reached
+    from here (pod addresses behind a port-forward) stays relayed and the first call never
+    waits for the attempt. A direct call that fails with UNAVAILABLE, or is refused
+    (PERMISSION_DENIED: access control may allow the NameServer's address and not this one),
+    puts the broker back on the relay for the client's life; a refused call is relayed again
+    at once (it did not run)."""
 
     def __init__(self, pool: ChannelPool, namesrv: NamesrvClient | None, mode: RelayMode = "direct") -> None:
         if mode != "direct" and namesrv is None:
@@ -216,6 +243,51 @@ class BrokerCaller:
         self.pool = pool
         self.namesrv = namesrv
         self.mode: RelayMode = mode
+        #: ``mode="auto"``: brokers whose address connected (called direct) ...
+        self._direct: set[str] = set()
+        #: ... and every broker address tried, with the attempt while it runs.
+        self._probes: dict[str, asyncio.Task[None] | None] = {}
+
+    @property
+    def direct_addresses(self) -> frozenset[str]:
+        """``mode="auto"``: the brokers called directly (their address connected)."""
+        return frozenset(self._direct)
+
+    async def wait_probes(self) -> None:
+        """Wait until the connection attempts under way are done (``mode="auto"``)."""
+        tasks = [t for t in self._probes.values() if t is not None]
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def close(self) -> None:
+        """Stop the connection attempts under way (before the pool closes)."""
+        tasks = [t for t in self._probes.values() if t is not None]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _probe_later(self, address: str) -> None:
+        if address not in self._probes and not self.pool.closed:
+            self._probes[address] = asyncio.get_running_loop().create_task(self._probe(address))
+
+    async def _probe(self, address: str) -> None:
+        try:
+            channel = self.pool.channel(address)
+            await asyncio.wait_for(channel.channel_ready(), DIRECT_PROBE_S)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # (a timeout, a closed pool, a bad address)
+            log.debug("broker not reachable directly; calls stay relayed",
+                      extra={"broker": address, "error": repr(exc)})
+            if not self.pool.closed:
+                await self.pool.discard(address)  # (stops its reconnect attempts)
+        else:
+            if self.mode == "auto":
+                self._direct.add(address)
+                log.debug("broker reachable directly; calls go direct", extra={"broker": address})
+        finally:
+            self._probes[address] = None
 
     @property
     def relayed(self) -> bool:
@@ -245,6 +317,16 @@ class BrokerCaller:
         if self.mode == "direct":
             stub = self.pool.broker_stub(address, desc.containing_service.name)
             return await unary(getattr(stub, desc.name), request, timeout, address, method)
+        if address in self._direct:
+            stub = self.pool.broker_stub(address, desc.containing_service.name)
+            try:
+                return await unary(getattr(stub, desc.name), request, timeout, address, method)
+            except (ConnectionFailedError, PermissionDeniedError) as exc:
+                self._direct.discard(address)  # relayed from now on (never probed again)
+                log.info("direct call to a broker failed; its calls go through the NameServer again",
+                         extra={"broker": address, "method": method, "error": exc.message})
+                if isinstance(exc, ConnectionFailedError):
+                    raise  # (it may have run: not repeated)
         assert self.namesrv is not None
         try:
             data = await self.namesrv.relay(address, method, request.SerializeToString(), timeout)
@@ -264,6 +346,8 @@ class BrokerCaller:
             if not exc.address or exc.address in self.namesrv.addresses:
                 exc.address = f"{address} via NameServer {exc.address}".strip()
             raise
+        if self.mode == "auto":
+            self._probe_later(address)
         response_cls: type[ProtoMessage] = getattr(broker_pb2, desc.output_type.name)
         try:
             return response_cls.FromString(data)
