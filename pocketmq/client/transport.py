@@ -36,6 +36,7 @@ from pocketmq.namesrv.v1 import namesrv_pb2, namesrv_pb2_grpc
 from pocketmq.wire.address import DEFAULT_NAMESRV, AddressError, parse_address_list
 from pocketmq.wire.auth import Credentials
 from pocketmq.wire.grpcauth import signing_interceptors
+from pocketmq.wire.protoscan import Span, split_field
 from pocketmq.wire.tls import ClientTls, aio_channel
 
 log = logging.getLogger("pocketmq.client")
@@ -56,6 +57,8 @@ CHANNEL_OPTIONS: list[tuple[str, Any]] = [
 ]
 
 BROKER_SERVICE = broker_pb2.DESCRIPTOR.services_by_name["Broker"]
+#: PullMessageResponse.records, read in place (see PullStream.read).
+_RECORDS_FIELD = broker_pb2.PullMessageResponse.DESCRIPTOR.fields_by_name["records"].number
 #: Unary methods of the broker API, ``"Method"`` (service Broker) or ``"Service/Method"``
 #: (e.g. ``"BrokerMetadata/GetAllConsumerOffsets"``) -> method descriptor.
 BROKER_UNARY_METHODS: dict[str, Any] = {
@@ -290,14 +293,19 @@ class BrokerCaller:
     def relayed(self) -> bool:
         return self.mode != "direct"
 
-    def stream(self, address: str, method: str, request: ProtoMessage) -> Any:
+    def stream(self, address: str, method: str, request: ProtoMessage, raw_replies: bool = False) -> Any:
         """Start the server-streaming call ``method(request)`` of the Broker service at ``address``
         (direct connections only: the NameServer relays unary calls). Returns the
         ``grpc.aio.UnaryStreamCall``; read it with ``await call.read()`` and cancel it when
-        done. Errors surface as ``grpc.aio.AioRpcError`` (see :func:`pocketmq.errors.from_rpc_error`)."""
+        done; its replies are the serialized messages when ``raw_replies``. Errors surface as
+        ``grpc.aio.AioRpcError`` (see :func:`pocketmq.errors.from_rpc_error`)."""
         if self.mode != "direct":
             raise UnimplementedError(f"{method}: streaming calls are not relayed by the NameServer",
                                      address=address)
+        if raw_replies:
+            return self.pool.channel(address).unary_stream(
+                f"/{BROKER_SERVICE.full_name}/{method}", request_serializer=type(request).SerializeToString,
+                response_deserializer=None)(request)
         return getattr(self.pool.broker_stub(address, "Broker"), method)(request)
 
     async def call(self, address: str, method: str, request: ProtoMessage, timeout: float) -> Any:  # noqa: ASYNC109
@@ -365,8 +373,9 @@ class BrokerCaller:
         return reply
 
     def pull_stream(self, address: str, request: broker_pb2.PullMessageRequest) -> PullStream:
-        """Start a PullMessageStream at ``address`` (direct connections only)."""
-        return PullStream(self.stream(address, "PullMessageStream", request), address)
+        """Start a PullMessageStream at ``address`` (direct connections only). Its replies come
+        as gRPC delivered them and are parsed by :meth:`PullStream.read`."""
+        return PullStream(self.stream(address, "PullMessageStream", request, True), address)
 
     async def queue_offset(self, address: str, which: Literal["min", "max"], topic: str, queue_id: int,
                            timeout: float) -> int:  # noqa: ASYNC109
@@ -428,23 +437,37 @@ class PullStream:
     stream); :meth:`cancel` it when done. gRPC failures surface as
     :class:`~pocketmq.errors.RpcError` s."""
 
-    __slots__ = ("_call", "address")
+    __slots__ = ("_call", "address", "records")
 
     def __init__(self, call: Any, address: str) -> None:
         self._call = call
         self.address = address
+        #: The records of the reply :meth:`read` returned last, where they are in the bytes gRPC
+        #: delivered (that reply's ``records`` field is then empty); None: they are in its field.
+        self.records: Span | None = None
 
     async def read(self) -> broker_pb2.PullMessageResponse | None:
         try:
-            reply = await self._call.read()
+            raw = await self._call.read()
         except grpc.aio.AioRpcError as exc:
             raise from_rpc_error(exc, self.address, "PullMessageStream") from None
         except grpc.aio.UsageError as exc:  # the channel was closed under the call
             raise ClientClosedError(f"PullMessageStream: {exc}", address=self.address) from None
-        if reply is grpc.aio.EOF:
+        if raw is grpc.aio.EOF:
+            self.records = None
             return None
-        message: broker_pb2.PullMessageResponse = reply
-        return message
+        # The records stay where they are (parsed whole, the protobuf runtime would copy them
+        # into the message and reading them would copy them again); the rest is parsed.
+        split = split_field(raw, _RECORDS_FIELD)
+        try:
+            if split is None:
+                self.records = None
+                return broker_pb2.PullMessageResponse.FromString(raw)
+            rest, self.records = split
+            return broker_pb2.PullMessageResponse.FromString(rest)
+        except DecodeError as exc:
+            raise InternalError(f"PullMessageStream: undecodable reply ({exc})",
+                                address=self.address) from None
 
     def cancel(self) -> None:
         self._call.cancel()
