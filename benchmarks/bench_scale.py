@@ -7,7 +7,9 @@ on free loopback ports. The broker starts with a topic table of N topics already
 
 * create: ``K`` new topics of 8 queues one by one through the admin client
   (``AsyncAdmin.create_topic``, what ``pocketmq topic create`` does: a NameServer lookup, then
-  the call relayed through the NameServer), ms per topic; ``K`` more with CreateTopic straight
+  the call to the broker, relayed through the NameServer the first time and direct once the
+  broker's address connected, as ``relay="auto"`` does in a loop of admin calls; a single
+  ``pocketmq topic create`` makes one relayed call), ms per topic; ``K`` more with CreateTopic straight
   to the broker (its part of that cost); and, where the broker has it, ``K`` topics in one
   batch (``AsyncAdmin.create_topics``), ms per topic;
 * first send: one 100-byte message each to ``K`` queues that never had one (SendMessage to an

@@ -3,7 +3,9 @@
 Routes and cluster membership come from the NameServer. Calls to brokers (status, HA status,
 topic and group admin, offsets) go, by default, through a NameServer's broker relay
 (``relay="auto"``): an operator who reaches only the NameServer - one ``kubectl port-forward`` -
-can administer every broker. ``broker="host:port"`` instead talks to that one broker directly.
+can administer every broker; a broker whose own address connects is then called directly (see
+:class:`~pocketmq.client.transport.BrokerCaller`). ``broker="host:port"`` instead talks to that
+one broker directly.
 """
 
 from __future__ import annotations
@@ -87,8 +89,9 @@ class AsyncAdmin(MessageLookup, OpsMixin):
     comes from :class:`~pocketmq.client.lookup.MessageLookup`, operator actions (offset resets,
     connections, drain, live config) from :class:`~pocketmq.client.admin_ops.OpsMixin`.
 
-    ``relay``: "auto" (default: through the NameServer, direct when it
-    has no relay), "relay" (NameServer only) or "direct" (connect to broker addresses).
+    ``relay``: "auto" (default: through the NameServer, direct when it has no relay or once
+    the broker's address connected), "relay" (NameServer only) or "direct" (connect to broker
+    addresses).
     ``broker="host:port"`` addresses one broker directly for broker calls."""
 
     def __init__(

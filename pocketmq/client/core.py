@@ -46,4 +46,5 @@ class ClientCore:
 
     async def close(self) -> None:
         await self.routes.close()
+        await self.caller.close()
         await self.pool.close()

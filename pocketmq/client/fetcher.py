@@ -29,6 +29,7 @@ from pocketmq.client.subscription import Batch, ConsumerSettings, ProcessQueue, 
 from pocketmq.client.tags import TagFilter
 from pocketmq.client.transport import BrokerCaller
 from pocketmq.errors import NoRouteError, PocketMQError, RequestTimeoutError, UnimplementedError
+from pocketmq.wire.protoscan import Span
 
 log = logging.getLogger("pocketmq.client")
 
@@ -107,11 +108,12 @@ class Fetcher:
             reset_generation=self.state.reset_generations.get(q.topic, 0))
 
     async def _apply_reply(self, pq: ProcessQueue, filt: TagFilter, reply: broker_pb2.PullMessageResponse,
-                           timer: asyncio.Timeout | None = None) -> bool:
+                           timer: asyncio.Timeout | None = None, records: Span | None = None) -> bool:
         """Deliver what a pull reply (unary or streamed) found; False when its offset was
         illegal (the queue's offset was corrected: pull again from there). ``timer``, the
         stream's read timeout, is disarmed before anything here waits (a full buffer, a commit,
-        a back-off): that is not the broker being silent."""
+        a back-off): that is not the broker being silent. ``records``: the reply's records when
+        they are not in its field (see :class:`~pocketmq.client.transport.PullStream`)."""
         status = reply.status
         if reply.reset_generation > self.state.reset_generations.get(pq.queue.topic, 0):
             self.state.learn_reset(pq.queue.topic, reply.reset_generation)  # restarts this queue
@@ -123,7 +125,7 @@ class Fetcher:
                 await wait
                 if pq.dropped:  # (its next owner reads these again)
                     return True
-            messages = self.accept(pq, filt, reply)
+            messages = self.accept(pq, filt, reply, records)
             if messages and not self.offer(pq, messages):
                 if timer is not None:
                     timer.reschedule(None)
@@ -138,19 +140,21 @@ class Fetcher:
         return True
 
     @staticmethod
-    def accept(pq: ProcessQueue, filt: TagFilter, reply: broker_pb2.PullMessageResponse) -> Batch:
+    def accept(pq: ProcessQueue, filt: TagFilter, reply: broker_pb2.PullMessageResponse,
+               records: Span | None = None) -> Batch:
         """Apply a FOUND / NO_NEW_MSG / NO_MATCHED_MSG reply to ``pq``: advance its next offset
         and return the messages to deliver (now in flight). Records of a subscription to every
         tag are checked now and built into messages when first asked for (see
-        :class:`~pocketmq.wire.fast.Pending`)."""
+        :class:`~pocketmq.wire.fast.Pending`); ``records`` are the reply's when not in its
+        field."""
         if reply.status != broker_pb2.FOUND:
             if reply.next_begin_offset > pq.next_offset:
                 pq.next_offset = reply.next_begin_offset
             return []
-        records = reply.records  # one copy out of the reply
+        data: bytes | Span = reply.records if records is None else records
         next_offset = pq.next_offset
-        if records and filt.matches_all:
-            pending = decode_pending_records(records, pq.queue.broker_name, pq.decode_hint)
+        if data and filt.matches_all:
+            pending = decode_pending_records(data, pq.queue.broker_name, pq.decode_hint)
             offsets = pending.queue_offsets
             if not offsets or offsets[0] >= next_offset:  # ascending: only a re-read repeats
                 pq.next_offset = max(next_offset, reply.next_begin_offset)
@@ -159,8 +163,9 @@ class Fetcher:
                     pq.add_inflight(range(first, last + 1) if last - first + 1 == len(offsets) else offsets)
                 return pending
             messages: list[ReceivedMessage] = pending.messages()
-        elif records:
-            messages = decode_records(records, pq.queue.broker_name, pq.decode_hint)
+        elif data:
+            messages = decode_records(data.tobytes() if isinstance(data, Span) else data,
+                                      pq.queue.broker_name, pq.decode_hint)
         else:
             messages = [from_message_ext(m, pq.queue.broker_name) for m in reply.messages]
         if not filt.matches_all:
@@ -279,7 +284,7 @@ class Fetcher:
                         return
                     answered = True
                     pq.last_addr = addr
-                    if not await self._apply_reply(pq, filt, reply, timer):
+                    if not await self._apply_reply(pq, filt, reply, timer, stream.records):
                         return
                     suggested = int(reply.suggest_which_broker_id)
                     if from_master and suggested and suggested in group.addrs:

@@ -14,6 +14,7 @@ from pocketmq.errors import InternalError, InvalidArgumentError
 from pocketmq.wire.errors import RecordError
 from pocketmq.wire.fast import DecodeHint, Pending, decode_pending, decode_received
 from pocketmq.wire.messages import MessageQueue, ReceivedMessage
+from pocketmq.wire.protoscan import Span
 from pocketmq.wire.record import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_KEYS,
@@ -179,7 +180,7 @@ def decode_records(data: bytes | bytearray | memoryview, broker_name: str,
         raise InternalError(f"corrupt record in pull reply {exc}") from None
 
 
-def decode_pending_records(data: bytes | bytearray | memoryview, broker_name: str,
+def decode_pending_records(data: bytes | bytearray | memoryview | Span, broker_name: str,
                            hint: DecodeHint | None = None) -> Pending:
     """:func:`decode_records`, checked now, the messages built when first asked for
     (:class:`~pocketmq.wire.fast.Pending`). Raises :class:`~pocketmq.errors.InternalError` as it

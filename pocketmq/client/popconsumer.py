@@ -45,6 +45,7 @@ from pocketmq.errors import (
     from_status_name,
 )
 from pocketmq.wire.auth import Credentials
+from pocketmq.wire.fast import DecodeHint
 from pocketmq.wire.record import PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RETRY_TOPIC
 from pocketmq.wire.tls import ClientTls
 from pocketmq.wire.tls import resolve as resolve_tls
@@ -208,6 +209,9 @@ class PopConsumer:
         #: One PopStream per broker (direct connections); brokers without one get unary calls.
         self._streams: dict[str, _PopStream] = {}
         self._no_stream: set[str] = set()
+        #: Whether the application reads the fields the decoder defers (then popped batches are
+        #: decoded whole at once).
+        self._decode_hint = DecodeHint()
 
     @staticmethod
     def _check_invisible(seconds: float) -> None:
@@ -355,7 +359,7 @@ class PopConsumer:
         out: list[PoppedMessage] = []
         for b in reply.batches:
             if b.records:
-                messages = decode_records(b.records, reply.broker_name)
+                messages = decode_records(b.records, reply.broker_name, self._decode_hint)
             else:
                 messages = [from_message_ext(m, reply.broker_name) for m in b.messages]
             attempts = list(b.attempts) or [m.reconsume_times + 1 for m in messages]

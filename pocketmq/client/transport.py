@@ -8,6 +8,7 @@ created them).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import random
@@ -25,6 +26,7 @@ from pocketmq.errors import (
     FailedPreconditionError,
     InternalError,
     InvalidArgumentError,
+    PermissionDeniedError,
     RequestTimeoutError,
     RpcError,
     UnimplementedError,
@@ -34,6 +36,7 @@ from pocketmq.namesrv.v1 import namesrv_pb2, namesrv_pb2_grpc
 from pocketmq.wire.address import DEFAULT_NAMESRV, AddressError, parse_address_list
 from pocketmq.wire.auth import Credentials
 from pocketmq.wire.grpcauth import signing_interceptors
+from pocketmq.wire.protoscan import Span, split_field
 from pocketmq.wire.tls import ClientTls, aio_channel
 
 log = logging.getLogger("pocketmq.client")
@@ -54,6 +57,8 @@ CHANNEL_OPTIONS: list[tuple[str, Any]] = [
 ]
 
 BROKER_SERVICE = broker_pb2.DESCRIPTOR.services_by_name["Broker"]
+#: PullMessageResponse.records, read in place (see PullStream.read).
+_RECORDS_FIELD = broker_pb2.PullMessageResponse.DESCRIPTOR.fields_by_name["records"].number
 #: Unary methods of the broker API, ``"Method"`` (service Broker) or ``"Service/Method"``
 #: (e.g. ``"BrokerMetadata/GetAllConsumerOffsets"``) -> method descriptor.
 BROKER_UNARY_METHODS: dict[str, Any] = {
@@ -64,6 +69,10 @@ BROKER_UNARY_METHODS: dict[str, Any] = {
 }
 
 RelayMode = Literal["direct", "relay", "auto"]
+
+#: ``mode="auto"``: how long a broker's direct channel may take to connect before its calls
+#: stay relayed (see :class:`BrokerCaller`).
+DIRECT_PROBE_S = 2.0
 
 
 def parse_addresses(value: str | Iterable[str] | None, what: str = "namesrv") -> list[str]:
@@ -105,6 +114,19 @@ class ChannelPool:
         if stub is None:
             stub = self._stubs[key] = getattr(broker_pb2_grpc, f"{service}Stub")(self.channel(address))
         return stub
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    async def discard(self, address: str) -> None:
+        """Close the channel to ``address`` (if any); the next use opens a new one."""
+        channel = self._channels.pop(address, None)
+        for key in [k for k in self._stubs if k[0] == address]:
+            del self._stubs[key]
+        if channel is not None:
+            with contextlib.suppress(Exception):
+                await channel.close(grace=None)
 
     async def close(self) -> None:
         self._closed = True
@@ -205,7 +227,15 @@ class BrokerCaller:
     """Unary calls to brokers, either over a direct channel to the broker's address or relayed
     by a NameServer (``mode="relay"``: the client only ever connects to NameServers, as with a
     single ``kubectl port-forward``). ``mode="auto"`` relays and falls back to direct calls when
-    the NameServer has no relay (UNIMPLEMENTED)."""
+    the NameServer has no relay (UNIMPLEMENTED); and after the first relayed call to a broker it
+    tries, in the background, to connect to the broker's address: once that connects (within
+    :data:`DIRECT_PROBE_S`), the calls to that broker go direct, one hop and one NameServer
+    call fewer each (a loop of admin calls costs about half). A broker that cannot be reached
+    from here (pod addresses behind a port-forward) stays relayed and the first call never
+    waits for the attempt. A direct call that fails with UNAVAILABLE, or is refused
+    (PERMISSION_DENIED: access control may allow the NameServer's address and not this one),
+    puts the broker back on the relay for the client's life; a refused call is relayed again
+    at once (it did not run)."""
 
     def __init__(self, pool: ChannelPool, namesrv: NamesrvClient | None, mode: RelayMode = "direct") -> None:
         if mode != "direct" and namesrv is None:
@@ -213,19 +243,69 @@ class BrokerCaller:
         self.pool = pool
         self.namesrv = namesrv
         self.mode: RelayMode = mode
+        #: ``mode="auto"``: brokers whose address connected (called direct) ...
+        self._direct: set[str] = set()
+        #: ... and every broker address tried, with the attempt while it runs.
+        self._probes: dict[str, asyncio.Task[None] | None] = {}
+
+    @property
+    def direct_addresses(self) -> frozenset[str]:
+        """``mode="auto"``: the brokers called directly (their address connected)."""
+        return frozenset(self._direct)
+
+    async def wait_probes(self) -> None:
+        """Wait until the connection attempts under way are done (``mode="auto"``)."""
+        tasks = [t for t in self._probes.values() if t is not None]
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def close(self) -> None:
+        """Stop the connection attempts under way (before the pool closes)."""
+        tasks = [t for t in self._probes.values() if t is not None]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _probe_later(self, address: str) -> None:
+        if address not in self._probes and not self.pool.closed:
+            self._probes[address] = asyncio.get_running_loop().create_task(self._probe(address))
+
+    async def _probe(self, address: str) -> None:
+        try:
+            channel = self.pool.channel(address)
+            await asyncio.wait_for(channel.channel_ready(), DIRECT_PROBE_S)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # (a timeout, a closed pool, a bad address)
+            log.debug("broker not reachable directly; calls stay relayed",
+                      extra={"broker": address, "error": repr(exc)})
+            if not self.pool.closed:
+                await self.pool.discard(address)  # (stops its reconnect attempts)
+        else:
+            if self.mode == "auto":
+                self._direct.add(address)
+                log.debug("broker reachable directly; calls go direct", extra={"broker": address})
+        finally:
+            self._probes[address] = None
 
     @property
     def relayed(self) -> bool:
         return self.mode != "direct"
 
-    def stream(self, address: str, method: str, request: ProtoMessage) -> Any:
+    def stream(self, address: str, method: str, request: ProtoMessage, raw_replies: bool = False) -> Any:
         """Start the server-streaming call ``method(request)`` of the Broker service at ``address``
         (direct connections only: the NameServer relays unary calls). Returns the
         ``grpc.aio.UnaryStreamCall``; read it with ``await call.read()`` and cancel it when
-        done. Errors surface as ``grpc.aio.AioRpcError`` (see :func:`pocketmq.errors.from_rpc_error`)."""
+        done; its replies are the serialized messages when ``raw_replies``. Errors surface as
+        ``grpc.aio.AioRpcError`` (see :func:`pocketmq.errors.from_rpc_error`)."""
         if self.mode != "direct":
             raise UnimplementedError(f"{method}: streaming calls are not relayed by the NameServer",
                                      address=address)
+        if raw_replies:
+            return self.pool.channel(address).unary_stream(
+                f"/{BROKER_SERVICE.full_name}/{method}", request_serializer=type(request).SerializeToString,
+                response_deserializer=None)(request)
         return getattr(self.pool.broker_stub(address, "Broker"), method)(request)
 
     async def call(self, address: str, method: str, request: ProtoMessage, timeout: float) -> Any:  # noqa: ASYNC109
@@ -237,6 +317,16 @@ class BrokerCaller:
         if self.mode == "direct":
             stub = self.pool.broker_stub(address, desc.containing_service.name)
             return await unary(getattr(stub, desc.name), request, timeout, address, method)
+        if address in self._direct:
+            stub = self.pool.broker_stub(address, desc.containing_service.name)
+            try:
+                return await unary(getattr(stub, desc.name), request, timeout, address, method)
+            except (ConnectionFailedError, PermissionDeniedError) as exc:
+                self._direct.discard(address)  # relayed from now on (never probed again)
+                log.info("direct call to a broker failed; its calls go through the NameServer again",
+                         extra={"broker": address, "method": method, "error": exc.message})
+                if isinstance(exc, ConnectionFailedError):
+                    raise  # (it may have run: not repeated)
         assert self.namesrv is not None
         try:
             data = await self.namesrv.relay(address, method, request.SerializeToString(), timeout)
@@ -256,6 +346,8 @@ class BrokerCaller:
             if not exc.address or exc.address in self.namesrv.addresses:
                 exc.address = f"{address} via NameServer {exc.address}".strip()
             raise
+        if self.mode == "auto":
+            self._probe_later(address)
         response_cls: type[ProtoMessage] = getattr(broker_pb2, desc.output_type.name)
         try:
             return response_cls.FromString(data)
@@ -281,8 +373,9 @@ class BrokerCaller:
         return reply
 
     def pull_stream(self, address: str, request: broker_pb2.PullMessageRequest) -> PullStream:
-        """Start a PullMessageStream at ``address`` (direct connections only)."""
-        return PullStream(self.stream(address, "PullMessageStream", request), address)
+        """Start a PullMessageStream at ``address`` (direct connections only). Its replies come
+        as gRPC delivered them and are parsed by :meth:`PullStream.read`."""
+        return PullStream(self.stream(address, "PullMessageStream", request, True), address)
 
     async def queue_offset(self, address: str, which: Literal["min", "max"], topic: str, queue_id: int,
                            timeout: float) -> int:  # noqa: ASYNC109
@@ -344,23 +437,37 @@ class PullStream:
     stream); :meth:`cancel` it when done. gRPC failures surface as
     :class:`~pocketmq.errors.RpcError` s."""
 
-    __slots__ = ("_call", "address")
+    __slots__ = ("_call", "address", "records")
 
     def __init__(self, call: Any, address: str) -> None:
         self._call = call
         self.address = address
+        #: The records of the reply :meth:`read` returned last, where they are in the bytes gRPC
+        #: delivered (that reply's ``records`` field is then empty); None: they are in its field.
+        self.records: Span | None = None
 
     async def read(self) -> broker_pb2.PullMessageResponse | None:
         try:
-            reply = await self._call.read()
+            raw = await self._call.read()
         except grpc.aio.AioRpcError as exc:
             raise from_rpc_error(exc, self.address, "PullMessageStream") from None
         except grpc.aio.UsageError as exc:  # the channel was closed under the call
             raise ClientClosedError(f"PullMessageStream: {exc}", address=self.address) from None
-        if reply is grpc.aio.EOF:
+        if raw is grpc.aio.EOF:
+            self.records = None
             return None
-        message: broker_pb2.PullMessageResponse = reply
-        return message
+        # The records stay where they are (parsed whole, the protobuf runtime would copy them
+        # into the message and reading them would copy them again); the rest is parsed.
+        split = split_field(raw, _RECORDS_FIELD)
+        try:
+            if split is None:
+                self.records = None
+                return broker_pb2.PullMessageResponse.FromString(raw)
+            rest, self.records = split
+            return broker_pb2.PullMessageResponse.FromString(rest)
+        except DecodeError as exc:
+            raise InternalError(f"PullMessageStream: undecodable reply ({exc})",
+                                address=self.address) from None
 
     def cancel(self) -> None:
         self._call.cancel()

@@ -4,14 +4,15 @@ A consumer decodes every message it receives, so this is the client's per-messag
 record it does at once only what cannot wait or costs little: one precompiled unpack of the
 header integers, the range checks that make the whole reply trustworthy, the body copy with its
 CRC check (ISA-L's CRC-32, the broker's; zlib's result) and the topic and queue (shared by the
-messages of a queue). The fields that cost most to build and that many consumers never read
-(tags, keys, properties, message id, hosts) are left unset: the first read of any of them
+messages of a queue). The fields that cost most to build or that many consumers never read
+(commit-log offset, store timestamp, reconsume times, tags, keys, properties, message id,
+hosts) are left unset: the first read of any of them
 decodes them, once, from the reply (:class:`Reply`), for every message of the reply still in the
 list the decoder returned (a consumer that reads one such field usually reads it of every
 message), and tells the reader's :class:`DecodeHint`: its next replies are decoded whole at once.
-A reply of like records (one body, topic and properties size: one producer's batch) is read in
-one ``struct.iter_unpack`` pass and checked on whole columns (:func:`_decode_uniform`); others
-record by record. A message gives what the reference decoder
+A reply of like records (one body, topic and properties size: one producer's batch) is checked
+on byte columns and read in one ``struct.iter_unpack`` pass of what its messages get
+(:func:`_check_uniform`); others record by record. A message gives what the reference decoder
 (:func:`pocketmq.wire.record.decode_record`) gives; a property test checks that they agree.
 """
 
@@ -28,10 +29,10 @@ from isal.isal_zlib import crc32
 
 from pocketmq.wire.errors import RecordError
 from pocketmq.wire.messages import MessageQueue, MessageSlots, ReceivedMessage
+from pocketmq.wire.protoscan import Span
 from pocketmq.wire.record import (
     HEADER_SIZE,
     MAGIC_CODE,
-    POS_PHYSICAL_OFFSET,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     decode_record,
@@ -48,8 +49,8 @@ _HEADER = struct.Struct(header_format(
      "store_timestamp", "reconsume_times", "body_length")))
 #: What the deferred fields need; hosts as raw 8-byte strings (IPv4 4 + port 4; the store host's
 #: bytes are the first half of the offset message id).
-_REST = struct.Struct(header_format(("total_size", "born_host", "store_host", "body_length"),
-                                    raw_hosts=True))
+_REST = struct.Struct(header_format(("total_size", "physical_offset", "born_host", "store_timestamp",
+                                     "store_host", "reconsume_times", "body_length"), raw_hosts=True))
 assert _HEADER.size == _REST.size == HEADER_SIZE
 #: BORNHOST and STOREHOSTADDRESS, from BORNHOST on (eager decoding).
 _HOSTS = struct.Struct(">8s8x8s")
@@ -57,12 +58,19 @@ _POS_BORN_HOST = field_offset("born_host")
 assert field_offset("store_host") == _POS_BORN_HOST + 16
 _U64 = 0xFFFF_FFFF_FFFF_FFFF
 _CACHE_MAX = 4096
-#: The header integers a uniform reply's message needs, then BODYLENGTH (see _uniform_layout).
-_UNIFORM_HEADER = header_format(
-    ("total_size", "magic", "body_crc", "queue_id", "queue_offset", "physical_offset", "born_timestamp",
-     "store_timestamp", "reconsume_times", "body_length"))
-#: (body length, topic length, properties length) -> the struct of one whole record of that layout.
-_layouts: dict[tuple[int, int, int], struct.Struct] = {}
+#: What a uniform reply's record gives when read whole (see _Layout): BODYCRC, then the fields its
+#: message gets when built, then BODY and the tail (TOPICLENGTH, TOPIC, PROPERTIESLENGTH).
+_UNIFORM_HEADER = header_format(("body_crc", "queue_offset", "born_timestamp"))
+#: What the deferred fields of a uniform reply's record need (see _Layout), hosts raw.
+_UNIFORM_REST = header_format(("physical_offset", "born_host", "store_timestamp", "store_host",
+                               "reconsume_times"), raw_hosts=True)
+#: The header bytes every record of a uniform reply has alike: TOTALSIZE, MAGICCODE, QUEUEID,
+#: BODYLENGTH (checked as columns of the reply's bytes).
+_UNIFORM_ALIKE = tuple(
+    pos for name, size in (("total_size", 4), ("magic", 4), ("queue_id", 4), ("body_length", 4))
+    for pos in range(field_offset(name), field_offset(name) + size))
+#: (body length, topic length, properties length) -> that layout.
+_layouts: dict[tuple[int, int, int], _Layout] = {}
 
 #: raw host -> ("ip:port", the upper-case hex of the raw bytes: the first half of an offset
 #: message id).
@@ -156,12 +164,11 @@ class Reply:
         hosts = _hosts
         property_sets = _property_sets
         header_size = HEADER_SIZE
-        physical = POS_PHYSICAL_OFFSET
         for message in messages:
             if message._source is not self:
                 continue
             pos = message._position
-            total, born_raw, store_raw, body_len = unpack(data, pos)
+            total, physical_offset, born_raw, store_ts, store_raw, reconsume, body_len = unpack(data, pos)
             record_end = pos + total
             body_end = pos + header_size + body_len
             props_at = body_end + 3 + data[body_end]  # after TOPICLENGTH, TOPIC, PROPERTIESLENGTH
@@ -176,10 +183,13 @@ class Reply:
             _set(message, "tags", tags)
             _set(message, "keys", keys)
             _set(message, "properties", props.copy())
+            _set(message, "commit_log_offset", physical_offset)
             # The offset message id: store host and PHYSICALOFFSET, as upper-case hex.
-            _set(message, "msg_id", store[1] + data[pos + physical:pos + physical + 8].hex().upper())
+            _set(message, "msg_id", f"{store[1]}{physical_offset & _U64:016X}")
+            _set(message, "store_timestamp", store_ts)
             _set(message, "born_host", born[0])
             _set(message, "store_host", store[0])
+            _set(message, "reconsume_times", reconsume)
             _set(message, "_source", None)
 
 
@@ -192,75 +202,150 @@ def _corrupt(data: bytes, pos: int) -> RecordError:
     return RecordError(f"at byte {pos}: not a valid record")  # pragma: no cover
 
 
-def _uniform_layout(data: bytes) -> struct.Struct | None:
-    """The struct of the first record, if every record of ``data`` may have its layout (the
-    reply's length is a multiple of its size): header integers, BODY, TOPICLENGTH, TOPIC,
-    PROPERTIESLENGTH, properties skipped. None if not, or if the first record is not sane."""
+class _Layout:
+    """How the records of a uniform reply are read: ``size`` bytes each; ``fields`` unpacks one
+    record's BODYCRC, QUEUEOFFSET, BORNTIMESTAMP, BODY and tail (TOPICLENGTH, TOPIC,
+    PROPERTIESLENGTH), the other bytes skipped; ``rest`` what the deferred fields need, for a
+    reader of them (PHYSICALOFFSET, the hosts, STORETIMESTAMP, RECONSUMETIMES, properties)."""
+
+    __slots__ = ("fields", "rest", "size")
+
+    def __init__(self, size: int, body_len: int, topic_len: int) -> None:
+        tail = 3 + topic_len
+        self.size = size
+        props_len = size - HEADER_SIZE - body_len - tail
+        self.fields = struct.Struct(f"{_UNIFORM_HEADER}{body_len}s{tail}s{props_len}x")
+        self.rest = struct.Struct(f"{_UNIFORM_REST}{body_len + tail}x{props_len}s")
+
+
+def _uniform_layout(data: bytes, start: int, end: int) -> _Layout | None:
+    """The layout of the first record of ``data[start:end]``, if every record there may have it
+    (the length is a multiple of its size). None if not, or if the first record is not sane."""
     try:
-        total, magic, *_, body_len = _HEADER.unpack_from(data)
+        total, magic, *_, body_len = _HEADER.unpack_from(data, start)
     except struct.error:
         return None
     body_end = HEADER_SIZE + body_len
-    if magic != MAGIC_CODE or body_len < 0 or total < body_end + 3 or len(data) % total:
+    if (magic != MAGIC_CODE or body_len < 0 or total < body_end + 3 or (end - start) % total
+            or end > len(data)):
         return None
-    topic_len = data[body_end]
+    topic_len = data[start + body_end]
     props_len = total - body_end - 3 - topic_len
-    if props_len < 0:
+    props_at = start + body_end + 1 + topic_len
+    if props_len < 0 or data[props_at] << 8 | data[props_at + 1] != props_len:
         return None
     key = (body_len, topic_len, props_len)
     layout = _layouts.get(key)
     if layout is None:
         if len(_layouts) >= _CACHE_MAX:
             _layouts.clear()
-        layout = _layouts[key] = struct.Struct(f"{_UNIFORM_HEADER}{body_len}sB{topic_len}sH{props_len}x")
+        layout = _layouts[key] = _Layout(total, body_len, topic_len)
     return layout
 
 
-def _check_uniform(data: bytes) -> tuple[list[tuple[Any, ...]], tuple[int, ...]] | None:
-    """The records of a reply whose records all have one layout (one body, topic and properties
-    size: a batch of like messages, the common case), read in one ``struct.iter_unpack`` pass and
-    checked on whole columns, and their queue offsets. None when the reply is not like that, or
-    fails a check: the record-by-record decoder then decodes it or names the fault."""
-    layout = _uniform_layout(data)
+#: A uniform reply, checked (:func:`_check_uniform`): the bytes and where its records start in
+#: them, the layout, the queue id, the records' tail (TOPICLENGTH, TOPIC, PROPERTIESLENGTH), then
+#: the records' queue offsets, born timestamps and bodies.
+Uniform = tuple[bytes, int, _Layout, int, bytes, tuple[int, ...], tuple[int, ...], tuple[bytes, ...]]
+
+
+def _check_uniform(data: bytes, start: int = 0, end: int | None = None) -> Uniform | None:
+    """``data[start:end]`` if its records all have one layout (one body, topic and properties
+    size: a batch of like messages, the common case), checked whole: the header bytes every
+    record has alike (sizes, magic, queue id) compared as columns of the bytes, the records read
+    in one ``struct.iter_unpack`` pass (only what their messages get when built, the CRC and the
+    tail), the tails compared and the CRCs computed with one ``map``. None when the records are
+    not like that, or fail a check: the record-by-record decoder then decodes them or names the
+    fault."""
+    if end is None:
+        end = len(data)
+    layout = _uniform_layout(data, start, end)
     if layout is None:
         return None
-    rows = list(layout.iter_unpack(data))
-    n = len(rows)
-    (totals, magics, crcs, queue_ids, queue_offsets, _, _, _, _, body_lens, bodies, topic_lens, topics,
-     props_lens) = zip(*rows)  # noqa: B905 - every row has every field
-    total, _, _, queue_id, *_ = rows[0]
-    if (totals.count(total) != n or magics.count(MAGIC_CODE) != n or queue_ids.count(queue_id) != n
-            or body_lens.count(body_lens[0]) != n or topic_lens.count(topic_lens[0]) != n
-            or props_lens.count(total - HEADER_SIZE - body_lens[0] - 3 - topic_lens[0]) != n
-            or topics.count(topics[0]) != n or tuple(map(crc32, bodies)) != crcs):
+    size = layout.size
+    n = (end - start) // size
+    for at in _UNIFORM_ALIKE:
+        column = data[start + at:end:size]  # that byte of every record
+        if column.count(column[:1]) != n:
+            return None
+    records = data if start == 0 and end == len(data) else memoryview(data)[start:end]
+    crcs, queue_offsets, borns, bodies, tails = zip(*layout.fields.iter_unpack(records))  # noqa: B905
+    tail = tails[0]
+    if tails.count(tail) != n or tuple(map(crc32, bodies)) != crcs:
         return None
-    return rows, queue_offsets
+    queue_id = int.from_bytes(data[start + 12:start + 16], "big", signed=True)
+    return data, start, layout, queue_id, tail, queue_offsets, borns, bodies
 
 
-def _build_uniform(rows: list[tuple[Any, ...]], broker_name: str, reply: Reply, out: Messages) -> None:
-    """The messages of checked rows (:func:`_check_uniform`), into ``out``."""
-    total, _, _, queue_id, *_ = rows[0]
-    topic = rows[0][12].decode("utf-8", "replace")
+def _build_uniform(checked: Uniform, broker_name: str, reply: Reply | None, out: Messages) -> None:
+    """The messages of a checked uniform reply (:func:`_check_uniform`), into ``out``: each gets
+    its body, queue offset and born timestamp and the reply's topic and queue here; the other
+    fields are deferred to ``reply``, or set here too when there is none (a reader of them:
+    see :class:`DecodeHint`)."""
+    _, pos, layout, queue_id, tail, queue_offsets, borns, bodies = checked
+    size = layout.size
+    topic = tail[1:-2].decode("utf-8", "replace")
     queue = MessageQueue(topic, broker_name, queue_id)
     received = ReceivedMessage
     allocate: Any = object.__new__
-    out.extend(map(allocate, repeat(MessageSlots, len(rows))))  # allocated in one C loop
-    pos = 0
+    out.extend(map(allocate, repeat(MessageSlots, len(bodies))))  # allocated in one C loop
     msg: Any
-    for msg, (_, _, _, _, queue_offset, physical_offset, born_ts, store_ts, reconsume, _, body, _, _,
-              _) in zip(out, rows, strict=True):
+    if reply is None:
+        _build_uniform_whole(checked, topic, queue, out)
+        return
+    for msg, queue_offset, born_ts, body in zip(out, queue_offsets, borns, bodies, strict=True):
         msg.topic = topic
         msg.queue = queue
         msg.body = body
         msg.queue_offset = queue_offset
-        msg.commit_log_offset = physical_offset
         msg.born_timestamp = born_ts
-        msg.store_timestamp = store_ts
-        msg.reconsume_times = reconsume
         msg._source = reply
         msg._position = pos
         msg.__class__ = received
-        pos += total
+        pos += size
+
+
+def _build_uniform_whole(checked: Uniform, topic: str, queue: MessageQueue, out: Messages) -> None:
+    """:func:`_build_uniform` with every field set at once (``out`` holds the allocated
+    messages): one more ``struct.iter_unpack`` pass reads what the deferred fields need."""
+    data, start, layout, _, _, queue_offsets, borns, bodies = checked
+    end = start + layout.size * len(bodies)
+    records = data if start == 0 and end == len(data) else memoryview(data)[start:end]
+    hosts = _hosts
+    property_sets = _property_sets
+    last_born = last_store = b""
+    born_host = store_host = store_hex = ""
+    received = ReceivedMessage
+    msg: Any
+    for msg, queue_offset, born_ts, body, (physical_offset, born_raw, store_ts, store_raw, reconsume,
+                                           props_raw) in zip(out, queue_offsets, borns, bodies,
+                                                             layout.rest.iter_unpack(records), strict=True):
+        msg.topic = topic
+        msg.queue = queue
+        msg.body = body
+        msg.queue_offset = queue_offset
+        msg.born_timestamp = born_ts
+        msg.commit_log_offset = physical_offset
+        msg.store_timestamp = store_ts
+        msg.reconsume_times = reconsume
+        if born_raw != last_born:
+            born_host = (hosts.get(born_raw) or _host(born_raw))[0]
+            last_born = born_raw
+        if store_raw != last_store:
+            store_host, store_hex = hosts.get(store_raw) or _host(store_raw)
+            last_store = store_raw
+        if props_raw:
+            hit = property_sets.get(props_raw)
+            props, msg.tags, msg.keys = hit if hit is not None else _property_set(props_raw)
+            msg.properties = props.copy()
+        else:
+            msg.properties = {}
+            msg.tags = ""
+            msg.keys = ()
+        msg.msg_id = f"{store_hex}{physical_offset & _U64:016X}"
+        msg.born_host = born_host
+        msg.store_host = store_host
+        msg.__class__ = received
 
 
 class Pending:
@@ -270,15 +355,15 @@ class Pending:
     gone again before the garbage collector's older generations see it). ``queue_offsets`` are
     the records' queue offsets (ascending as stored)."""
 
-    __slots__ = ("_broker_name", "_built", "_data", "_hint", "_rows", "queue_offsets")
+    __slots__ = ("_broker_name", "_built", "_checked", "_data", "_hint", "queue_offsets")
 
     def __init__(self, data: bytes, broker_name: str, hint: DecodeHint | None,
-                 rows: list[tuple[Any, ...]] | None, built: Messages | None,
+                 checked: Uniform | None, built: Messages | None,
                  queue_offsets: tuple[int, ...]) -> None:
         self._data = data
         self._broker_name = broker_name
         self._hint = hint
-        self._rows = rows
+        self._checked = checked
         self._built = built
         self.queue_offsets = queue_offsets
 
@@ -289,24 +374,34 @@ class Pending:
         """The messages (built once)."""
         built = self._built
         if built is None:
-            rows = self._rows
-            assert rows is not None
+            checked = self._checked
+            assert checked is not None
             built = self._built = Messages()
-            _build_uniform(rows, self._broker_name, Reply(self._data, built, self._hint), built)
-            self._rows = None
+            hint = self._hint
+            whole = hint is not None and hint.eager  # (as it is now: a read may have set it since)
+            reply = None if whole else Reply(self._data, built, hint)
+            _build_uniform(checked, self._broker_name, reply, built)
+            self._checked = None
         return built
 
 
-def decode_pending(data: bytes | bytearray | memoryview, broker_name: str,
+def decode_pending(data: bytes | bytearray | memoryview | Span, broker_name: str,
                    hint: DecodeHint | None = None) -> Pending:
     """:func:`decode_received`, the messages built when first asked for (see :class:`Pending`).
-    Raises :class:`RecordError` on bytes that are not valid records, as it does."""
-    if type(data) is not bytes:
-        data = bytes(data)
-    if hint is None or not hint.eager:
-        checked = _check_uniform(data)
+    Raises :class:`RecordError` on bytes that are not valid records, as it does. A
+    :class:`~pocketmq.wire.protoscan.Span` (records inside a larger message) is read in place
+    when its records are alike."""
+    if isinstance(data, Span):
+        whole, start, end = data
+        checked = _check_uniform(whole, start, end)
         if checked is not None:
-            return Pending(data, broker_name, hint, checked[0], None, checked[1])
+            return Pending(whole, broker_name, hint, checked, None, checked[5])
+        data = whole[start:end]
+    elif type(data) is not bytes:
+        data = bytes(data)
+    checked = _check_uniform(data)
+    if checked is not None:
+        return Pending(data, broker_name, hint, checked, None, checked[5])
     built = decode_received(data, broker_name, hint)
     return Pending(data, broker_name, hint, None, built, tuple(m.queue_offset for m in built))
 
@@ -322,9 +417,9 @@ def decode_received(data: bytes | bytearray | memoryview, broker_name: str,
     out = Messages()
     eager = hint is not None and hint.eager
     reply = Reply(data, out, hint)
-    if not eager and (checked := _check_uniform(data)) is not None:
-        _build_uniform(checked[0], broker_name, reply, out)
-        return out  # (a reader of every field is served best by one pass that decodes them all)
+    if (checked := _check_uniform(data)) is not None:
+        _build_uniform(checked, broker_name, None if eager else reply, out)
+        return out
     hosts_at = _HOSTS.unpack_from
     hosts = _hosts
     property_sets = _property_sets
@@ -377,11 +472,11 @@ def decode_received(data: bytes | bytearray | memoryview, broker_name: str,
         msg.queue = queue
         msg.body = body
         msg.queue_offset = queue_offset
-        msg.commit_log_offset = physical_offset
         msg.born_timestamp = born_ts
-        msg.store_timestamp = store_ts
-        msg.reconsume_times = reconsume
         if eager:
+            msg.commit_log_offset = physical_offset
+            msg.store_timestamp = store_ts
+            msg.reconsume_times = reconsume
             born_raw, store_raw = hosts_at(data, pos + _POS_BORN_HOST)
             if born_raw != last_born:
                 born_host = (hosts.get(born_raw) or _host(born_raw))[0]

@@ -108,8 +108,13 @@ _BLANK_HEADER = PREFIX
 #: Largest record the format allows (TOTALSIZE is a signed 32-bit int).
 MAX_RECORD_SIZE = 2**31 - 1
 #: Size of each of the two write buffers of a master's appends (``write_buffer``: RocketMQ's
-#: transient store pool); a larger record is written through the mapping.
-WRITE_BUFFER_SIZE = 4 * 1024 * 1024
+#: transient store pool); a larger record is written through the mapping. The committer swaps
+#: the buffers about once per GIL switch interval (5 ms) plus its ``pwrite``, and more than
+#: that under load; when the live buffer fills before, the appending thread commits it itself
+#: (a synchronous ``pwrite`` of the whole buffer on the put path): 16 MiB leave it about
+#: 30 ms of headroom at full speed (4 MiB left 8 ms, and 5-30 % of the bytes were committed
+#: by the appender).
+WRITE_BUFFER_SIZE = 16 * 1024 * 1024
 #: The appender wakes the committer each time this many bytes are buffered.
 COMMIT_CHUNK = 128 * 1024
 #: ... and a batch appender each time this many: batches fill the buffer fast, and each wake

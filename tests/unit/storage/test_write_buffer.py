@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from services.broker.storage import commitlog as commitlog_module
 from services.broker.storage import segment as segment_module
 from services.broker.storage.config import FlushDiskType
 from services.broker.storage.record import decode_record, encode_record
@@ -152,6 +153,25 @@ def test_a_killed_process_loses_no_buffered_record(open_store: StoreFactory, tmp
             assert [r.body for r in got.messages] == mine[:32]
             assert again.max_queue_offset(topic, queue_id) == len(mine)
     assert again.put_message(msg(999)).ok
+
+
+def test_buffer_files_of_another_size_are_replayed_and_resized(open_store: StoreFactory,
+                                                                tmp_path: Path) -> None:
+    """Buffer files left by a killed run whose buffers had another size (4 MiB before the
+    buffers grew to WRITE_BUFFER_SIZE) are replayed all the same, then resized in place."""
+    store = pool_store(open_store)
+    results = [store.put_message(msg(i)) for i in range(5)]
+    assert store._log._wb_len > 0
+    copy = crash_copy(store, tmp_path / "crashed")
+    for name in ("0", "1"):
+        os.truncate(copy / "writebuffer" / name, 4 * 1024 * 1024)
+    again = open_store(root=copy, transient_store_pool_enable=True)
+    assert again.max_offset == results[-1].end_offset
+    got = again.get_messages("TopicA", 0, 0, 32)
+    assert [r.body for r in got.messages] == [msg(i).body for i in range(5)]
+    for name in ("0", "1"):
+        assert os.path.getsize(copy / "writebuffer" / name) == commitlog_module.WRITE_BUFFER_SIZE
+    assert again.put_message(msg(5)).ok
 
 
 def test_a_torn_record_in_the_buffer_is_not_replayed(open_store: StoreFactory, tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from pocketmq.spark import columnar
 from pocketmq.wire import fast
 from pocketmq.wire import record as wire_record
 from pocketmq.wire.fast import DecodeHint
+from pocketmq.wire.protoscan import Span
 from services.broker.storage import record
 
 
@@ -250,7 +251,8 @@ def test_a_uniform_reply_with_one_bad_record_names_that_record(reply: tuple[byte
                                                                data: st.DataObject) -> None:
     raw, pieces = reply
     if len(set(map(len, pieces))) == 1:
-        assert fast._uniform_layout(raw) is not None  # the one-pass decoder reads (or declines) it
+        # the one-pass decoder reads (or declines) it
+        assert fast._uniform_layout(raw, 0, len(raw)) is not None
     i = data.draw(st.integers(0, len(pieces) - 1))
     at = sum(map(len, pieces[:i]))
     field = data.draw(st.sampled_from([8, len(pieces[i]) - 1]))  # BODYCRC, or the last byte
@@ -351,6 +353,12 @@ def test_a_reader_that_reads_deferred_fields_gets_its_next_replies_decoded_whole
     assert all(not hasattr(x, "_source") for x in second)  # nothing deferred, nothing to hold
     assert second == first == reference_decode(data, "b")
     assert second[0].properties is not second[1].properties
+    # A reply checked before its reader turned to reading those fields is built whole when handed out.
+    lazy = DecodeHint()
+    pending = decode_pending_records(data, "b", lazy)
+    lazy.eager = True
+    third = pending.messages()
+    assert all(not hasattr(x, "_source") for x in third) and third == first
 
 
 
@@ -361,6 +369,12 @@ def pending_decode(data: bytes, broker_name: str) -> list[ReceivedMessage]:
     assert pending.messages() is messages  # built once
     assert pending.queue_offsets == tuple(m.queue_offset for m in messages) and len(pending) == len(messages)
     return messages
+
+
+def span_decode(data: bytes, broker_name: str) -> list[ReceivedMessage]:
+    """decode_pending_records of the records inside a larger message, built at once."""
+    records = Span(b"\x32\x00" + data + b"\x38\x01", 2, 2 + len(data))
+    return decode_pending_records(records, broker_name).messages()
 
 
 @settings(max_examples=200)
@@ -374,6 +388,13 @@ def test_a_pending_reply_builds_the_reference_messages(
     pending = decode_pending_records(data, broker, hint)
     assert pending.messages() == reference_decode(data, broker)
     assert pending_decode(data, broker) == reference_decode(data, broker)
+    # Read in place from a larger message (a stream's reply as gRPC delivered it), or a view.
+    whole = b"\x0a\x05" + data + b"\x00\x01"
+    for records in (Span(whole, 2, 2 + len(data)), memoryview(whole)[2:-2]):
+        in_place = decode_pending_records(records, broker, hint)
+        assert in_place.messages() == reference_decode(data, broker)
+        assert all(type(m.body) is bytes and type(m.msg_id) is str and type(m.properties) is dict
+                   for m in in_place.messages())
 
 
 @settings(max_examples=200)
@@ -386,3 +407,4 @@ def test_a_damaged_pending_reply_fails_when_checked_not_when_built(
     at = data.draw(st.integers(0, len(raw) - 1))
     damaged[at] ^= data.draw(st.integers(1, 255))
     assert outcome(pending_decode, bytes(damaged)) == outcome(reference_decode, bytes(damaged))
+    assert outcome(span_decode, bytes(damaged)) == outcome(reference_decode, bytes(damaged))
