@@ -119,6 +119,11 @@ class Controller:
     async def _switch(self, master: bool, epoch: int = 0) -> None:
         started = time.monotonic()
         app = self.app
+        if app is not None and master and not self.is_master and app.ha is not None:
+            # A slave taking over stops following the old master first: what it still receives
+            # meanwhile (acked to the old master) belongs to the old term, so the new term
+            # starts after it, not at a max offset read while appends were still landing.
+            await app.ha.stop()
         max_offset = app.store.max_offset if app is not None else 0
         if app is not None:
             await app.stop(grace_s=_SWITCH_GRACE_S)

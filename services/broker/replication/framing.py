@@ -18,6 +18,7 @@ __all__ = [
     "AUTH_MAGIC_HIGH",
     "AUTH_NONCE_SIZE",
     "AUTH_VERSION",
+    "CATCHUP_BATCH_SIZE",
     "DEFAULT_MAX_BODY_SIZE",
     "HARD_MAX_BODY_SIZE",
     "HEADER",
@@ -44,6 +45,11 @@ DEFAULT_MAX_BODY_SIZE: Final = 4 * 1024 * 1024
 #: No configuration may allow bodies larger than this; a size above the configured limit
 #: is treated as garbage rather than buffered.
 HARD_MAX_BODY_SIZE: Final = 64 * 1024 * 1024
+#: While at least this many bytes wait to be sent (a slave catching up), the master's frames
+#: carry up to this many (or ``haTransferBatchSize``, if larger): well within every slave's
+#: limit (``DEFAULT_MAX_BODY_SIZE``, RocketMQ's 4 MiB read buffer), and few enough frames that
+#: the slave can receive each body straight into its dispatch ring.
+CATCHUP_BATCH_SIZE: Final = 1024 * 1024
 MAX_OFFSET: Final = 2**63 - 1
 _MAX_INT32: Final = 2**31 - 1
 

@@ -351,22 +351,25 @@ class SlaveConnection:
                 total += size
             if not vectors:
                 return 0
-            await self._send_vectors(vectors)
+            await self._send_vectors(vectors, frames=True)
         finally:
             vectors.clear()  # drop every view of the segments before releasing them
             for data in slices:
                 data.release()
-        self.transferred_bytes += total
         self.last_write = self._loop.time()
         self.master.note_progress(max_offset)
         return total
 
-    async def _send_vectors(self, vectors: list[bytes | memoryview]) -> None:
-        """Hand every buffer to the kernel (``sendmsg``), waiting for writability as needed."""
+    async def _send_vectors(self, vectors: list[bytes | memoryview], frames: bool = False) -> None:
+        """Hand every buffer to the kernel (``sendmsg``), waiting for writability as needed;
+        ``frames``: the vectors are header, body, header, body, ...: each body counts in
+        :attr:`transferred_bytes` once the kernel has taken it (a catch-up round of 1 MiB frames
+        may be more than the socket buffers hold)."""
         sock = self.sock
         loop = self._loop
         start = 0
         count = len(vectors)
+        bodies = vectors[1::2] if frames else []
         while True:
             try:
                 sent = sock.sendmsg(vectors[start:start + 2 * ROUND_MAX_FRAMES + 2])
@@ -377,6 +380,8 @@ class SlaveConnection:
                 size = len(head)
                 if sent >= size:
                     sent -= size
+                    if frames and start % 2:
+                        self.transferred_bytes += len(bodies[start // 2])
                     start += 1
                 else:
                     vectors[start] = memoryview(head)[sent:]

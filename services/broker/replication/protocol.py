@@ -36,6 +36,7 @@ from services.broker.replication.framing import (
     ACK,
     ACK_SIZE,
     AUTH_MAGIC_HIGH,
+    CATCHUP_BATCH_SIZE,
     DEFAULT_MAX_BODY_SIZE,
     HARD_MAX_BODY_SIZE,
     HEADER,
@@ -108,12 +109,17 @@ class MasterConnectionProtocol:
         batch_size: int = BrokerConfig.ha_transfer_batch_size,
         segment_size: int = StoreConfig.mapped_file_size_commit_log,
         sync_from_earliest: bool = False,
+        catchup_batch_size: int = CATCHUP_BATCH_SIZE,
     ) -> None:
+        if not 1 <= catchup_batch_size <= DEFAULT_MAX_BODY_SIZE:
+            raise ValueError(f"catch-up batch size {catchup_batch_size} is outside "
+                             f"1..{DEFAULT_MAX_BODY_SIZE}")
         if not 1 <= batch_size <= HARD_MAX_BODY_SIZE:
             raise ValueError(f"batch size {batch_size} is outside 1..{HARD_MAX_BODY_SIZE}")
         if segment_size <= 0:
             raise ValueError(f"segment size {segment_size} must be positive")
         self._batch_size = batch_size
+        self._catchup_batch_size = max(batch_size, catchup_batch_size)
         self._segment_size = segment_size
         self._sync_from_earliest = sync_from_earliest
         self._partial = bytearray()
@@ -222,7 +228,8 @@ class MasterConnectionProtocol:
 
         Returns None until the request offset arrived.  The first call decides the start
         with :func:`first_transfer_offset` (``min_offset`` = the master's earliest retained
-        offset; it matters only then).  A plan never exceeds the batch size and never
+        offset; it matters only then).  A plan never exceeds the batch size (the catch-up batch
+        size while at least that much waits: ``CATCHUP_BATCH_SIZE``) and never
         crosses a segment boundary, so its bytes come from one segment file.  Planning does
         not move the transfer position; :meth:`advance` does.
         """
@@ -246,7 +253,9 @@ class MasterConnectionProtocol:
         if master_max_offset < offset:
             raise ValueError(f"master max offset {master_max_offset} is below the transfer offset {offset}")
         segment_end = (offset // self._segment_size + 1) * self._segment_size
-        size = min(self._batch_size, master_max_offset - offset, segment_end - offset)
+        backlog = master_max_offset - offset
+        batch = self._catchup_batch_size if backlog >= self._catchup_batch_size else self._batch_size
+        size = min(batch, backlog, segment_end - offset)
         if size <= 0:
             return None
         self._plan_end = offset + size
@@ -319,6 +328,7 @@ class SlaveConnectionProtocol:
         self._check_heartbeats = check_heartbeats
         self._header = bytearray()  # a partial header (< 12 bytes)
         self._remaining = 0  # body bytes of the current frame still to come
+        self._frame_size = 0  # body bytes of the last data frame
         self._failure: ProtocolError | None = None
 
     @property
@@ -350,6 +360,11 @@ class SlaveConnectionProtocol:
         return self._remaining
 
     @property
+    def frame_size(self) -> int:
+        """Body bytes of the last data frame whose header was decoded (0 before any)."""
+        return self._frame_size
+
+    @property
     def failed(self) -> ProtocolError | None:
         return self._failure
 
@@ -365,6 +380,20 @@ class SlaveConnectionProtocol:
             self._failure = exc
             raise
         return events
+
+    def body_received(self, size: int) -> int:
+        """Record that the next ``size`` body bytes of the current frame were received
+        elsewhere than through :meth:`receive_data` (straight into the slave's dispatch ring);
+        returns the offset they start at. The same as the :class:`DataReceived` that
+        :meth:`receive_data` would have emitted for them."""
+        if self._failure is not None:
+            raise ProtocolError(f"replication connection already failed: {self._failure}") from self._failure
+        if not 0 < size <= self._remaining:
+            raise ValueError(f"{size} body bytes received, {self._remaining} expected")
+        offset = self._next_offset
+        self._next_offset = offset + size
+        self._remaining -= size
+        return offset
 
     def _decode(self, view: memoryview, events: list[SlaveEvent]) -> None:
         n = len(view)
@@ -398,6 +427,7 @@ class SlaveConnectionProtocol:
                 self._next_offset = offset
                 self._has_data = True
                 self._remaining = size
+                self._frame_size = size
 
     def _check_header(self, offset: int, size: int) -> None:
         if offset >> 32 == AUTH_MAGIC_HIGH:

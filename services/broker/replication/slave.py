@@ -18,12 +18,10 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
 from services.broker.config import BrokerConfig
-from services.broker.replication.appends import Appends, Write, chain
 from services.broker.replication.auth import SlaveAuthenticator, handshake_timeout_s
 from services.broker.replication.epochfile import EpochFile
 from services.broker.replication.epochs import last_common_offset
@@ -31,10 +29,6 @@ from services.broker.replication.errors import (
     AuthenticationError,
     ContinuityError,
     ProtocolError,
-)
-from services.broker.replication.events import (
-    DataReceived,
-    Event,
 )
 from services.broker.replication.framing import (
     DEFAULT_MAX_BODY_SIZE,
@@ -50,7 +44,20 @@ from services.broker.replication.hello import (
     encode_slave_hello,
 )
 from services.broker.replication.protocol import SlaveConnectionProtocol
+from services.broker.replication.receive import SessionReceive
 from services.broker.replication.repair import DivergenceRepair, is_record_boundary
+from services.broker.replication.session import (
+    NO_CHALLENGE_HINT,
+    REJECTED,
+    AuthFailedError,
+    MasterAheadError,
+    OriginalMasterError,
+    SessionEndError,
+    SessionState,
+    StaleMasterError,
+    recv_exactly,
+    send_nowait,
+)
 from services.broker.replication.tls import HaTls, connect_tls, ha_tls
 from services.broker.storage.config import StoreConfig
 from services.broker.storage.logerrors import CommitLogError
@@ -64,14 +71,6 @@ log = logging.getLogger(__name__)
 BACKOFF_MIN_S: Final = 0.1
 BACKOFF_MAX_S: Final = 5.0
 CONNECT_TIMEOUT_S: Final = 3.0
-#: Receive buffer: a read takes what the socket holds, up to this.
-_RECV_SIZE: Final = 2 * 1024 * 1024
-#: Receive buffers: reads go on while appends of up to this many less one wait for the disk.
-_RECV_BUFFERS: Final = 4
-#: A read of at least this many bytes is appended on the writer thread, while the next read
-#: goes on (smaller ones, the steady state, are appended and acked at once).
-_THREADED_APPEND: Final = 64 * 1024
-
 
 #: The built-in configuration: the one owner of every default below.
 _BROKER: Final = BrokerConfig()
@@ -113,6 +112,9 @@ class SlaveSettings:
     broker_addr: str = ""
     #: haTlsEnable: TLS, the master's certificate checked against the CA (None = plaintext).
     tls: HaTls | None = None
+    #: Plaintext frames are read on a receive thread, catch-up bodies straight into the
+    #: dispatch ring (:mod:`.direct`); False: on the event loop, as through the TLS relay.
+    receive_thread: bool = True
 
     @classmethod
     def from_config(cls, cfg: BrokerConfig, store: StoreConfig) -> SlaveSettings:
@@ -128,38 +130,7 @@ class SlaveSettings:
                    tls=ha_tls(cfg))
 
 
-class _SessionEndError(Exception):
-    """Why a session ended (logged by the run loop)."""
-
-
-class _AuthFailedError(_SessionEndError):
-    """The authentication handshake failed (a configuration problem: logged at ERROR)."""
-
-
-_NO_CHALLENGE_HINT = "master does not authenticate; check haAuthSecret on both sides"
-_REJECTED = ("the master closed the connection right after the authentication answer: is haAuthSecret "
-             "the same on the master and this slave?")
-
-
-class _OriginalMasterError(_SessionEndError):
-    """The master did not answer the hello: an original (RocketMQ or older PocketMQ) master."""
-
-
-class _StaleMasterError(_SessionEndError):
-    """The master's epoch is older than this slave's: never append from it."""
-
-
-class _MasterAheadError(_SessionEndError):
-    """The master's first word was a heartbeat below our max offset: our log is ahead."""
-
-    def __init__(self, master_offset: int, slave_offset: int) -> None:
-        super().__init__(f"the master's commit log ends at {master_offset}, before this slave's "
-                         f"({slave_offset}): the slave's log diverged")
-        self.master_offset = master_offset
-        self.slave_offset = slave_offset
-
-
-class HASlave:
+class HASlave(SessionReceive):
     """Follows the master's commit log (see the module doc)."""
 
     def __init__(self, store: MessageStore, settings: SlaveSettings, *,
@@ -266,26 +237,26 @@ class HASlave:
                 log.info("replication session closed: master address changed", extra={"master_ha_addr": addr})
                 backoff = self.settings.backoff_min_s
                 continue
-            except _MasterAheadError as exc:
+            except MasterAheadError as exc:
                 if await self._repair(exc):
                     backoff = self.settings.backoff_min_s
                     continue
-            except _OriginalMasterError as exc:
+            except OriginalMasterError as exc:
                 log.warning("the master does not speak the identity handshake (an older broker); "
                             "replicating without identity and epochs", extra={
                                 "master_ha_addr": addr, "reason": str(exc)})
                 self._original_masters.add(addr)
                 backoff = self.settings.backoff_min_s
                 continue
-            except _StaleMasterError as exc:
+            except StaleMasterError as exc:
                 self.problem = f"refusing master {addr}: {exc}"
                 log.error("NOT replicating from a master of an older epoch (a deposed master?)", extra={
                     "master_ha_addr": addr, "reason": str(exc)})
-            except (_AuthFailedError, AuthenticationError) as exc:
+            except (AuthFailedError, AuthenticationError) as exc:
                 log.error("replication authentication failed", extra={
                     "master_ha_addr": addr, "reason": str(exc), "retry_in_s": round(
                         min(backoff * 2, self.settings.backoff_max_s), 3)})
-            except (_SessionEndError, OSError, ProtocolError, CommitLogError) as exc:
+            except (SessionEndError, OSError, ProtocolError, CommitLogError) as exc:
                 log.warning("replication session ended", extra={
                     "master_ha_addr": addr, "reason": str(exc) or type(exc).__name__,
                     "kind": type(exc).__name__, "max_offset": self.store.max_offset})
@@ -307,7 +278,7 @@ class HASlave:
         try:
             host, port = parse_address(addr, "master HA address", default_host="127.0.0.1")
         except ConfigError as exc:
-            raise _SessionEndError(str(exc)) from None
+            raise SessionEndError(str(exc)) from None
         loop = asyncio.get_running_loop()
         infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
         family, _, _, _, sockaddr = infos[0]
@@ -321,14 +292,14 @@ class HASlave:
                 async with asyncio.timeout(CONNECT_TIMEOUT_S):
                     await loop.sock_connect(sock, sockaddr)
             except TimeoutError:
-                raise _SessionEndError(f"connect to {addr} timed out after {CONNECT_TIMEOUT_S:g}s") from None
+                raise SessionEndError(f"connect to {addr} timed out after {CONNECT_TIMEOUT_S:g}s") from None
             if self.settings.tls is None:
-                return await self._follow(sock, addr)
+                return await self._follow(sock, addr, direct=self.settings.receive_thread)
             try:
                 stream = await connect_tls(sock, self.settings.tls, CONNECT_TIMEOUT_S)
             except (OSError, TimeoutError) as exc:
                 why = str(exc) or type(exc).__name__
-                raise _SessionEndError(f"TLS handshake with {addr} failed: {why}") from None
+                raise SessionEndError(f"TLS handshake with {addr} failed: {why}") from None
             tls_owns_socket = True  # the TLS relay closes the TCP socket after the stream
             try:
                 return await self._follow(stream, addr)
@@ -338,7 +309,9 @@ class HASlave:
             if not tls_owns_socket:
                 sock.close()
 
-    async def _follow(self, sock: socket.socket, addr: str) -> bool:
+    async def _follow(self, sock: socket.socket, addr: str, *, direct: bool = False) -> bool:
+        """The handshakes, then the frames: in plaintext (``direct``) on a receive thread while
+        catching up, on the event loop otherwise and through the TLS relay."""
         loop = asyncio.get_running_loop()
         store = self.store
         answer = await self._authenticate(sock, loop) if self.settings.auth_secret else b""
@@ -352,12 +325,13 @@ class HASlave:
         start_offset = store.max_offset
         proto = SlaveConnectionProtocol(start_offset, max_body_size=self.settings.max_body_size)
         # (after a hello the master has accepted the answer already: a close is no rejection)
-        state = _SessionState(loop.time(), authenticated=authenticated, anything_read=greeted)
+        state = SessionState(loop.time(), authenticated=authenticated, anything_read=greeted)
         self.connected = True
         log.info("connected to master", extra={"master_ha_addr": addr, "request_offset": start_offset,
                                                "authenticated": authenticated})
         await self._send_ack(sock, start_offset, state, loop, prefix=answer)
-        receiver = asyncio.create_task(self._receive(sock, proto, state, loop))
+        receiver = asyncio.create_task(self._receive_switching(sock, proto, state, loop) if direct
+                                       else self._receive(sock, proto, state, loop))
         keeper = asyncio.create_task(self._keep_alive(sock, state, loop))
         try:
             done, _ = await asyncio.wait({receiver, keeper}, return_when=asyncio.FIRST_COMPLETED)
@@ -370,7 +344,7 @@ class HASlave:
         for task in done:
             exc = task.exception()
             if exc is not None:
-                if state.received and not isinstance(exc, _MasterAheadError):
+                if state.received and not isinstance(exc, MasterAheadError):
                     log.warning("replication session ended", extra={
                         "master_ha_addr": addr, "reason": str(exc) or type(exc).__name__,
                         "kind": type(exc).__name__, "max_offset": store.max_offset,
@@ -381,7 +355,7 @@ class HASlave:
 
     async def _authenticate(self, sock: socket.socket, loop: asyncio.AbstractEventLoop) -> bytes:
         """Read the master's challenge and return the answer to send before the request offset;
-        raises :class:`_AuthFailedError` or :class:`AuthenticationError` (see the module doc)."""
+        raises :class:`AuthFailedError` or :class:`AuthenticationError` (see the module doc)."""
         auth = SlaveAuthenticator(self.settings.auth_secret)
         timeout_s = self.settings.auth_timeout_s
         view = memoryview(bytearray(auth.remaining))
@@ -392,19 +366,19 @@ class HASlave:
                     # never more than the challenge: the master sends nothing else before the answer
                     n = await loop.sock_recv_into(sock, view[:auth.remaining])
                     if not n:
-                        raise _AuthFailedError(
+                        raise AuthFailedError(
                             f"the master closed the connection without sending an authentication "
-                            f"challenge: {_NO_CHALLENGE_HINT}")
+                            f"challenge: {NO_CHALLENGE_HINT}")
                     answer = auth.receive_data(view[:n])
         except TimeoutError:
-            raise _AuthFailedError(f"no authentication challenge from the master within {timeout_s:g}s: "
-                                   f"{_NO_CHALLENGE_HINT}") from None
+            raise AuthFailedError(f"no authentication challenge from the master within {timeout_s:g}s: "
+                                   f"{NO_CHALLENGE_HINT}") from None
         return answer
 
     async def _hello(self, sock: socket.socket, loop: asyncio.AbstractEventLoop, prefix: bytes) -> None:
         """Say who this slave is, read the master's epochs and max offset, and decide: go on, cut
-        this log back to the last common point first (:class:`_MasterAheadError`), or refuse a
-        master of an older epoch (:class:`_StaleMasterError`)."""
+        this log back to the last common point first (:class:`MasterAheadError`), or refuse a
+        master of an older epoch (:class:`StaleMasterError`)."""
         settings = self.settings
         epochs = self.epochs
         assert epochs is not None
@@ -415,29 +389,29 @@ class HASlave:
         try:
             async with asyncio.timeout(timeout_s):
                 try:
-                    head = await _recv_exactly(loop, sock, TRANSFER_HEADER_SIZE)
+                    head = await recv_exactly(loop, sock, TRANSFER_HEADER_SIZE)
                 except ConnectionResetError:
                     if prefix:  # (closed with our answer and hello unread)
-                        raise _AuthFailedError(_REJECTED) from None
+                        raise AuthFailedError(REJECTED) from None
                     raise
                 if head is None:
                     if prefix:
-                        raise _AuthFailedError(_REJECTED)
-                    raise _SessionEndError("the master closed the connection after the hello")
+                        raise AuthFailedError(REJECTED)
+                    raise SessionEndError("the master closed the connection after the hello")
                 offset, size = HEADER.unpack(head)
                 body_size = decode_reply_head(offset, size)
                 if body_size is None:
-                    raise _OriginalMasterError(f"its first frame is an ordinary frame at offset {offset}")
-                body = await _recv_exactly(loop, sock, body_size)
+                    raise OriginalMasterError(f"its first frame is an ordinary frame at offset {offset}")
+                body = await recv_exactly(loop, sock, body_size)
         except TimeoutError:
-            raise _SessionEndError(f"no hello from the master within {timeout_s:g}s") from None
+            raise SessionEndError(f"no hello from the master within {timeout_s:g}s") from None
         if body is None:
-            raise _SessionEndError("the master closed the connection during its hello")
+            raise SessionEndError("the master closed the connection during its hello")
         master = decode_master_hello(body)
         mine = epochs.entries
         my_epoch = epochs.epoch
         if master.epoch < my_epoch:
-            raise _StaleMasterError(f"the master's epoch {master.epoch} is older than this slave's "
+            raise StaleMasterError(f"the master's epoch {master.epoch} is older than this slave's "
                                     f"{my_epoch}")
         my_max = self.store.max_offset
         point = last_common_offset(mine, my_max, master.epochs, master.max_offset)
@@ -445,94 +419,23 @@ class HASlave:
             log.warning("this slave's log goes beyond the last point it shares with the master's epochs",
                         extra={"last_common_offset": point, "slave_max_offset": my_max,
                                "slave_epoch": my_epoch, "master_epoch": master.epoch})
-            raise _MasterAheadError(point, my_max)
+            raise MasterAheadError(point, my_max)
         self.master_hello = master
         self.problem = ""
         if master.epochs:
             await asyncio.to_thread(epochs.replace, master.epochs)
 
-    async def _send_ack(self, sock: socket.socket, offset: int, state: _SessionState,
+    async def _send_ack(self, sock: socket.socket, offset: int, state: SessionState,
                         loop: asyncio.AbstractEventLoop, prefix: bytes = b"") -> None:
+        data = prefix + encode_ack(offset) if prefix else encode_ack(offset)
         async with self._ack_lock:  # heartbeats and acks never interleave on the wire
-            await loop.sock_sendall(sock, prefix + encode_ack(offset) if prefix else encode_ack(offset))
+            # (without waiting also while the socket blocks: the receive thread reads it)
+            await send_nowait(loop, sock, data)
         state.last_ack = loop.time()
 
-    async def _receive(self, sock: socket.socket, proto: SlaveConnectionProtocol, state: _SessionState,
-                       loop: asyncio.AbstractEventLoop) -> None:
-        # Large appends queue up on the writer thread (its disk writes release the GIL), in
-        # order, while reads go on into the free buffers; the protocol's data events are views
-        # of a buffer, which is read into again only once its append returned.
-        appends = Appends(_RECV_BUFFERS, _RECV_SIZE)
-        try:
-            while True:
-                if not appends.free:  # every buffer waits for the writer thread to take its bytes
-                    await self._settle(appends, sock, state, loop, appends.oldest_taken())
-                view = appends.free[0]
-                n = await self._recv_into(sock, view, appends, state, loop)
-                state.anything_read = True
-                state.last_read = loop.time()
-                self.last_read_ms = int(time.time() * 1000)
-                try:
-                    events = proto.receive_data(view[:n])
-                except (ContinuityError, ProtocolError) as exc:
-                    while appends.running:  # keep what came before, in order
-                        await self._settle(appends, sock, state, loop, appends.oldest_done())
-                    self._count(self._append(exc.events), state)
-                    if isinstance(exc, ContinuityError):
-                        self._continuity_failed(exc, state)
-                    raise
-                if not any(type(event) is DataReceived for event in events):
-                    continue
-                if n >= _THREADED_APPEND or appends.running:  # (appends stay in order)
-                    appends.submit(self._writer(), self._queue_append, events)
-                else:
-                    self._count(self._append(events), state)
-                    await self._send_ack(sock, self.store.max_offset, state, loop)
-        finally:
-            appends.wait_all()  # the next session starts from the store's max offset
-
-    async def _recv_into(self, sock: socket.socket, view: memoryview, appends: Appends,
-                         state: _SessionState, loop: asyncio.AbstractEventLoop) -> int:
-        """The next read; meanwhile every append of the writer thread is acked as soon as it
-        is done (the master may have nothing more to send until it hears of it)."""
-        try:
-            if not appends.running:
-                n = await loop.sock_recv_into(sock, view)
-            else:
-                reading = asyncio.ensure_future(loop.sock_recv_into(sock, view))
-                try:
-                    while appends.running and not reading.done():
-                        await asyncio.wait({reading, appends.oldest_done()},
-                                           return_when=asyncio.FIRST_COMPLETED)
-                        await self._settle(appends, sock, state, loop)
-                    n = await reading
-                finally:
-                    reading.cancel()
-        except ConnectionResetError:
-            if state.authenticated and not state.anything_read:
-                raise _AuthFailedError(_REJECTED) from None  # (closed with our offset unread)
-            raise
-        if not n:
-            if state.authenticated and not state.anything_read:
-                raise _AuthFailedError(_REJECTED)
-            raise _SessionEndError("the master closed the connection")
-        return n
-
-    async def _settle(self, appends: Appends, sock: socket.socket, state: _SessionState,
-                      loop: asyncio.AbstractEventLoop, wait: asyncio.Future[int] | None = None) -> None:
-        """Count and ack the appends that are in the commit log (after ``wait``, if given);
-        raises what an append raised."""
-        if wait is not None:
-            with contextlib.suppress(Exception):  # (collect() raises it)
-                await wait
-        size = appends.collect()
-        if size:
-            self._count(size, state)
-            await self._send_ack(sock, self.store.max_offset, state, loop)
-
-    def _continuity_failed(self, exc: ContinuityError, state: _SessionState) -> None:
+    def _continuity_failed(self, exc: ContinuityError, state: SessionState) -> None:
         if exc.heartbeat and exc.received < exc.expected and not state.received:
-            raise _MasterAheadError(exc.received, exc.expected) from None
+            raise MasterAheadError(exc.received, exc.expected) from None
         log.warning("continuity error: the master's stream does not continue this slave's log",
                     extra={"expected": exc.expected, "received": exc.received, "heartbeat": exc.heartbeat})
         if exc.heartbeat and exc.received > exc.expected and not state.received:
@@ -540,41 +443,20 @@ class HASlave:
                       "rebuilt (empty its store and restart it)", extra={
                           "slave_max_offset": exc.expected, "master_min_offset": exc.received})
 
-    def _append(self, events: Sequence[Event]) -> int:
-        """Append the received body bytes (contiguous: the protocol checked continuity) in one
-        write; returns how many."""
-        bodies = [event.body for event in events if type(event) is DataReceived]
-        if not bodies:
-            return 0
-        start = next(event for event in events if type(event) is DataReceived).offset
-        return self.store.append_data(start, bodies) - start
-
-    def _queue_append(self, events: Sequence[Event], written: Write) -> None:
-        """:meth:`_append` on the writer thread: returns once the bytes are taken (the receive
-        buffer is free again); ``written`` gets how many once they are in the commit log."""
-        start = next(event for event in events if type(event) is DataReceived).offset
-        bodies = [event.body for event in events if type(event) is DataReceived]
-        chain(self.store.queue_data(start, bodies), written, start)
-
-    def _count(self, size: int, state: _SessionState) -> None:
+    def _count(self, size: int, state: SessionState) -> None:
         if size:
             state.received += size
             self.received_bytes += size
             self.last_data_ms = int(time.time() * 1000)
 
-    def _writer(self) -> concurrent.futures.ThreadPoolExecutor:
-        if self._executor is None:
-            self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="HASlaveWriter")
-        return self._executor
-
-    async def _keep_alive(self, sock: socket.socket, state: _SessionState,
+    async def _keep_alive(self, sock: socket.socket, state: SessionState,
                           loop: asyncio.AbstractEventLoop) -> None:
         heartbeat_s = self.settings.heartbeat_interval_s
         housekeeping_s = self.settings.housekeeping_interval_s
         while True:
             now = loop.time()
             if now - state.last_read > housekeeping_s:
-                raise _SessionEndError(f"nothing read from the master for {housekeeping_s:g}s "
+                raise SessionEndError(f"nothing read from the master for {housekeeping_s:g}s "
                                        "(haHousekeepingInterval)")
             if now - state.last_ack >= heartbeat_s and not self._ack_lock.locked():
                 # (an ack stuck on a master that stopped reading must not stop this loop)
@@ -583,30 +465,9 @@ class HASlave:
             due = min(state.last_ack + heartbeat_s, state.last_read + housekeeping_s)
             await asyncio.sleep(max(0.01, due - now))
 
-    async def _repair(self, exc: _MasterAheadError) -> bool:
+    async def _repair(self, exc: MasterAheadError) -> bool:
         """Cut the log back to the master's point if that is safe (see :mod:`.repair`)."""
         ok = await self.repairer.repair(exc.master_offset)
         if ok:
             self.repairs += 1
         return ok
-
-
-async def _recv_exactly(loop: asyncio.AbstractEventLoop, sock: socket.socket, size: int) -> bytes | None:
-    """``size`` bytes, or None when the peer closed first."""
-    data = bytearray()
-    while len(data) < size:
-        chunk = await loop.sock_recv(sock, size - len(data))
-        if not chunk:
-            return None
-        data += chunk
-    return bytes(data)
-
-
-@dataclass
-class _SessionState:
-    last_read: float
-    last_ack: float = 0.0
-    received: int = 0
-    #: The handshake was answered (a close before any byte then means a rejected answer).
-    authenticated: bool = False
-    anything_read: bool = False

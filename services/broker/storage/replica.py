@@ -167,8 +167,52 @@ class ReplicaAppends:
                         self._writes_done.wait()
             return self._append_data(start_offset, pieces)
 
-    def _append_data(self, start_offset: int,
-                     pieces: Sequence[ReadableBuffer]) -> concurrent.futures.Future[int]:
+    def ring_space(self, start_offset: int, size: int) -> list[memoryview] | None:
+        """Where a bulk append of ``size`` bytes at ``start_offset`` (where the queued appends
+        end) can be received in place: writable views of the dispatch ring (two where it
+        wraps), to fill and then pass to :meth:`queue_received`, which appends them without
+        copying. None when they cannot go there (not a bulk append, no direct writes or no
+        dispatcher, a new segment, the dispatcher a ring behind after waiting for it at most
+        :data:`RING_WAIT_S`, or an error to report): append them with :meth:`queue_data`
+        then. Only the slave's one appending thread calls this; nothing else moves the ring
+        meanwhile. The views are free to fill until the next append: the ring bytes they
+        cover were read by the dispatcher and written to the file already."""
+        end = start_offset + size
+        if size < DIRECT_MIN or not self._direct_write or self.reput_wakeup is None:
+            return None
+        with self._append_data_lock:
+            self._await_dispatcher(end)
+            if self._queued_bytes >= QUEUED_MAX:
+                with self._writes_done:
+                    while self._queued_bytes >= QUEUED_MAX:
+                        self._writes_done.wait()
+            with self.lock:
+                last = self._queue.last
+                if (self.closed or self._dispatch_error is not None or last is None
+                        or not last.start <= start_offset < end <= last.end):
+                    return None
+                with self._writes_done:
+                    expected = self._queued_end if self._writing else last.start + last.write_pos
+                if start_offset != expected:
+                    raise OffsetMismatchError(start_offset, expected)
+                if end - self._dispatched > DISPATCH_RING - SCAN_BYTES:
+                    self._ring_from = end  # too far behind: the ring starts again later
+                    return None
+                if self._ring is None:
+                    self._ring = mmap.mmap(-1, DISPATCH_RING)
+                    self._ring_addr = ctypes.addressof(ctypes.c_char.from_buffer(self._ring))
+                    self._ring_from = start_offset
+                return self._ring_views(start_offset, end)
+
+    def queue_received(self, start_offset: int, size: int) -> concurrent.futures.Future[int]:
+        """:meth:`queue_data` of the ``size`` bytes received into the views
+        :meth:`ring_space` returned for them (nothing is copied)."""
+        with self._append_data_lock:
+            return self._append_data(start_offset, self._ring_views(start_offset, start_offset + size),
+                                     received=True)
+
+    def _append_data(self, start_offset: int, pieces: Sequence[ReadableBuffer],
+                     received: bool = False) -> concurrent.futures.Future[int]:
         size = self._segment_size
         queued: QueuedWrite | None = None
         with self.lock:
@@ -215,7 +259,7 @@ class ReplicaAppends:
             # (a small append right after a bulk one goes there too: the ring stays contiguous)
             in_ring = ((bulk or (self._ring_end == start_offset and self._ring is not None
                                  and _within_bulk_window(self._last_bulk_append)))
-                       and self._keep_for_dispatch(start_offset, pieces, end))
+                       and self._keep_for_dispatch(start_offset, pieces, end, received))
             if (in_ring and self._direct_write and len(runs) == 1 and last is not None
                     and start_offset < last.end):
                 # The bytes are safe in the ring: the write thread writes them (below).
@@ -347,13 +391,15 @@ class ReplicaAppends:
             finally:
                 self._dispatch_waiters -= 1
 
-    def _keep_for_dispatch(self, start: int, pieces: Sequence[ReadableBuffer], end: int) -> bool:
+    def _keep_for_dispatch(self, start: int, pieces: Sequence[ReadableBuffer], end: int,
+                           received: bool = False) -> bool:
         """Copy replicated bytes ``[start, end)`` into the dispatch ring (hold the lock; the
         slave's transient store), so the reput thread validates them from memory instead of
         reading back what went to the disk direct (see :meth:`_read_undispatched`), and the
         direct writes take them from there (page-aligned: no staging copy). Only while the
         dispatcher is less than the ring's size behind: bytes it has not read yet are never
-        overwritten. Returns whether the bytes are in the ring."""
+        overwritten. ``received``: the pieces are the ring's own views (see
+        :meth:`ring_space`): nothing to copy. Returns whether the bytes are in the ring."""
         if end - self._dispatched > DISPATCH_RING - SCAN_BYTES:
             self._ring_from = end  # too far behind: the ring starts again later
             return False
@@ -364,6 +410,9 @@ class ReplicaAppends:
         if self._ring_end != start:
             self._ring_from = start
             self._ring_restarts += 1
+        if received:
+            self._ring_end = end
+            return True
         ring = self._ring
         at = start % DISPATCH_RING
         for piece in pieces:

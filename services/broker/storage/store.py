@@ -797,6 +797,24 @@ class MessageStore:
             done.add_done_callback(self._notify_written)
         return done
 
+    def ring_space(self, start_offset: int, size: int) -> list[memoryview] | None:
+        """Slave: writable views of the dispatch ring to receive the ``size`` bytes at
+        ``start_offset`` into, then append with :meth:`queue_received` (no copy); None when
+        they must go through :meth:`queue_data` (see
+        :meth:`~services.broker.storage.replica.ReplicaAppends.ring_space`)."""
+        if not self._running:
+            raise StoreClosedError("message store is not running")
+        return self._log.ring_space(start_offset, size)
+
+    def queue_received(self, start_offset: int, size: int) -> Future[int]:
+        """:meth:`queue_data` of the bytes received into the views of :meth:`ring_space`."""
+        if not self._running:
+            raise StoreClosedError("message store is not running")
+        done = self._log.queue_received(start_offset, size)
+        if self._listeners:
+            done.add_done_callback(self._notify_written)
+        return done
+
     def _notify_written(self, done: Future[int]) -> None:
         if done.exception() is None:
             self._notify(done.result())

@@ -25,7 +25,7 @@ from services.broker.replication import (
     encode_heartbeat,
     encode_transfer_header,
 )
-from services.broker.replication import slave as slave_module
+from services.broker.replication import receive as receive_module
 from services.broker.replication.master import HAMaster
 from services.broker.replication.master_settings import MasterSettings
 from services.broker.replication.slave import HASlave, SlaveSettings, is_record_boundary
@@ -572,7 +572,8 @@ async def test_a_read_without_data_while_a_large_append_runs_does_not_reuse_its_
         return real_append(start, pieces)  # type: ignore[arg-type]
 
     monkeypatch.setattr(slave_store, "queue_data", slow_first_append)
-    async with FakeMaster(bursty) as fake, running_slave(slave_store, slave_settings(fake.addr)) as slave:
+    async with FakeMaster(bursty) as fake, \
+            running_slave(slave_store, slave_settings(fake.addr, receive_thread=False)) as slave:
         await until(lambda: slave_store.max_offset == end, 5.0, "the slave has everything")
         sessions = (slave.reconnects, fake.connections)
     assert sessions == (0, 1)  # one session: a damaged append would have ended it (CRC check)
@@ -614,7 +615,8 @@ async def test_large_appends_queue_up_while_the_disk_is_slow_and_each_is_acked(
 
     monkeypatch.setattr(slave_store, "queue_data", slow_first_append)
     try:
-        async with FakeMaster(bursty) as fake, running_slave(slave_store, slave_settings(fake.addr)) as slave:
+        async with FakeMaster(bursty) as fake, \
+                running_slave(slave_store, slave_settings(fake.addr, receive_thread=False)) as slave:
             monkeypatch.setattr(slave, "_writer", Counting)
             await until(lambda: end in acks, 5.0, "the slave acked everything")
             sessions = (slave.reconnects, fake.connections)
@@ -667,7 +669,8 @@ async def test_the_disk_writes_one_read_while_the_next_is_taken_and_acks_wait_fo
 
         monkeypatch.setattr(slave_store, "queue_data", counting_queue)
         monkeypatch.setattr(Segment, "write_at", slow_first_write)
-        async with FakeMaster(bursty) as fake, running_slave(slave_store, slave_settings(fake.addr)) as slave:
+        async with FakeMaster(bursty) as fake, \
+                running_slave(slave_store, slave_settings(fake.addr, receive_thread=False)) as slave:
             await until(lambda: any(ack == end for ack, _ in acks), 5.0, "the slave acked everything")
             sessions = (slave.reconnects, fake.connections)
         assert sessions == (0, 1)
@@ -701,10 +704,11 @@ async def test_a_failing_queued_append_ends_the_session_and_is_reported_once(
         return real_append(start, pieces)  # type: ignore[arg-type]
 
     monkeypatch.setattr(slave_store, "queue_data", fail_once)
-    monkeypatch.setattr(slave_module, "_THREADED_APPEND", 1)  # every append on the writer thread
+    monkeypatch.setattr(receive_module, "_THREADED_APPEND", 1)  # every append on the writer thread
     with caplog.at_level(logging.WARNING):
         async with running_master(master_store, sync_from_earliest=True) as master, \
-                running_slave(slave_store, slave_settings(f"127.0.0.1:{master.port}")) as slave:
+                running_slave(slave_store, slave_settings(f"127.0.0.1:{master.port}",
+                                                          receive_thread=False)) as slave:
             await until(lambda: slave_store.max_offset == end, 5.0, "the slave has everything")
             reconnects = slave.reconnects
         gc.collect()
