@@ -195,13 +195,8 @@ class ReplicaAppends:
                     expected = self._queued_end if self._writing else last.start + last.write_pos
                 if start_offset != expected:
                     raise OffsetMismatchError(start_offset, expected)
-                if end - self._dispatched > DISPATCH_RING - SCAN_BYTES:
-                    self._ring_from = end  # too far behind: the ring starts again later
+                if self._ring_admits(start_offset, end) is None:
                     return None
-                if self._ring is None:
-                    self._ring = mmap.mmap(-1, DISPATCH_RING)
-                    self._ring_addr = ctypes.addressof(ctypes.c_char.from_buffer(self._ring))
-                    self._ring_from = start_offset
                 return self._ring_views(start_offset, end)
 
     def queue_received(self, start_offset: int, size: int) -> concurrent.futures.Future[int]:
@@ -391,6 +386,19 @@ class ReplicaAppends:
             finally:
                 self._dispatch_waiters -= 1
 
+    def _ring_admits(self, start: int, end: int) -> mmap.mmap | None:
+        """The ring, if it may take ``[start, end)`` (hold the lock): the dispatcher is less
+        than the ring's size behind ``end``; else None, and the ring starts again later. Maps
+        the ring on first use."""
+        if end - self._dispatched > DISPATCH_RING - SCAN_BYTES:
+            self._ring_from = end  # too far behind: the ring starts again later
+            return None
+        if self._ring is None:
+            self._ring = mmap.mmap(-1, DISPATCH_RING)
+            self._ring_addr = ctypes.addressof(ctypes.c_char.from_buffer(self._ring))
+            self._ring_from = start
+        return self._ring
+
     def _keep_for_dispatch(self, start: int, pieces: Sequence[ReadableBuffer], end: int,
                            received: bool = False) -> bool:
         """Copy replicated bytes ``[start, end)`` into the dispatch ring (hold the lock; the
@@ -400,20 +408,15 @@ class ReplicaAppends:
         dispatcher is less than the ring's size behind: bytes it has not read yet are never
         overwritten. ``received``: the pieces are the ring's own views (see
         :meth:`ring_space`): nothing to copy. Returns whether the bytes are in the ring."""
-        if end - self._dispatched > DISPATCH_RING - SCAN_BYTES:
-            self._ring_from = end  # too far behind: the ring starts again later
+        ring = self._ring_admits(start, end)
+        if ring is None:
             return False
-        if self._ring is None:
-            self._ring = mmap.mmap(-1, DISPATCH_RING)
-            self._ring_addr = ctypes.addressof(ctypes.c_char.from_buffer(self._ring))
-            self._ring_from = start
         if self._ring_end != start:
             self._ring_from = start
             self._ring_restarts += 1
         if received:
             self._ring_end = end
             return True
-        ring = self._ring
         at = start % DISPATCH_RING
         for piece in pieces:
             view = memoryview(piece)
