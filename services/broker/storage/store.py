@@ -792,10 +792,7 @@ class MessageStore:
         :meth:`~services.broker.storage.replica.ReplicaAppends.queue_data`)."""
         if not self._running:
             raise StoreClosedError("message store is not running")
-        done = self._log.queue_data(start_offset, data)
-        if self._listeners:
-            done.add_done_callback(self._notify_written)
-        return done
+        return self._watched(self._log.queue_data(start_offset, data))
 
     def ring_space(self, start_offset: int, size: int) -> list[memoryview] | None:
         """Slave: writable views of the dispatch ring to receive the ``size`` bytes at
@@ -810,7 +807,10 @@ class MessageStore:
         """:meth:`queue_data` of the bytes received into the views of :meth:`ring_space`."""
         if not self._running:
             raise StoreClosedError("message store is not running")
-        done = self._log.queue_received(start_offset, size)
+        return self._watched(self._log.queue_received(start_offset, size))
+
+    def _watched(self, done: Future[int]) -> Future[int]:
+        """``done``, the listeners told of the new max offset once it is set (if any listen)."""
         if self._listeners:
             done.add_done_callback(self._notify_written)
         return done
