@@ -21,6 +21,7 @@ import typer
 
 from pocketmq.cli.commands import acl, bench, broker, cluster, consumer, dlq, group, lookup, messages, topic
 from pocketmq.cli.commands.console import console
+from pocketmq.wire.malloc import keep_freed_memory
 
 app = typer.Typer(
     name="pocketmq",
@@ -45,6 +46,7 @@ app.command("console")(console)
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``pocketmq`` console script."""
+    keep_freed_memory()
     try:
         app(args=argv, prog_name="pocketmq", standalone_mode=True)
     except SystemExit as exc:

@@ -15,6 +15,7 @@ import signal
 import sys
 from collections.abc import Awaitable, Callable
 
+from pocketmq.wire.malloc import keep_freed_memory
 from services.common.ports import ListenError
 
 log = logging.getLogger(__name__)
@@ -30,6 +31,7 @@ def run_service(main: ServiceMain, on_second_signal: Callable[[], None] | None =
     causes. A port that cannot be bound is one error line (its traceback only at DEBUG level).
     Returns the process exit code.
     """
+    keep_freed_memory()  # before the first gRPC thread allocates
 
     async def runner() -> None:
         loop = asyncio.get_running_loop()
