@@ -161,6 +161,17 @@ async def produce(namesrv: str, *, topic: str, messages: int, duration: float, s
     return summary
 
 
+def _latencies(borns: array.array[int], received: list[tuple[int, float]]) -> list[float]:
+    """Each message's born -> received latency (ms): ``borns`` in receive order, ``received``
+    the running count and receive time of each batch."""
+    latencies: list[float] = []
+    start = 0
+    for end, at in received:
+        latencies.extend(map(at.__sub__, borns[start:end]))
+        start = end
+    return latencies
+
+
 async def consume(namesrv: str, *, topic: str, group: str, messages: int, duration: float, idle: float,
                   start: str, batch: int, timeout: float, progress: bool,  # noqa: ASYNC109
                   tls: ClientTls | bool | None = None, credentials: Credentials | None = None) -> Summary:
@@ -179,7 +190,10 @@ async def consume(namesrv: str, *, topic: str, group: str, messages: int, durati
             stop_at = time.monotonic() + duration if duration else None
             first_cpu = last_cpu = 0.0
             cpu_at = 0.0
-            latencies = array.array("d")  # no float object kept per message
+            # Born timestamps as C values, with each batch's receive time: the latencies are
+            # worked out after the run, not per message while it is measured.
+            borns = array.array("q")
+            received: list[tuple[int, float]] = []  # (messages so far, receive time in ms)
             count = 0
             while count < messages:
                 wait = idle if stop_at is None else min(idle, stop_at - time.monotonic())
@@ -197,14 +211,15 @@ async def consume(namesrv: str, *, topic: str, group: str, messages: int, durati
                 elif now - cpu_at >= CPU_SAMPLE_S or count >= messages:
                     cpu_at = now
                     last_cpu = time.process_time()
-                latencies.extend(map((time.time() * 1000).__sub__, map(_BORN, msgs)))
+                borns.extend(map(_BORN, msgs))
+                received.append((count, time.time() * 1000))
                 summary.bytes += sum(map(len, map(_BODY, msgs)))
                 if bar is not None and now - last_tick > 0.25:
                     last_tick = now
                     rate = count / max(1e-9, now - first_at)
                     bar.update(task, completed=count, rate=f"{rate:,.0f} msgs/s")
             summary.messages = count
-            summary.latencies_ms = latencies.tolist()
+            summary.latencies_ms = _latencies(borns, received)
             # Measured from the first to the last message: joining the group and the final idle
             # wait are not counted (the CPU time to within CPU_SAMPLE_S of the last message when
             # the run ends idle).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import array
 from typing import Annotated
 
 import pytest
@@ -10,7 +11,7 @@ from typer.testing import CliRunner
 
 from pocketmq.broker.v1 import broker_pb2
 from pocketmq.cli import app, main
-from pocketmq.cli.bench import Summary, percentile
+from pocketmq.cli.bench import Summary, _latencies, percentile
 from pocketmq.cli.commands.topic import _perm
 from pocketmq.cli.common import ACCESS, CLUSTER, Access, Conn, connected
 from pocketmq.cli.output import Output, human_bytes, ms_to_iso, proto_dict
@@ -27,6 +28,13 @@ def test_proto_dict_keeps_every_field_with_native_types() -> None:
     assert pull["status"] == "FOUND" and pull["records"] == "0102"
     group = proto_dict(namesrv_pb2.BrokerData(broker_name="b", broker_addrs={1: "x:2", 0: "x:1"}))
     assert group["broker_addrs"] == {"0": "x:1", "1": "x:2"}
+
+
+def test_consume_latencies_pair_each_message_with_its_batchs_receive_time() -> None:
+    borns = array.array("q", [100, 150, 190, 400])
+    # three messages received at 200.5 ms, then one at 450.0 ms
+    assert _latencies(borns, [(3, 200.5), (4, 450.0)]) == [100.5, 50.5, 10.5, 50.0]
+    assert _latencies(array.array("q"), []) == []
 
 
 def test_small_helpers() -> None:
