@@ -31,7 +31,7 @@ def run_service(main: ServiceMain, on_second_signal: Callable[[], None] | None =
     causes. A port that cannot be bound is one error line (its traceback only at DEBUG level).
     Returns the process exit code.
     """
-    keep_freed_memory()  # before the first gRPC thread allocates
+    keep_freed_memory()  # (glibc thresholds: process-wide, for every thread's arena)
 
     async def runner() -> None:
         loop = asyncio.get_running_loop()
