@@ -5,7 +5,8 @@ SyncStateSet, and one liveness record per member.  Layout (``<p>`` = ``/pocketmq
   revision is the master's epoch (etcd revisions only grow, so every new master has a larger one);
 - ``<p>/syncstateset``: JSON ``{epoch, master, members}``, written by the master only while its
   leader key is unchanged (a transaction compares the key's create revision);
-- ``<p>/members/<brokerId>``: JSON ``{brokerId, maxOffset, addr}`` under the member's own lease.
+- ``<p>/members/<brokerId>``: JSON ``{brokerId, maxOffset, addr, leaderless}`` under the member's
+  own lease (``leaderless``: the member had seen no leader before it read that offset).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import aetcd
 
@@ -42,6 +43,20 @@ class SyncStateSet:
     members: frozenset[int]
 
 
+class MemberRecord(NamedTuple):
+    """A member's last published record: its max offset, and whether it had already seen the
+    group without a leader when it read that offset (so the offset includes everything the old
+    master acknowledged that reached it: the master's fence ends before its lease can)."""
+
+    max_offset: int
+    leaderless: bool
+
+
+def member_record(obj: dict[str, Any]) -> tuple[int, MemberRecord]:
+    """(brokerId, record) of a member's published JSON (both DCS backends write the same)."""
+    return int(obj["brokerId"]), MemberRecord(int(obj["maxOffset"]), bool(obj.get("leaderless", False)))
+
+
 class Dcs(Protocol):
     """What the controller (:mod:`.runner`) needs of a coordination service: implemented on etcd
     (:class:`EtcdDcs`) and on Kubernetes Leases (:class:`.k8s_dcs.KubernetesDcs`)."""
@@ -56,8 +71,9 @@ class Dcs(Protocol):
     async def release(self, epoch: int, broker_id: int) -> str: ...
     async def publish_sync_state(self, state: SyncStateSet) -> bool: ...
     async def sync_state(self) -> SyncStateSet | None: ...
-    async def publish_member(self, broker_id: int, max_offset: int, addr: str) -> None: ...
-    async def members(self) -> dict[int, int]: ...
+    async def publish_member(self, broker_id: int, max_offset: int, addr: str,
+                             leaderless: bool = False) -> None: ...
+    async def members(self) -> dict[int, MemberRecord]: ...
     async def switchover(self) -> int | None: ...
     async def hand_over(self, target: int) -> None: ...
     async def clear_switchover(self) -> None: ...
@@ -198,7 +214,8 @@ class EtcdDcs:
 
     # -- members -----------------------------------------------------------------------------
 
-    async def publish_member(self, broker_id: int, max_offset: int, addr: str) -> None:
+    async def publish_member(self, broker_id: int, max_offset: int, addr: str,
+                             leaderless: bool = False) -> None:
         c = await self._c()
         if self._member_lease is None:
             self._member_lease = await c.lease(self.ttl_s)
@@ -206,7 +223,8 @@ class EtcdDcs:
             reply = await c.refresh_lease(self._member_lease.id)
             if int(reply.TTL) <= 0:
                 self._member_lease = await c.lease(self.ttl_s)
-        value = json.dumps({"brokerId": broker_id, "maxOffset": max_offset, "addr": addr}).encode()
+        value = json.dumps({"brokerId": broker_id, "maxOffset": max_offset, "addr": addr,
+                            "leaderless": leaderless}).encode()
         await c.put(self._key(f"{MEMBERS}{broker_id}"), value, self._member_lease)
 
     async def switchover(self) -> int | None:
@@ -227,14 +245,10 @@ class EtcdDcs:
         c = await self._c()
         await c.delete(self._key(SWITCHOVER))
 
-    async def members(self) -> dict[int, int]:
-        """Live members' max offsets by brokerId."""
+    async def members(self) -> dict[int, MemberRecord]:
+        """Live members' records by brokerId."""
         c = await self._c()
-        result: dict[int, int] = {}
-        for kv in await c.get_prefix(self._key(MEMBERS)):
-            obj = json.loads(kv.value)
-            result[int(obj["brokerId"])] = int(obj["maxOffset"])
-        return result
+        return dict(member_record(json.loads(kv.value)) for kv in await c.get_prefix(self._key(MEMBERS)))
 
     async def failed(self) -> None:
         await self._rotate()

@@ -37,7 +37,7 @@ from pocketmq.wire.dcs import (
     K8S_SYNC_STATE_SET,
     k8s_lease_name,
 )
-from services.broker.controller.dcs import Leader, SyncStateSet
+from services.broker.controller.dcs import Leader, MemberRecord, SyncStateSet, member_record
 from services.common.config import ConfigError
 
 __all__ = ["KubernetesDcs", "api_client_from", "lease_name_of", "namespace_of"]
@@ -132,6 +132,7 @@ class KubernetesDcs:
         #: record key -> (what it said, when this process first saw it say so)
         self._seen: dict[str, tuple[object, float]] = {}
         self._member_written = -math.inf
+        self._member_leaderless = False
 
     # -- blocking helpers (worker threads) ---------------------------------------------------
 
@@ -348,32 +349,31 @@ class KubernetesDcs:
 
     # -- members -----------------------------------------------------------------------------
 
-    async def publish_member(self, broker_id: int, max_offset: int, addr: str) -> None:
-        """This member's max offset (written at most every controllerRenewInterval; the record
-        also shows the member alive)."""
+    async def publish_member(self, broker_id: int, max_offset: int, addr: str,
+                             leaderless: bool = False) -> None:
+        """This member's max offset (written at most every controllerRenewInterval, and at once
+        when ``leaderless`` changes; the record also shows the member alive)."""
         now = self._clock()
-        if now - self._member_written < self._renew_s:
+        if now - self._member_written < self._renew_s and leaderless == self._member_leaderless:
             return
         value = json.dumps({"brokerId": broker_id, "maxOffset": max_offset, "addr": addr,
-                            "at": int(time.time() * 1000)})
+                            "leaderless": leaderless, "at": int(time.time() * 1000)})
 
         def mutate(obj: Obj) -> bool:
             _annotations(obj)[f"{K8S_MEMBER_PREFIX}{broker_id}"] = value
             return True
         if await self._run(self._update, self.members_name, mutate, True):
             self._member_written = now
+            self._member_leaderless = leaderless
 
-    def _members_sync(self) -> dict[int, int]:
+    def _members_sync(self) -> dict[int, MemberRecord]:
         obj = self._read(self.members_name)
-        result: dict[int, int] = {}
-        for key, raw in (_annotations(obj) if obj is not None else {}).items():
-            if key.startswith(K8S_MEMBER_PREFIX) and self._alive(key, raw, self.ttl_s):
-                value = json.loads(raw)
-                result[int(value["brokerId"])] = int(value["maxOffset"])
-        return result
+        return dict(member_record(json.loads(raw))
+                    for key, raw in (_annotations(obj) if obj is not None else {}).items()
+                    if key.startswith(K8S_MEMBER_PREFIX) and self._alive(key, raw, self.ttl_s))
 
-    async def members(self) -> dict[int, int]:
-        """Live members' max offsets by brokerId."""
+    async def members(self) -> dict[int, MemberRecord]:
+        """Live members' records by brokerId."""
         return await self._run(self._members_sync)
 
     # -- planned switchover ------------------------------------------------------------------

@@ -91,6 +91,9 @@ class Controller:
         #: False while the last step could not reach the DCS (or it had no quorum).
         self.dcs_reachable = True
         self._leader: Leader | None = None
+        #: A slave's last look at etcd found no leader: the offset it publishes next was read after
+        #: the master left (so it holds whatever the old master acknowledged that reached it).
+        self._leaderless = False
         self._said = ""
         self._renewed_at = 0.0
         self._wanted_label: tuple[BrokerRole, int] | None = None
@@ -301,7 +304,7 @@ class Controller:
         app = self.app
         assert app is not None
         max_offset = app.store.max_offset
-        await self.dcs.publish_member(self.member_id, max_offset, self.cfg.broker_addr)
+        await self.dcs.publish_member(self.member_id, max_offset, self.cfg.broker_addr, self._leaderless)
         if self._release_epoch:
             old_epoch = self._release_epoch
             outcome = await self.dcs.release(old_epoch, self.member_id)
@@ -309,6 +312,7 @@ class Controller:
             log.warning(_RELEASED.get(outcome, outcome), extra={"member": self.member_id, "epoch": old_epoch,
                                                               "outcome": outcome})
         leader = await self.dcs.leader()
+        self._leaderless = leader is None
         if leader is not None and not leader.ready:
             return  # the new master is switching its role: follow once it serves
         if leader is not None:
@@ -336,8 +340,17 @@ class Controller:
             self._say(f"waiting: a planned switchover hands the group to member {handover}")
             return
         members = await self.dcs.members()
-        rivals = {m: o for m, o in members.items() if m != self.member_id
+        rivals = {m: r.max_offset for m, r in members.items() if m != self.member_id
                   and (state is None or m in state.members)}
+        if handover != self.member_id:
+            # An offset published while the old master still served may be short of what the
+            # master acknowledged on that member's word: wait for one read after it left (or for
+            # the record to expire, if the member is gone).
+            unsure = sorted(m for m in rivals if not members[m].leaderless)
+            if unsure:
+                self._say(f"waiting: in-sync member(s) {unsure} have not published an offset read "
+                          "since the master left")
+                return
         best = max(rivals.items(), key=lambda mo: (mo[1], -mo[0]), default=None)
         if handover != self.member_id and best is not None and (best[1], -best[0]) > (max_offset,
                                                                                       -self.member_id):
@@ -356,6 +369,7 @@ class Controller:
         self._fence_said = False
         self.failovers += 1
         self.last_failover_ms = int(time.time() * 1000)
+        self._leaderless = False
         log.warning("took the leader lease: becoming master", extra={
             "member": self.member_id, "epoch": epoch, "max_offset": max_offset})
         self._say("")

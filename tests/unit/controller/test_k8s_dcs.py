@@ -15,7 +15,7 @@ from kubernetes import client
 
 from pocketmq.wire.dcs import K8S_EPOCH, K8S_SYNC_STATE_SET, k8s_lease_name
 from services.broker.config import BrokerConfig
-from services.broker.controller.dcs import SyncStateSet
+from services.broker.controller.dcs import MemberRecord, SyncStateSet
 from services.broker.controller.k8s_dcs import KubernetesDcs
 from services.broker.controller.runner import open_dcs
 from services.common.config import ConfigError
@@ -150,15 +150,17 @@ def test_members_publish_offsets_and_drop_out_when_silent(server: FakeApiServer)
     reader, m2, m3 = member(server, clock), member(server), member(server)
     run(m2.publish_member(2, 500, "b:1"))
     run(m3.publish_member(3, 700, "c:1"))
-    assert run(reader.members()) == {2: 500, 3: 700}
+    assert run(reader.members()) == {2: MemberRecord(500, False), 3: MemberRecord(700, False)}
     run(m2.publish_member(2, 600, "b:1"))  # within renew_s of the last write: not written
-    assert run(reader.members())[2] == 500
+    assert run(reader.members())[2] == MemberRecord(500, False)
+    run(m3.publish_member(3, 720, "c:1", leaderless=True))  # ... unless it now saw no leader
+    assert run(reader.members())[3] == MemberRecord(720, True)
     clock.now += 2.0
     m2._member_written -= 1.0
     run(m2.publish_member(2, 600, "b:1"))
-    assert run(reader.members()) == {2: 600, 3: 700}
+    assert run(reader.members()) == {2: MemberRecord(600, False), 3: MemberRecord(720, True)}
     clock.now += 1.5  # m3 silent for 3.5 s > TTL, m2 wrote 1.5 s ago
-    assert run(reader.members()) == {2: 600}
+    assert run(reader.members()) == {2: MemberRecord(600, False)}
 
 
 def test_switchover_request_and_hand_over(server: FakeApiServer) -> None:

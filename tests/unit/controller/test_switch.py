@@ -1,5 +1,7 @@
-"""A role switch to master records its new epoch at the log's end after the slave stopped
-following the old master (services/broker/controller/runner.py, ``Controller._switch``)."""
+"""The controller's role switches (services/broker/controller/runner.py): a switch to master
+records its new epoch at the log's end after the slave stopped following the old master
+(``Controller._switch``); a slave campaigns only against its rivals' offsets read after the
+master left (``Controller._slave_tick``)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import asyncio
 from pathlib import Path
 
 from services.broker.config import BrokerConfig, BrokerRole
+from services.broker.controller.dcs import MemberRecord, SyncStateSet
 from services.broker.controller.runner import Controller
 from services.broker.replication.epochfile import EpochFile
 from services.broker.replication.epochs import EpochEntry
@@ -65,3 +68,59 @@ def test_a_slave_taking_over_starts_its_epoch_after_what_it_still_received(tmp_p
     assert app.ha.stops >= 1 and app.stopped_at == app.store.offset
     # the new term starts where the log ended once nothing more came from the old master
     assert EpochFile(str(tmp_path)).entries[-1] == EpochEntry(7, app.store.offset)
+
+
+class _Dcs:
+    """The group's records as etcd would hold them, for the slave's campaign decision."""
+
+    ttl_s = 3.0
+
+    def __init__(self) -> None:
+        self.records: dict[int, MemberRecord] = {}
+        self.campaigns = 0
+
+    async def publish_member(self, broker_id: int, max_offset: int, addr: str,
+                             leaderless: bool = False) -> None:
+        self.records[broker_id] = MemberRecord(max_offset, leaderless)
+
+    async def leader(self) -> None:
+        return None
+
+    async def sync_state(self) -> SyncStateSet:
+        return SyncStateSet(3, 1, frozenset({1, 2, 3}))
+
+    async def switchover(self) -> None:
+        return None
+
+    async def members(self) -> dict[int, MemberRecord]:
+        return dict(self.records)
+
+    async def campaign(self, broker_id: int, addr: str, ha_addr: str, floor: int = 0) -> None:
+        self.campaigns += 1
+        return None  # (lost: this test is about whether it tries)
+
+
+def test_a_slave_campaigns_only_against_offsets_its_rivals_read_after_the_master_left(tmp_path: Path) -> None:
+    dcs = _Dcs()
+    cfg = BrokerConfig(broker_id=2, broker_role=BrokerRole.SLAVE)
+    controller = Controller(cfg, StoreConfig(store_path_root_dir=str(tmp_path)), None, dcs=dcs)  # type: ignore[arg-type]
+    controller.app = _App()  # type: ignore[assignment]
+    tick = controller._slave_tick
+    # member 3 published a lower offset while the old master still served: it may have received
+    # (and acknowledged) more since, so member 2 waits for its next record
+    dcs.records[3] = MemberRecord(900, False)
+    asyncio.run(tick())
+    assert dcs.campaigns == 0
+    assert "have not published an offset read since the master left" in controller.problem
+    assert dcs.records[2] == MemberRecord(1000, False)  # (its own first look found no leader ...)
+    asyncio.run(tick())
+    assert dcs.records[2] == MemberRecord(1000, True)  # (... which its next record says)
+    dcs.records[3] = MemberRecord(1200, True)  # member 3 had more: it is the one to take over
+    asyncio.run(tick())
+    assert dcs.campaigns == 0 and "has a higher offset" in controller.problem
+    dcs.records[3] = MemberRecord(800, True)
+    asyncio.run(tick())
+    assert dcs.campaigns == 1
+    del dcs.records[3]  # a member that is gone (its record expired) is not waited for
+    asyncio.run(tick())
+    assert dcs.campaigns == 2
