@@ -46,15 +46,18 @@ class SyncStateSet:
 class MemberRecord(NamedTuple):
     """A member's last published record: its max offset, and whether it had already seen the
     group without a leader when it read that offset (so the offset includes everything the old
-    master acknowledged that reached it: the master's fence ends before its lease can)."""
+    master acknowledged that reached it: the master's fence ends before its lease can); None
+    from a member of a version that does not say (its offset is taken as it is, as before)."""
 
     max_offset: int
-    leaderless: bool
+    leaderless: bool | None
 
 
 def member_record(obj: dict[str, Any]) -> tuple[int, MemberRecord]:
     """(brokerId, record) of a member's published JSON (both DCS backends write the same)."""
-    return int(obj["brokerId"]), MemberRecord(int(obj["maxOffset"]), bool(obj.get("leaderless", False)))
+    leaderless = obj.get("leaderless")
+    return int(obj["brokerId"]), MemberRecord(int(obj["maxOffset"]),
+                                              None if leaderless is None else bool(leaderless))
 
 
 class Dcs(Protocol):

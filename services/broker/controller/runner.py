@@ -346,7 +346,7 @@ class Controller:
             # An offset published while the old master still served may be short of what the
             # master acknowledged on that member's word: wait for one read after it left (or for
             # the record to expire, if the member is gone).
-            unsure = sorted(m for m in rivals if not members[m].leaderless)
+            unsure = sorted(m for m in rivals if members[m].leaderless is False)
             if unsure:
                 self._say(f"waiting: in-sync member(s) {unsure} have not published an offset read "
                           "since the master left")

@@ -9,7 +9,7 @@ import asyncio
 from pathlib import Path
 
 from services.broker.config import BrokerConfig, BrokerRole
-from services.broker.controller.dcs import MemberRecord, SyncStateSet
+from services.broker.controller.dcs import MemberRecord, SyncStateSet, member_record
 from services.broker.controller.runner import Controller
 from services.broker.replication.epochfile import EpochFile
 from services.broker.replication.epochs import EpochEntry
@@ -124,3 +124,13 @@ def test_a_slave_campaigns_only_against_offsets_its_rivals_read_after_the_master
     del dcs.records[3]  # a member that is gone (its record expired) is not waited for
     asyncio.run(tick())
     assert dcs.campaigns == 2
+    # a member of an earlier version does not say: its offset counts as it is (during a rolling
+    # upgrade the group must not wait for a record that never comes)
+    dcs.records[3] = MemberRecord(900, None)
+    asyncio.run(tick())
+    assert dcs.campaigns == 3
+
+
+def test_member_records_without_the_flag_read_as_unknown() -> None:
+    assert member_record({"brokerId": 3, "maxOffset": 7, "addr": "a:1"}) == (3, MemberRecord(7, None))
+    assert member_record({"brokerId": 3, "maxOffset": 7, "leaderless": True}) == (3, MemberRecord(7, True))
