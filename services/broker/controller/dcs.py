@@ -53,8 +53,15 @@ class MemberRecord(NamedTuple):
     leaderless: bool | None
 
 
+def member_json(broker_id: int, max_offset: int, addr: str, leaderless: bool, **extra: Any) -> str:
+    """A member's published record as JSON, the same in both DCS backends (read back by
+    :func:`member_record`; ``extra``: fields of one backend)."""
+    return json.dumps({"brokerId": broker_id, "maxOffset": max_offset, "addr": addr,
+                       "leaderless": leaderless, **extra})
+
+
 def member_record(obj: dict[str, Any]) -> tuple[int, MemberRecord]:
-    """(brokerId, record) of a member's published JSON (both DCS backends write the same)."""
+    """(brokerId, record) of a member's published JSON (:func:`member_json`)."""
     leaderless = obj.get("leaderless")
     return int(obj["brokerId"]), MemberRecord(int(obj["maxOffset"]),
                                               None if leaderless is None else bool(leaderless))
@@ -226,8 +233,7 @@ class EtcdDcs:
             reply = await c.refresh_lease(self._member_lease.id)
             if int(reply.TTL) <= 0:
                 self._member_lease = await c.lease(self.ttl_s)
-        value = json.dumps({"brokerId": broker_id, "maxOffset": max_offset, "addr": addr,
-                            "leaderless": leaderless}).encode()
+        value = member_json(broker_id, max_offset, addr, leaderless).encode()
         await c.put(self._key(f"{MEMBERS}{broker_id}"), value, self._member_lease)
 
     async def switchover(self) -> int | None:

@@ -37,7 +37,7 @@ from pocketmq.wire.dcs import (
     K8S_SYNC_STATE_SET,
     k8s_lease_name,
 )
-from services.broker.controller.dcs import Leader, MemberRecord, SyncStateSet, member_record
+from services.broker.controller.dcs import Leader, MemberRecord, SyncStateSet, member_json, member_record
 from services.common.config import ConfigError
 
 __all__ = ["KubernetesDcs", "api_client_from", "lease_name_of", "namespace_of"]
@@ -356,8 +356,7 @@ class KubernetesDcs:
         now = self._clock()
         if now - self._member_written < self._renew_s and leaderless == self._member_leaderless:
             return
-        value = json.dumps({"brokerId": broker_id, "maxOffset": max_offset, "addr": addr,
-                            "leaderless": leaderless, "at": int(time.time() * 1000)})
+        value = member_json(broker_id, max_offset, addr, leaderless, at=int(time.time() * 1000))
 
         def mutate(obj: Obj) -> bool:
             _annotations(obj)[f"{K8S_MEMBER_PREFIX}{broker_id}"] = value
