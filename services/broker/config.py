@@ -197,6 +197,11 @@ class BrokerConfig(TlsSettings):
     controller_renew_interval: int = 500
     #: A slave whose acknowledgement is older than this (ms) leaves the SyncStateSet (RocketMQ 5).
     ha_max_time_slave_not_catchup: int = 15_000
+    #: With a controller, a SYNC_MASTER's PUT_OK waits for every slave of the SyncStateSet, not
+    #: one (RocketMQ 5's allAckInSyncStateSet): any member may then be promoted without losing
+    #: an acknowledged message, at the price of waiting for the slowest member (a member that
+    #: stops acknowledging holds writes back until it leaves the set).
+    all_ack_in_sync_state_set: bool = False
 
     def __post_init__(self) -> None:
         for key, name in (("brokerClusterName", self.broker_cluster_name), ("brokerName", self.broker_name)):

@@ -257,17 +257,28 @@ class Controller:
             return
         in_sync = {s.broker_id for s in ha.in_sync(self.cfg.ha_max_time_slave_not_catchup / 1000)}
         previous = self.sync_state.members if self.sync_state is not None else frozenset()
-        members = frozenset(in_sync | {self.member_id})
-        # shrink what counts before publishing, grow it only once published (a promoted slave
-        # must hold every acknowledged message)
-        ha.set_counted(frozenset(in_sync & previous))
+        if self.cfg.all_ack_in_sync_state_set:
+            # every member holds every acknowledged message: a slave joins once it holds all that
+            # was acknowledged and counts before it is published; a leaver counts until it is not
+            acked = ha.acknowledged_offset
+            joining = {s.broker_id for s in ha.slaves()
+                       if s.broker_id in in_sync - previous and s.ack_offset >= acked}
+            members = frozenset((in_sync & previous) | joining | {self.member_id})
+            ha.set_counted(frozenset((previous | joining) - {self.member_id}))
+        else:
+            members = frozenset(in_sync | {self.member_id})
+            # shrink what counts before publishing, grow it only once published (a promoted
+            # slave must hold every acknowledged message)
+            ha.set_counted(frozenset(in_sync & previous))
         if members != previous or self.sync_state is None:
             state = SyncStateSet(self.epoch, self.member_id, members)
             if await self.dcs.publish_sync_state(state):
                 if self.sync_state is None or members != self.sync_state.members:
                     log.info("SyncStateSet changed", extra={"members": sorted(members), "epoch": self.epoch})
                 self.sync_state = state
-        ha.set_counted(frozenset(in_sync & self.sync_state.members) if self.sync_state else frozenset())
+        published = self.sync_state.members if self.sync_state is not None else frozenset()
+        ha.set_counted(published - {self.member_id} if self.cfg.all_ack_in_sync_state_set
+                       else frozenset(in_sync & published))
         self._say("" if len(members) > 1 else
                   "no in-sync slave: a failover now would lose data, so none would be promoted")
 

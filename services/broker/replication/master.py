@@ -225,16 +225,27 @@ class HAMaster:
             self.waiter.on_ack(self.counted_ack())
 
     def counted_ack(self) -> int:
-        """The highest offset acknowledged by a slave whose acks count (see :attr:`counted`)."""
+        """The offset up to which the slaves whose acks count (see :attr:`counted`) hold the log:
+        the highest of their acks, or with allAckInSyncStateSet the lowest (a counted slave
+        that is not connected holds nothing)."""
         if self.counted is None:
             return self.tracker.push2slave_max_offset
-        best = 0
+        acks = dict.fromkeys(self.counted, 0)
         for conn in self.connections.values():
             ident = conn.identity
             ack = conn.proto.ack_offset
-            if ident is not None and ack is not None and ident.broker_id in self.counted:
-                best = max(best, ack)
-        return best
+            if ident is not None and ack is not None and ident.broker_id in acks:
+                acks[ident.broker_id] = max(acks[ident.broker_id], ack)
+        if not acks:
+            return 0
+        return min(acks.values()) if self.settings.all_ack else max(acks.values())
+
+    @property
+    def acknowledged_offset(self) -> int:
+        """The end of what a SYNC_MASTER may have acknowledged (PUT_OK) so far: a slave that
+        joins the counted ones under allAckInSyncStateSet must hold the log up to here."""
+        acked = self.waiter.acked_offset if hasattr(self, "waiter") else 0
+        return max(acked, self.counted_ack())
 
     def set_counted(self, broker_ids: frozenset[int] | None) -> None:
         """Only acks of these brokerIds count for SYNC_MASTER from now on (None: every slave)."""

@@ -33,6 +33,8 @@ class MasterSettings:
     heartbeat_interval_s: float = _BROKER.ha_send_heartbeat_interval / 1000
     housekeeping_interval_s: float = _BROKER.ha_housekeeping_interval / 1000
     fall_behind_max: int = _BROKER.ha_slave_fallbehind_max
+    #: allAckInSyncStateSet: a write is replicated once every counted slave acknowledged it.
+    all_ack: bool = _BROKER.all_ack_in_sync_state_set
     #: haAuthSecret (UTF-8); empty = no authentication.  Never shown by repr().
     auth_secret: bytes = dataclasses.field(default=_BROKER.ha_auth_secret.encode(), repr=False)
     #: How long a peer has to answer the challenge.
@@ -51,6 +53,7 @@ class MasterSettings:
                    sync_from_earliest=cfg.ha_sync_from_earliest,
                    heartbeat_interval_s=cfg.ha_send_heartbeat_interval / 1000,
                    housekeeping_interval_s=housekeeping_s, fall_behind_max=cfg.ha_slave_fallbehind_max,
+                   all_ack=cfg.all_ack_in_sync_state_set,
                    auth_secret=cfg.ha_auth_secret.encode(),
                    auth_timeout_s=handshake_timeout_s(housekeeping_s), broker_name=cfg.broker_name,
                    broker_id=cfg.broker_id, tls=ha_tls(cfg))

@@ -38,6 +38,9 @@ class BrokerReplication:
         if self.is_master:
             self.master = HAMaster(app.store, MasterSettings.from_config(cfg, app.store_config),
                                    epochs=self.epochs)
+            if cfg.all_ack_in_sync_state_set and app.controller is not None:
+                # no slave's ack counts until the controller has published the SyncStateSet
+                self.master.set_counted(frozenset())
         else:
             self.slave = HASlave(app.store, SlaveSettings.from_config(cfg, app.store_config),
                                  epochs=self.epochs)

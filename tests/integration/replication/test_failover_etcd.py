@@ -196,6 +196,39 @@ def test_a_lagging_slave_is_never_promoted_and_the_group_waits(
     check_all_acked_on(producers, in_sync, top)
 
 
+def test_with_all_ack_a_stopped_member_holds_writes_back_until_it_leaves_the_set(
+        procs: ProcessGroup, namesrv: str, etcd: str, tmp_path: Path) -> None:
+    """allAckInSyncStateSet: a PUT_OK needs every slave of the SyncStateSet, so one that stops
+    acknowledging holds writes back until it leaves the set (then they go on), and is counted
+    again only once it is back in it."""
+    members = start_group(procs, namesrv, etcd, tmp_path, "allack", ("--all-ack-in-sync-state-set", "true"))
+    master = master_of(members)
+    wait_until(lambda: len(sync_state(master)) == 3, 20, message="both slaves in sync")
+    stopped, acking = [m for m in members if m is not master]
+    producers = Producers(members)
+    try:
+        wait_until(lambda: producers.count() > 200, 30, message="PUT_OK with both slaves")
+        stopped.proc.send_signal(signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        wait_until(lambda: stopped.id not in sync_state(master), 15, message="the stopped slave left the set")
+        left = time.monotonic()
+        wait_until(lambda: producers.ok_since(left, -1), 10, message="PUT_OK without it")
+        stopped.proc.send_signal(signal.SIGCONT)
+        wait_until(lambda: len(sync_state(master)) == 3, 20, message="the slave is back in the set")
+    finally:
+        producers.finish()
+    # It left the set haMaxTimeSlaveNotCatchup (3 s) after its last ack that reached the log's end,
+    # so not before 2.5 s after the stop (it acknowledged every write until then); meanwhile only
+    # acks in flight at the stop may have completed a write, though the other slave acknowledged
+    # everything (without allAckInSyncStateSet, writes go on all along).
+    held = [when - stopped_at for when, member in producers.oks
+            if member == master.id and stopped_at + 0.5 < when < stopped_at + 2.4]
+    assert not held, f"PUT_OK {held} s after a member of the set stopped acknowledging"
+    assert master.is_master() and not acking.is_master()
+    top = logs_equal(members, master)
+    check_all_acked_on(producers, master, top)
+
+
 def test_planned_switchover_to_a_named_slave(
         procs: ProcessGroup, namesrv: str, etcd: str, tmp_path: Path) -> None:
     members = start_group(procs, namesrv, etcd, tmp_path, "switch")

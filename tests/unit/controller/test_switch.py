@@ -6,6 +6,7 @@ master left (``Controller._slave_tick``)."""
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 from services.broker.config import BrokerConfig, BrokerRole
@@ -13,6 +14,7 @@ from services.broker.controller.dcs import MemberRecord, SyncStateSet, member_re
 from services.broker.controller.runner import Controller
 from services.broker.replication.epochfile import EpochFile
 from services.broker.replication.epochs import EpochEntry
+from services.broker.replication.master_settings import SlaveInfo
 from services.broker.storage.config import StoreConfig
 
 
@@ -134,3 +136,90 @@ def test_a_slave_campaigns_only_against_offsets_its_rivals_read_after_the_master
 def test_member_records_without_the_flag_read_as_unknown() -> None:
     assert member_record({"brokerId": 3, "maxOffset": 7, "addr": "a:1"}) == (3, MemberRecord(7, None))
     assert member_record({"brokerId": 3, "maxOffset": 7, "leaderless": True}) == (3, MemberRecord(7, True))
+
+
+class _HaMaster:
+    """A master's replication as the controller's master tick sees it."""
+
+    def __init__(self) -> None:
+        self.acks = {2: 1000, 3: 1000}
+        self.in_sync_ids = {2, 3}
+        self.acknowledged_offset = 1000
+        self.counted: frozenset[int] | None = None
+
+    def in_sync(self, within_s: float) -> list[SlaveInfo]:
+        return [s for s in self.slaves() if s.broker_id in self.in_sync_ids]
+
+    def slaves(self) -> list[SlaveInfo]:
+        return [SlaveInfo(f"127.0.0.1:{b}", a, a, 0, 0, 0, broker_id=b) for b, a in self.acks.items()]
+
+    def set_counted(self, ids: frozenset[int] | None) -> None:
+        self.counted = ids
+
+
+class _SetDcs:
+    """The SyncStateSet key; each publish records which slaves counted at that moment."""
+
+    def __init__(self, ha: _HaMaster) -> None:
+        self.ha = ha
+        self.published: list[tuple[frozenset[int], frozenset[int] | None]] = []
+        self.fail = False
+
+    async def publish_sync_state(self, state: SyncStateSet) -> bool:
+        self.published.append((state.members, self.ha.counted))
+        return not self.fail
+
+    async def switchover(self) -> None:
+        return None
+
+
+def test_with_all_ack_every_published_member_counts_and_a_joiner_must_hold_every_ack(tmp_path: Path) -> None:
+    ha = _HaMaster()
+    dcs = _SetDcs(ha)
+    cfg = BrokerConfig(broker_id=1, broker_role=BrokerRole.SYNC_MASTER, controller_mode="etcd",
+                       all_ack_in_sync_state_set=True)
+    controller = Controller(cfg, StoreConfig(store_path_root_dir=str(tmp_path)), None, dcs=dcs)  # type: ignore[arg-type]
+    controller.app = type("App", (), {"ha": type("Ha", (), {"master": ha})()})()  # type: ignore[assignment]
+
+    def tick() -> None:
+        controller._renewed_at = time.monotonic()  # (the lease is renewed: only the set is looked at)
+        controller.fence_at = controller._renewed_at + 60
+        asyncio.run(controller._master_tick())
+
+    tick()
+    assert dcs.published[-1] == (frozenset({1, 2, 3}), frozenset({2, 3}))
+    # member 3 stops acknowledging: it still counts when the smaller set is published (until then
+    # it may be promoted, so it must hold whatever is acknowledged), not after
+    ha.in_sync_ids = {2}
+    tick()
+    assert dcs.published[-1] == (frozenset({1, 2}), frozenset({2, 3}))
+    assert ha.counted == frozenset({2})
+    # it catches up with the log, but not yet with what was acknowledged while it was out
+    ha.in_sync_ids, ha.acks[3], ha.acknowledged_offset = {2, 3}, 1500, 2000
+    tick()
+    assert len(dcs.published) == 2 and ha.counted == frozenset({2})
+    # once it holds every acknowledged message it counts, before the set that names it is out
+    ha.acks[3] = 2000
+    tick()
+    assert dcs.published[-1] == (frozenset({1, 2, 3}), frozenset({2, 3}))
+    # a smaller set that etcd did not take: the leaver keeps counting
+    dcs.fail = True
+    ha.in_sync_ids = {3}
+    tick()
+    assert dcs.published[-1][0] == frozenset({1, 3}) and ha.counted == frozenset({2, 3})
+
+
+def test_without_all_ack_one_member_counts_and_a_joiner_only_once_published(tmp_path: Path) -> None:
+    ha = _HaMaster()
+    dcs = _SetDcs(ha)
+    cfg = BrokerConfig(broker_id=1, broker_role=BrokerRole.SYNC_MASTER, controller_mode="etcd")
+    controller = Controller(cfg, StoreConfig(store_path_root_dir=str(tmp_path)), None, dcs=dcs)  # type: ignore[arg-type]
+    controller.app = type("App", (), {"ha": type("Ha", (), {"master": ha})()})()  # type: ignore[assignment]
+    controller._renewed_at = time.monotonic()
+    controller.fence_at = controller._renewed_at + 60
+    asyncio.run(controller._master_tick())
+    assert dcs.published[-1] == (frozenset({1, 2, 3}), frozenset())
+    assert ha.counted == frozenset({2, 3})
+    ha.in_sync_ids = {2}
+    asyncio.run(controller._master_tick())
+    assert dcs.published[-1] == (frozenset({1, 2}), frozenset({2}))
