@@ -196,12 +196,16 @@ def test_a_lagging_slave_is_never_promoted_and_the_group_waits(
     check_all_acked_on(producers, in_sync, top)
 
 
+NOT_CATCHUP_MS = 4000
+
+
 def test_with_all_ack_a_stopped_member_holds_writes_back_until_it_leaves_the_set(
         procs: ProcessGroup, namesrv: str, etcd: str, tmp_path: Path) -> None:
     """allAckInSyncStateSet: a PUT_OK needs every slave of the SyncStateSet, so one that stops
     acknowledging holds writes back until it leaves the set (then they go on), and is counted
     again only once it is back in it."""
-    members = start_group(procs, namesrv, etcd, tmp_path, "allack", ("--all-ack-in-sync-state-set", "true"))
+    members = start_group(procs, namesrv, etcd, tmp_path, "allack", (
+        "--all-ack-in-sync-state-set", "true", "--ha-max-time-slave-not-catchup", str(NOT_CATCHUP_MS)))
     master = master_of(members)
     wait_until(lambda: len(sync_state(master)) == 3, 20, message="both slaves in sync")
     stopped, acking = [m for m in members if m is not master]
@@ -217,12 +221,12 @@ def test_with_all_ack_a_stopped_member_holds_writes_back_until_it_leaves_the_set
         wait_until(lambda: len(sync_state(master)) == 3, 20, message="the slave is back in the set")
     finally:
         producers.finish()
-    # It left the set haMaxTimeSlaveNotCatchup (3 s) after its last ack that reached the log's end,
-    # so not before 2.5 s after the stop (it acknowledged every write until then); meanwhile only
-    # acks in flight at the stop may have completed a write, though the other slave acknowledged
-    # everything (without allAckInSyncStateSet, writes go on all along).
+    # It left the set haMaxTimeSlaveNotCatchup after its last ack that reached the log's end (each
+    # write waits for its ack, so that was moments before the stop, less than a second surely);
+    # meanwhile only acks in flight at the stop may have completed a write, though the other
+    # slave acknowledged everything (without allAckInSyncStateSet, writes go on all along).
     held = [when - stopped_at for when, member in producers.oks
-            if member == master.id and stopped_at + 0.5 < when < stopped_at + 2.4]
+            if member == master.id and stopped_at + 0.5 < when < stopped_at + NOT_CATCHUP_MS / 1000 - 1]
     assert not held, f"PUT_OK {held} s after a member of the set stopped acknowledging"
     assert master.is_master() and not acking.is_master()
     top = logs_equal(members, master)
