@@ -51,6 +51,7 @@ from services.broker.storage.consumequeue import ENTRY as CQ_ENTRY
 from services.broker.storage.consumequeue import MemoryFile
 from services.broker.storage.dispatch import DispatchBatch, Scanner
 from services.broker.storage.indexfeed import MAX_KEYED, AppendFeed
+from services.broker.storage.indexkeys import may_hold_keys
 from services.broker.storage.logerrors import (
     CommitLogError,
     CreateSegmentError,
@@ -866,8 +867,11 @@ class CommitLog(ReplicaAppends, Reput):
             self._dispatched = end
             physical_offsets = offsets.tolist()
             feed = self.index_feed
-            if feed is not None and messages is not None and len(messages) == n:
-                feed.add_messages(first, end, physical_offsets, ts, messages)
+            if feed is not None:
+                if not may_hold_keys(batch.tail):  # (one tail for every record of the batch)
+                    feed.add_keyless(first, end)
+                elif messages is not None and len(messages) == n:
+                    feed.add_messages(first, end, physical_offsets, ts, messages)
         queue_offsets = range(first_queue_offset, first_queue_offset + n)
         return _new_result(PutResult, (PutMessageStatus.PUT_OK, queue_offsets, physical_offsets, total, end,
                                        ts, self.store_host, ""))

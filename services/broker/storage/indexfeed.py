@@ -2,9 +2,10 @@
 the commit log lock, so in log order (see ``docs/message-index.md``, "Building it").
 
 The commit log covers every record it appends or dispatches in batches with a *run*
-``[start, end)``: a keyless local append only moves ``end``; a keyed one (``KEYS`` or
-``UNIQ_KEY``) adds (offset, store time, message) to the run's flat list; a batch of local
-appends adds its messages; a batch of replicated records (the batch dispatcher's
+``[start, end)``: a keyless local append only moves ``end``, as does a bulk-encoded batch whose
+shared properties hold no key; a keyed one (``KEYS`` or ``UNIQ_KEY``) adds (offset, store time,
+message) to the run's flat list; a batch of local appends adds its messages; a batch of
+replicated records (the batch dispatcher's
 :class:`~services.broker.storage.dispatch.DispatchBatch`) becomes a run of its own. A record
 that does not continue the current run (replicated records dispatched one at a time, a
 truncation, a run dropped because the index thread is far behind) starts a new one; whatever
@@ -126,6 +127,15 @@ class AppendFeed:
         self.end = end
         if len(keyed) > MAX_KEYED:
             self.overflow()
+        if self.idle:
+            self.wake()
+
+    def add_keyless(self, start: int, end: int) -> None:
+        """Local appends covering ``[start, end)``, none of them keyed: only the run's end
+        moves (nothing per message, for the appending thread or the index thread)."""
+        if self.end != start:
+            self.restart(start)
+        self.end = end
         if self.idle:
             self.wake()
 

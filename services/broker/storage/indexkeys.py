@@ -55,6 +55,12 @@ def key_hash(topic: str, key: str) -> int:
     return _crc32(key.encode(), _crc32(topic.encode() + b"#", 0))
 
 
+def may_hold_keys(encoded: bytes) -> bool:
+    """Whether encoded properties (or a record's tail, which ends with them) may hold an index
+    key: False only when no ``KEYS`` or ``UNIQ_KEY`` pair can be in them."""
+    return _KEYS[0] in encoded or _KEYS[1] in encoded
+
+
 def record_keys(props: bytes) -> list[bytes]:
     """The index keys in encoded properties: each KEYS key (space separated) and UNIQ_KEY."""
     out: list[bytes] = []

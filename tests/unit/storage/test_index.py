@@ -452,6 +452,41 @@ def test_bulk_encoded_batches_are_covered_without_a_read_back(
         assert [r.physical_offset for r in store.query_by_key("TopicA", f"k{i}")] == [sent[i]]
 
 
+def test_a_body_only_batch_only_moves_the_run_and_a_keyed_one_is_indexed(
+        open_store: StoreFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bulk-encoded batch whose records carry no key hands the index nothing per message
+    (its run only grows); one whose shared properties hold keys is indexed record by record."""
+    store = open_store()
+    assert store.index is not None
+    indexed(store)
+    read_back = count_read_backs(monkeypatch)
+    feed = store.index.appends
+    fed: list[tuple[str, int]] = []
+    add_keyless, add_messages = feed.add_keyless, feed.add_messages
+    monkeypatch.setattr(feed, "add_keyless", lambda start, end: (fed.append(("keyless", start)),
+                                                                 add_keyless(start, end)))
+    monkeypatch.setattr(feed, "add_messages", lambda start, end, *rest: (fed.append(("messages", start)),
+                                                                         add_messages(start, end, *rest)))
+    tail, code = encode_tail("TopicA", {"PGROUP": "KEYS-group"})
+    assert not indexkeys.may_hold_keys(tail)
+    batch = bulk.uniform_batch("TopicA", 1, [b"x" * 300] * 8, tail, code, 0, 1_700_000_000_000,
+                               ("10.0.0.1", 1))
+    plain = store.append_uniform(batch, [Message("TopicA", b"", 1)] * 8)
+    keyed_props = {"KEYS": "order-1", "UNIQ_KEY": "0A0B"}
+    tail, code = encode_tail("TopicA", keyed_props)
+    assert indexkeys.may_hold_keys(tail)
+    batch = bulk.uniform_batch("TopicA", 1, [b"y" * 300] * 8, tail, code, 0, 1_700_000_000_000,
+                               ("10.0.0.1", 1))
+    keyed = store.append_uniform(batch, [Message("TopicA", b"", 1, properties=keyed_props)] * 8)
+    assert plain.ok and keyed.ok
+    assert fed == [("keyless", plain.physical_offsets[0]), ("messages", keyed.physical_offsets[0])]
+    indexed(store)
+    assert read_back == []
+    assert sorted(r.physical_offset for r in store.query_by_key("TopicA", "order-1")) == \
+        sorted(keyed.physical_offsets)
+    assert store.index.entries_written == 16
+
+
 def test_a_batch_rolled_back_after_a_segment_roll_leaves_no_gap_in_the_index(
         open_store: StoreFactory) -> None:
     """A batch that rolled to a new segment and then failed is cut back: the records appended
