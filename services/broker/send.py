@@ -325,8 +325,8 @@ class SendService:
                                            born_host, lengths)
             except record.RecordError as exc:
                 return await self._finish(refused(exc), queue_id, started, count, 0)
-            indexed = [record.Message(topic, b"", queue_id)] * count
-            return await self._finish(self.append_uniform(batch, indexed), queue_id, started, count,
+            # (no messages for the key index: a body-only tail holds no key, so it reads none)
+            return await self._finish(self.append_uniform(batch), queue_id, started, count,
                                       sum(lengths))
         # One topic, queue and born host per batch: encode the topic (and the producer group, the
         # only property most batches carry) once, and build each record's store form straight
@@ -445,7 +445,8 @@ class SendService:
             self.notifier.notify(first.topic, first.queue_id)
         return result
 
-    def append_uniform(self, batch: bulk.UniformBatch, messages: Sequence[record.Message]) -> PutResult:
+    def append_uniform(self, batch: bulk.UniformBatch,
+                       messages: Sequence[record.Message] | None = None) -> PutResult:
         """:meth:`append_prepared` for a batch made by :func:`~services.broker.storage.bulk.uniform_batch`."""
         result = self.store.append_uniform(batch, messages)
         if result.stored:

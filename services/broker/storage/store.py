@@ -452,9 +452,10 @@ class MessageStore:
             self._appended(result)
         return result
 
-    def append_uniform(self, batch: UniformBatch, messages: Sequence[Message]) -> PutResult:
+    def append_uniform(self, batch: UniformBatch, messages: Sequence[Message] | None = None) -> PutResult:
         """:meth:`append_prepared` for a batch whose records differ only in their bodies, made
-        by :func:`~services.broker.storage.bulk.uniform_batch` (encoded and indexed in bulk)."""
+        by :func:`~services.broker.storage.bulk.uniform_batch` (encoded and indexed in bulk).
+        ``messages`` (what the key index reads) matter only when the shared tail holds keys."""
         if not self._running:
             return not_available()
         if batch.max_size > self._max_message_size:

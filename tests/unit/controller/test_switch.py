@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 from services.broker.config import BrokerConfig, BrokerRole
 from services.broker.controller.dcs import MemberRecord, SyncStateSet, member_record
@@ -157,6 +158,11 @@ class _HaMaster:
         self.counted = ids
 
 
+def _master_app(ha: _HaMaster) -> object:
+    """A master's app as the controller's master tick reads it (``app.ha.master``)."""
+    return SimpleNamespace(ha=SimpleNamespace(master=ha))
+
+
 class _SetDcs:
     """The SyncStateSet key; each publish records which slaves counted at that moment."""
 
@@ -179,7 +185,7 @@ def test_with_all_ack_every_published_member_counts_and_a_joiner_must_hold_every
     cfg = BrokerConfig(broker_id=1, broker_role=BrokerRole.SYNC_MASTER, controller_mode="etcd",
                        all_ack_in_sync_state_set=True)
     controller = Controller(cfg, StoreConfig(store_path_root_dir=str(tmp_path)), None, dcs=dcs)  # type: ignore[arg-type]
-    controller.app = type("App", (), {"ha": type("Ha", (), {"master": ha})()})()  # type: ignore[assignment]
+    controller.app = _master_app(ha)  # type: ignore[assignment]
 
     def tick() -> None:
         controller._renewed_at = time.monotonic()  # (the lease is renewed: only the set is looked at)
@@ -214,7 +220,7 @@ def test_without_all_ack_one_member_counts_and_a_joiner_only_once_published(tmp_
     dcs = _SetDcs(ha)
     cfg = BrokerConfig(broker_id=1, broker_role=BrokerRole.SYNC_MASTER, controller_mode="etcd")
     controller = Controller(cfg, StoreConfig(store_path_root_dir=str(tmp_path)), None, dcs=dcs)  # type: ignore[arg-type]
-    controller.app = type("App", (), {"ha": type("Ha", (), {"master": ha})()})()  # type: ignore[assignment]
+    controller.app = _master_app(ha)  # type: ignore[assignment]
     controller._renewed_at = time.monotonic()
     controller.fence_at = controller._renewed_at + 60
     asyncio.run(controller._master_tick())
