@@ -317,8 +317,10 @@ class CommitLog(ReplicaAppends, Reput):
         #: ... the log offset where they end, and the bytes queued or being written.
         self._queued_end = 0
         self._queued_bytes = 0
-        #: The write thread (made on the first queued write).
+        #: The write thread (made on the first queued write), and whether a run of it that
+        #: drains the queue is on its way (guarded by :attr:`_writes_done`).
         self._write_thread: concurrent.futures.ThreadPoolExecutor | None = None
+        self._writer_busy = False
         self._queue = SegmentQueue(directory, segment_size, sync=sync)
         self._segment_size = segment_size
         #: A record must fit in one segment with room for the end-of-file blank.

@@ -50,7 +50,7 @@ PREFETCH_SIZE = 4 * 1024 * 1024
 #: ``DIRECT_MIN`` bytes (a slave catching up).
 BULK_WINDOW_S = 0.05
 #: A slave keeps the last this many replicated bytes in memory for its dispatcher.
-DISPATCH_RING = 32 * 1024 * 1024
+DISPATCH_RING = 64 * 1024 * 1024
 #: Pieces of at least this many bytes are copied into the dispatch ring with the GIL released
 #: (``ctypes.memmove``: the dispatcher and the event loop run meanwhile).
 NOGIL_COPY_MIN = 64 * 1024
@@ -58,10 +58,10 @@ NOGIL_COPY_MIN = 64 * 1024
 #: starts again past it, and the dispatcher reads the bytes in between from the file).
 RING_WAIT_S = 0.5
 #: :meth:`ReplicaAppends.queue_data` waits while this many bytes or more wait for the write thread.
-QUEUED_MAX = 8 * 1024 * 1024
+QUEUED_MAX = 24 * 1024 * 1024
 #: The write thread writes contiguous queued appends of one segment together, up to about this
 #: many bytes per call.
-WRITE_MAX = 4 * 1024 * 1024
+WRITE_MAX = 16 * 1024 * 1024
 
 
 class QueuedWrite(NamedTuple):
@@ -86,6 +86,7 @@ class ReplicaAppends:
     # -- the replicated appends' state --
     _append_data_lock: threading.Lock
     _writing: bool
+    _writer_busy: bool
     _writes_done: threading.Condition
     _queued: collections.deque[QueuedWrite]
     _queued_end: int
@@ -304,6 +305,9 @@ class ReplicaAppends:
             self._queued_end = end
             self._queued_bytes += end - start
             self._writing = True
+            if self._writer_busy:
+                return queued  # (the write thread takes it after what it writes now)
+            self._writer_busy = True
         if self._write_thread is None:
             self._write_thread = concurrent.futures.ThreadPoolExecutor(
                 1, thread_name_prefix="CommitLogWriter")
@@ -311,45 +315,49 @@ class ReplicaAppends:
         return queued
 
     def _write_queued(self) -> None:
-        """On the write thread: write the oldest queued ring bytes direct, with the queued
-        appends right after them in the same segment (up to :data:`WRITE_MAX`), without
-        :attr:`lock`: meanwhile the next append is copied into the ring, the dispatcher indexes
-        what came before and readers read. The segment's write position moves once the bytes
-        are in the file, so no reader sees them earlier. A failed write fails every queued
-        append after it too (none is written: the log stays without a hole)."""
+        """On the write thread: write the queued ring bytes direct, oldest first, each time with
+        the queued appends right after them in the same segment (up to :data:`WRITE_MAX`), until
+        nothing is queued, without :attr:`lock`: meanwhile the next append is copied into the
+        ring, the dispatcher indexes what came before and readers read. The segment's write
+        position moves once the bytes are in the file, so no reader sees them earlier. A failed
+        write fails every queued append after it too (none is written: the log stays without a
+        hole)."""
         cond = self._writes_done
-        with cond:
-            if not self._queued:
-                return  # (written together with an earlier one)
-            batch = [self._queued.popleft()]
-            while (self._queued and self._queued[0].seg is batch[0].seg
-                   and self._queued[0].start == batch[-1].end and batch[-1].end - batch[0].start < WRITE_MAX):
-                batch.append(self._queued.popleft())
-        seg, start, end = batch[0].seg, batch[0].start, batch[-1].end
-        error: BaseException | None = None
-        try:
-            if seg.write_at(start - seg.start, self._ring_views(start, end), aligned=True):
-                self._last_direct_append = self._last_bulk_append
-        except BaseException as exc:  # (reported to whoever waits for these bytes)
-            error = exc
-        with cond:
-            self._queued_bytes -= end - start
+        while True:
+            with cond:
+                if not self._queued:
+                    self._writer_busy = False
+                    return
+                batch = [self._queued.popleft()]
+                while (self._queued and self._queued[0].seg is batch[0].seg
+                       and self._queued[0].start == batch[-1].end
+                       and batch[-1].end - batch[0].start < WRITE_MAX):
+                    batch.append(self._queued.popleft())
+            seg, start, end = batch[0].seg, batch[0].start, batch[-1].end
+            error: BaseException | None = None
+            try:
+                if seg.write_at(start - seg.start, self._ring_views(start, end), aligned=True):
+                    self._last_direct_append = self._last_bulk_append
+            except BaseException as exc:  # (reported to whoever waits for these bytes)
+                error = exc
+            with cond:
+                self._queued_bytes -= end - start
+                if error is not None:
+                    batch.extend(self._queued)
+                    self._queued_bytes -= sum(queued.end - queued.start for queued in self._queued)
+                    self._queued.clear()
+                if not self._queued_bytes:
+                    self._writing = False
+                cond.notify_all()
             if error is not None:
-                batch.extend(self._queued)
-                self._queued_bytes -= sum(queued.end - queued.start for queued in self._queued)
-                self._queued.clear()
-            if not self._queued_bytes:
-                self._writing = False
-            cond.notify_all()
-        if error is not None:
+                for queued in batch:
+                    queued.done.set_exception(error)
+                continue
+            wakeup = self.reput_wakeup
+            if wakeup is not None:
+                wakeup()
             for queued in batch:
-                queued.done.set_exception(error)
-            return
-        wakeup = self.reput_wakeup
-        if wakeup is not None:
-            wakeup()
-        for queued in batch:
-            queued.done.set_result(queued.end)
+                queued.done.set_result(queued.end)
 
     def wait_writes(self) -> None:
         """Wait until the write thread wrote everything queued (hold :attr:`lock`: nothing is

@@ -456,3 +456,45 @@ def test_queued_appends_are_done_once_in_the_file_and_a_failed_write_fails_those
     assert slave.wait_dispatched(3 * piece, 10), slave.dispatch_error  # (up to the last whole record)
     with slave.get_data(0, 4 * piece) as got:  # type: ignore[union-attr]
         assert bytes(got.data) == b"".join(data for _, data in pieces)
+
+
+def test_appends_queued_while_the_write_thread_writes_go_out_in_its_next_write(
+        open_store: StoreFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The write thread drains the queue: appends queued while it writes are written together
+    by its next call (contiguous, one segment), each acked once that call returned, in order;
+    none is left behind when the queue empties just as another append comes."""
+    segment = 4 * 1024 * 1024
+    master = open_store(tmp_path / "master", mapped_file_size_commit_log=segment)
+    slave = open_store(tmp_path / "slave", mapped_file_size_commit_log=segment)
+    put_mixed(master, 3000)
+    piece = 64 * 1024
+    count = master.max_offset // piece
+    assert count >= 24
+    pieces = []
+    for offset in range(0, count * piece, piece):
+        with master.get_data(offset, piece) as data:  # type: ignore[union-attr]
+            pieces.append((offset, bytes(data.data)))
+    gate = threading.Event()
+    writes: list[int] = []
+    real_write_at = Segment.write_at
+
+    def gated_write_at(seg: Segment, pos: int, views: Sequence[bytes], stage: memoryview | None = None, *,
+                       aligned: bool = False) -> int:
+        if threading.current_thread().name.startswith("CommitLogWriter"):
+            assert gate.wait(10)
+            writes.append(sum(len(v) for v in views))
+        return real_write_at(seg, pos, views, stage, aligned=aligned)
+
+    monkeypatch.setattr(Segment, "write_at", gated_write_at)
+    assert slave.append_data(*pieces[0]) == piece  # (a new segment: written at once)
+    first = slave.queue_data(*pieces[1])
+    held = [slave.queue_data(*pieces[i]) for i in range(2, 8)]  # (while the first one is held)
+    gate.set()
+    assert [f.result(5) for f in (first, *held)] == [(i + 1) * piece for i in range(1, 8)]
+    assert writes == [piece, 6 * piece]
+    # One append at a time from here, each racing the write thread's end of its queue.
+    for offset, data in pieces[8:]:
+        assert slave.queue_data(offset, data).result(5) == offset + len(data)
+    assert slave.max_offset == len(pieces) * piece
+    with slave.get_data(0, len(pieces) * piece) as got:  # type: ignore[union-attr]
+        assert bytes(got.data) == b"".join(data for _, data in pieces)
