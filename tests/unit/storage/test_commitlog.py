@@ -8,7 +8,7 @@ import random
 import struct
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -398,6 +398,22 @@ def test_bulk_append_data_replicates_exactly(open_store: StoreFactory, tmp_path:
     assert [m.body for m in got.messages] == [sent[-1][0].body]
 
 
+def _gate_write_thread(monkeypatch: pytest.MonkeyPatch, gate: threading.Event,
+                       on_write: Callable[[Sequence[bytes]], None]) -> None:
+    """The commit log's write thread waits for ``gate`` before each write, then calls
+    ``on_write`` with what it is about to write (which may raise, failing the write)."""
+    real_write_at = Segment.write_at
+
+    def gated_write_at(seg: Segment, pos: int, views: Sequence[bytes], stage: memoryview | None = None, *,
+                       aligned: bool = False) -> int:
+        if threading.current_thread().name.startswith("CommitLogWriter"):
+            assert gate.wait(10)
+            on_write(views)
+        return real_write_at(seg, pos, views, stage, aligned=aligned)
+
+    monkeypatch.setattr(Segment, "write_at", gated_write_at)
+
+
 def test_queued_appends_are_done_once_in_the_file_and_a_failed_write_fails_those_behind_it(
         open_store: StoreFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A bulk append's bytes go to the write thread while the next append is taken: its future
@@ -417,17 +433,12 @@ def test_queued_appends_are_done_once_in_the_file_and_a_failed_write_fails_those
     gate = threading.Event()
     gate.set()
     failures: list[OSError] = []
-    real_write_at = Segment.write_at
 
-    def gated_write_at(seg: Segment, pos: int, views: Sequence[bytes], stage: memoryview | None = None, *,
-                       aligned: bool = False) -> int:
-        if threading.current_thread().name.startswith("CommitLogWriter"):
-            assert gate.wait(10)
-            if failures:
-                raise failures.pop()
-        return real_write_at(seg, pos, views, stage, aligned=aligned)
+    def fail_if_told(_: Sequence[bytes]) -> None:
+        if failures:
+            raise failures.pop()
 
-    monkeypatch.setattr(Segment, "write_at", gated_write_at)
+    _gate_write_thread(monkeypatch, gate, fail_if_told)
     assert slave.append_data(*pieces[0]) == piece  # (a new segment: written at once)
     gate.clear()
     first, second = (slave.queue_data(*pieces[i]) for i in (1, 2))
@@ -476,16 +487,7 @@ def test_appends_queued_while_the_write_thread_writes_go_out_in_its_next_write(
             pieces.append((offset, bytes(data.data)))
     gate = threading.Event()
     writes: list[int] = []
-    real_write_at = Segment.write_at
-
-    def gated_write_at(seg: Segment, pos: int, views: Sequence[bytes], stage: memoryview | None = None, *,
-                       aligned: bool = False) -> int:
-        if threading.current_thread().name.startswith("CommitLogWriter"):
-            assert gate.wait(10)
-            writes.append(sum(len(v) for v in views))
-        return real_write_at(seg, pos, views, stage, aligned=aligned)
-
-    monkeypatch.setattr(Segment, "write_at", gated_write_at)
+    _gate_write_thread(monkeypatch, gate, lambda views: writes.append(sum(len(v) for v in views)))
     assert slave.append_data(*pieces[0]) == piece  # (a new segment: written at once)
     first = slave.queue_data(*pieces[1])
     held = [slave.queue_data(*pieces[i]) for i in range(2, 8)]  # (while the first one is held)
