@@ -56,7 +56,8 @@ class HAMaster:
         #: brokerIds whose acks count for SYNC_MASTER (the SyncStateSet); None: every slave's.
         self.counted: frozenset[int] | None = None
         self.tracker = SlaveAckTracker()
-        self.waiter: ReplicationWaiter
+        #: SYNC_MASTER writes waiting for their acks (bound to the event loop at start()).
+        self.waiter = ReplicationWaiter()
         self.loop: asyncio.AbstractEventLoop
         self.idle: set[SlaveConnection] = set()
         self.connections: dict[str, SlaveConnection] = {}
@@ -76,7 +77,7 @@ class HAMaster:
 
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
-        self.waiter = ReplicationWaiter(loop=self.loop)
+        self.waiter.bind(self.loop)
         self._loop_thread = threading.get_ident()
         family = socket.AF_INET6 if ":" in self.settings.host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
@@ -110,8 +111,7 @@ class HAMaster:
             task.cancel()
         if self._conn_tasks:
             await asyncio.gather(*self._conn_tasks, return_exceptions=True)
-        if hasattr(self, "waiter"):
-            self.waiter.close("the broker is stopping")
+        self.waiter.close("the broker is stopping")
 
     async def _accept_loop(self) -> None:
         assert self._listener is not None
@@ -244,14 +244,12 @@ class HAMaster:
     def acknowledged_offset(self) -> int:
         """The end of what a SYNC_MASTER may have acknowledged (PUT_OK) so far: a slave that
         joins the counted ones under allAckInSyncStateSet must hold the log up to here."""
-        acked = self.waiter.acked_offset if hasattr(self, "waiter") else 0
-        return max(acked, self.counted_ack())
+        return max(self.waiter.acked_offset, self.counted_ack())
 
     def set_counted(self, broker_ids: frozenset[int] | None) -> None:
         """Only acks of these brokerIds count for SYNC_MASTER from now on (None: every slave)."""
         self.counted = broker_ids
-        if hasattr(self, "waiter"):
-            self.waiter.on_ack(self.counted_ack())
+        self.waiter.on_ack(self.counted_ack())
 
     def in_sync(self, within_s: float) -> list[SlaveInfo]:
         """Identified slaves whose ack reached the master's max offset within ``within_s``."""

@@ -78,6 +78,12 @@ class ReplicationWaiter:
     def closed(self) -> bool:
         return self._closed is not None
 
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Bind to ``loop`` now (otherwise the first wait binds the loop it runs on)."""
+        if self._loop is not None and self._loop is not loop:
+            raise RuntimeError("ReplicationWaiter is bound to another event loop already")
+        self._loop = loop
+
     def _bind_loop(self) -> asyncio.AbstractEventLoop:
         running = asyncio.get_running_loop()
         if self._loop is None:

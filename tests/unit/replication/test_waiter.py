@@ -248,3 +248,16 @@ def test_bound_to_one_loop() -> None:
 def test_negative_initial_offset() -> None:
     with pytest.raises(ValueError):
         ReplicationWaiter(acked_offset=-1)
+
+
+def test_a_waiter_bound_to_a_loop_refuses_another() -> None:
+    waiter = ReplicationWaiter()
+    first, second = asyncio.new_event_loop(), asyncio.new_event_loop()
+    try:
+        waiter.bind(first)
+        waiter.bind(first)  # (the same loop again is fine)
+        with pytest.raises(RuntimeError, match="another event loop"):
+            waiter.bind(second)
+    finally:
+        first.close()
+        second.close()
