@@ -1,10 +1,21 @@
 """The official RocketMQ 5 Python SDK against PocketMQ's own client, producing to the same broker
 in the same run.
 
-Starts a NameServer and one broker on loopback, then for each mode runs ``--rounds`` rounds of
-``--seconds`` each of the SDK and of the own client, interleaved (SDK first in even rounds, own
-first in odd ones, so that a change in the machine's load weighs on both sides alike), and prints
-every round and the median:
+Starts a NameServer and one broker on loopback, then for each mode and each placement runs
+``--rounds`` rounds of ``--seconds`` each of the SDK and of the own client, interleaved (SDK first
+in even rounds, own first in odd ones, so that a change in the machine's load weighs on both sides
+alike), and prints every round and the median. The placements (``--placement``, both by default):
+
+* ``split``  - the sending processes on the first half of the CPUs, the broker and the NameServer
+  on the other half (``sched_setaffinity`` of every thread, before every round), as in
+  production, where a broker pod has CPUs of its own and its clients run elsewhere: a side's rate
+  is then what the broker does per call, or its client's own cost if that is higher. Needs two
+  CPUs or more; the bar reads this placement;
+* ``shared`` - every process on every CPU: the clients and the broker compete for the cores, so
+  a client that costs more CPU per send also takes it from the broker (the SDK hands every send
+  between several threads of its own, each hand-off waiting for a core).
+
+The modes:
 
 * ``sdk sync``     - rocketmq-python-client 5.1.2 (.venv-sdk, its own process), ``send`` one
   message at a time, through the NameServer access point (v2 API: one message per RPC);
@@ -16,16 +27,18 @@ every round and the median:
 Every round and median line shows the CPU per message of the sending process and of the broker
 (sampled over the round only), and the sending process's context switches per message (all its
 threads: how often one slept and was woken; the SDK hands every send between several threads).
-Last line: ``sdk_send_msgs=<SDK async median msgs/s>
-sdk_vs_own=<SDK async / own async>``, the sync figures (``sdk_sync_msgs``, ``sdk_sync_vs_own``),
-the async CPU per message of each side (``sdk_client_us``, ``own_client_us``, ``sdk_broker_us``,
-``own_broker_us``), and the ratio CPU alone allows: ``cpu_ratio`` = own total / SDK total CPU per
-message (client and broker contending for the same cores), ``core_ratio`` = the same with each
-side's busier process instead of the total (a free core each), and the async context switches per
-message of each sending process (``sdk_client_switches``, ``own_client_switches``). Target:
-sdk_vs_own >= 0.8.
+Last line, of the bar's placement (``split`` when it ran): ``sdk_send_msgs=<SDK async median
+msgs/s> sdk_vs_own=<SDK async / own async>``, the sync figures (``sdk_sync_msgs``,
+``sdk_sync_vs_own``), the async CPU per message of each side (``sdk_client_us``,
+``own_client_us``, ``sdk_broker_us``, ``own_broker_us``), and the ratio CPU alone allows:
+``cpu_ratio`` = own total / SDK total CPU per message (client and broker contending for the same
+cores), ``core_ratio`` = the same with each side's busier process instead of the total (a free
+core each), the async context switches per message of each sending process
+(``sdk_client_switches``, ``own_client_switches``); then, when both placements ran, the other's
+ratios (``sdk_vs_own_shared``, ``sdk_sync_vs_own_shared``). Target: sdk_vs_own >= 0.8.
 
     python benchmarks/bench_sdk.py [--rounds 3] [--seconds 3] [--size 1024] [--in-flight 64]
+                                   [--placement both|split|shared]
 """
 
 from __future__ import annotations
@@ -33,6 +46,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -41,7 +55,7 @@ import threading
 import time
 from typing import NamedTuple
 
-from benchlib import ROOT, context_switches, cpu_seconds, free_port, wait_port
+from benchlib import ROOT, context_switches, cpu_seconds, free_port, pin, wait_port
 
 from pocketmq.client.message import Message
 from pocketmq.client.producer import AsyncProducer
@@ -65,6 +79,37 @@ class Round(NamedTuple):
         print(f"{label}: {self.rate:9.0f} msgs/s   (CPU per message: client {self.client_us:.0f} us + "
               f"broker {self.broker_us:.0f} us = {self.client_us + self.broker_us:.0f} us; "
               f"client switches per message {self.client_switches:.1f})", flush=True)
+
+
+class Placement(NamedTuple):
+    """Which CPUs the sending processes and the servers run on."""
+
+    name: str
+    clients: set[int]
+    servers: set[int]
+
+    def apply(self, clients: list[int], servers: list[int]) -> None:
+        for pid in clients:
+            pin(pid, self.clients)
+        for pid in servers:
+            pin(pid, self.servers)
+
+
+def placements(wanted: str) -> list[Placement]:
+    """``--placement``: ``split`` (needs 2 CPUs or more), ``shared`` or both (shared first)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    out = []
+    if wanted in ("both", "shared"):
+        out.append(Placement("shared", set(cpus), set(cpus)))
+    if wanted in ("both", "split"):
+        if len(cpus) < 2:
+            print(f"# only {len(cpus)} CPU here: no split placement", flush=True)
+        else:
+            half = len(cpus) // 2
+            out.append(Placement("split", set(cpus[:half]), set(cpus[half:])))
+    if not out:
+        raise SystemExit("no placement to run")
+    return out
 
 
 def report(who: str, mode: str, i: int, messages: int, seconds: float, client_cpu: float,
@@ -153,9 +198,11 @@ async def own_round(producer: AsyncProducer, mode: str, i: int, args: argparse.N
                   context_switches() - switches)
 
 
-async def interleaved(namesrv: str, mode: str, args: argparse.Namespace,
-                      broker_pid: int) -> tuple[list[Round], list[Round]]:
-    """``--rounds`` rounds of each side in ``mode``, alternating which goes first; (SDK, own)."""
+async def interleaved(namesrv: str, mode: str, args: argparse.Namespace, broker_pid: int,
+                      placement: Placement, servers: list[int]) -> tuple[list[Round], list[Round]]:
+    """``--rounds`` rounds of each side in ``mode``, alternating which goes first, every process
+    placed as ``placement`` says before each (``servers``: the NameServer's and the broker's
+    pids); (SDK, own)."""
     sdk: list[Round] = []
     own: list[Round] = []
     sender = SdkSender(namesrv, mode, args, broker_pid)
@@ -164,6 +211,7 @@ async def interleaved(namesrv: str, mode: str, args: argparse.Namespace,
             await producer.send(Message(TOPIC, b"x" * args.size))  # warm-up: route, channels
             for i in range(args.rounds):
                 for who in ("sdk", "own") if i % 2 == 0 else ("own", "sdk"):
+                    placement.apply([os.getpid(), sender.proc.pid], servers)
                     if who == "sdk":
                         # (in a thread, so the own producer's loop keeps serving its timers)
                         sdk.append(await asyncio.to_thread(sender.round))
@@ -180,11 +228,14 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--in-flight", type=int, default=64)
+    parser.add_argument("--placement", choices=("both", "split", "shared"), default="both",
+                        help="where the processes run (see the module doc)")
     args = parser.parse_args()
     if args.rounds < 1 or args.seconds <= 0:
         raise SystemExit("--rounds must be >= 1 and --seconds > 0")
     if not SDK_PYTHON.exists():
         raise SystemExit("the SDK venv .venv-sdk is missing: run `make setup`")
+    runs = placements(args.placement)
     with tempfile.TemporaryDirectory(prefix="bench-sdk-") as tmp:
         ns_port, broker_port = free_port(), free_port()
         namesrv = f"127.0.0.1:{ns_port}"
@@ -222,32 +273,45 @@ def main() -> int:
                 f"{args.in_flight} in flight for async; one broker, loopback",
                 flush=True,
             )
-            medians: dict[tuple[str, str], Round] = {}
+            medians: dict[tuple[str, str, str], Round] = {}
             broker_pid = procs[1].pid
+            servers = [p.pid for p in procs]
             for mode in ("sync", "async"):
-                sdk_rounds, own_rounds = asyncio.run(interleaved(namesrv, mode, args, broker_pid))
-                for who, rounds in (("sdk", sdk_rounds), ("own", own_rounds)):
-                    medians[(who, mode)] = Round(*(statistics.median(c) for c in zip(*rounds, strict=True)))
-                    medians[(who, mode)].show(f"{who} {mode:5s} median ")
+                for placement in runs:
+                    print(f"## {mode}, {placement.name} placement: senders on CPUs "
+                          f"{sorted(placement.clients)}, broker on {sorted(placement.servers)}", flush=True)
+                    sdk_rounds, own_rounds = asyncio.run(
+                        interleaved(namesrv, mode, args, broker_pid, placement, servers))
+                    for who, rounds in (("sdk", sdk_rounds), ("own", own_rounds)):
+                        median = Round(*(statistics.median(c) for c in zip(*rounds, strict=True)))
+                        medians[(who, mode, placement.name)] = median
+                        median.show(f"{who} {mode:5s} median ({placement.name})")
         finally:
             for p in reversed(procs):
                 p.terminate()
             for p in procs:
                 p.wait(30)
-    sdk, own = medians[("sdk", "async")], medians[("own", "async")]
-    sdk_sync, own_sync = medians[("sdk", "sync")], medians[("own", "sync")]
+    bar = runs[-1].name  # (split when it ran)
+
+    def ratio(mode: str, placement: str) -> float:
+        return medians[("sdk", mode, placement)].rate / medians[("own", mode, placement)].rate
+
+    sdk, own = medians[("sdk", "async", bar)], medians[("own", "async", bar)]
+    sdk_sync = medians[("sdk", "sync", bar)]
     sdk_cpu, own_cpu = sdk.client_us + sdk.broker_us, own.client_us + own.broker_us
     # The sdk_vs_own that CPU alone allows: cpu_ratio when client and broker contend for the same
     # core time (a loaded machine: each side's rate ~ 1 / its total CPU per message), core_ratio
     # when each process has a core of its own (each side's rate ~ 1 / its busier process).
     core_ratio = max(own.client_us, own.broker_us) / max(sdk.client_us, sdk.broker_us)
     print(
-        f"sdk_send_msgs={sdk.rate:.0f} sdk_vs_own={sdk.rate / own.rate:.2f} "
-        f"sdk_sync_msgs={sdk_sync.rate:.0f} sdk_sync_vs_own={sdk_sync.rate / own_sync.rate:.2f} "
+        f"sdk_send_msgs={sdk.rate:.0f} sdk_vs_own={ratio('async', bar):.2f} "
+        f"sdk_sync_msgs={sdk_sync.rate:.0f} sdk_sync_vs_own={ratio('sync', bar):.2f} "
         f"sdk_client_us={sdk.client_us:.0f} own_client_us={own.client_us:.0f} "
         f"sdk_broker_us={sdk.broker_us:.0f} own_broker_us={own.broker_us:.0f} "
         f"cpu_ratio={own_cpu / sdk_cpu:.2f} core_ratio={core_ratio:.2f} "
         f"sdk_client_switches={sdk.client_switches:.1f} own_client_switches={own.client_switches:.1f}"
+        + "".join(f" sdk_vs_own_{p.name}={ratio('async', p.name):.2f}"
+                  f" sdk_sync_vs_own_{p.name}={ratio('sync', p.name):.2f}" for p in runs if p.name != bar)
     )
     return 0
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import resource
 import socket
@@ -80,6 +81,24 @@ def cpu_seconds(pid: int) -> float:
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def pin(pid: int, cpus: set[int]) -> None:
+    """Run every thread of process ``pid`` on ``cpus`` (Linux); a thread started later inherits
+    the set of the thread that starts it. Threads are listed again until none is left out (one
+    may start while they are being moved)."""
+    moved: set[int] = set()
+    while True:
+        try:
+            threads = {int(t) for t in os.listdir(f"/proc/{pid}/task")} - moved
+        except FileNotFoundError:
+            return  # (the process is gone)
+        if not threads:
+            return
+        for tid in threads:
+            with contextlib.suppress(ProcessLookupError):  # (the thread ended)
+                os.sched_setaffinity(tid, cpus)
+        moved |= threads
 
 
 def context_switches() -> int:
