@@ -325,7 +325,6 @@ class SendService:
                                            born_host, lengths)
             except record.RecordError as exc:
                 return await self._finish(refused(exc), queue_id, started, count, 0)
-            # (no messages for the key index: a body-only tail holds no key, so it reads none)
             return await self._finish(self.append_uniform(batch), queue_id, started, count,
                                       sum(lengths))
         # One topic, queue and born host per batch: encode the topic (and the producer group, the
@@ -445,10 +444,10 @@ class SendService:
             self.notifier.notify(first.topic, first.queue_id)
         return result
 
-    def append_uniform(self, batch: bulk.UniformBatch,
-                       messages: Sequence[record.Message] | None = None) -> PutResult:
-        """:meth:`append_prepared` for a batch made by :func:`~services.broker.storage.bulk.uniform_batch`."""
-        result = self.store.append_uniform(batch, messages)
+    def append_uniform(self, batch: bulk.UniformBatch) -> PutResult:
+        """:meth:`append_prepared` for a body-only batch made by
+        :func:`~services.broker.storage.bulk.uniform_batch` (its shared tail holds no index key)."""
+        result = self.store.append_uniform(batch)
         if result.stored:
             self.notifier.notify(batch.topic, batch.queue_id)
         return result
